@@ -1,0 +1,1 @@
+"""Riverbeam: a sandboxed, git-publishing docs bot."""

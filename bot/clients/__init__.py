@@ -1,0 +1,1 @@
+"""Model clients: the boundary between the tool loop and a language model."""

@@ -1,0 +1,148 @@
+"""Every Riverbeam error, and every BEM code, in one place.
+
+Each refusal or failure is a ``BeamError`` carrying a stable ``code`` and a message that says
+what to do next. The tree groups codes by the part of the system that raises them::
+
+    BeamError
+    ├── RoutingError          BEM-02x, BEM-04x   picking an agent for a request
+    ├── AgentContractError    BEM-086, BEM-087   an agent's frames break the contract
+    ├── ModelError            BEM-06x, BEM-081   talking to the language model
+    ├── ToolLoopError         BEM-088..099       the tool loop and resumable runs
+    ├── ToolError             BEM-10x            a tool refused or failed
+    ├── SkillError            BEM-11x            skill files and lookups
+    ├── JailError             BEM-300..305       a path the jail refuses
+    ├── GitError              BEM-32x            working tree, refs and pushes
+    └── ConfigError           BEM-90x            configuration
+
+``BeamError(code, message)`` builds the right family from the code, so a code travelling as
+``{"code", "message"}`` (over the tool server's stream, through Celery, in an API problem
+document) comes back as the same class. Errors pickle by code and message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class BeamError(Exception):
+    """Root of every Riverbeam error: a BEM code and a message that says what to do."""
+
+    def __new__(cls, code: str, message: str) -> BeamError:
+        # The code decides the family: ``BeamError("BEM-302", ...)`` is a JailError.
+        entry = CODES.get(code)
+        if entry is None:
+            raise ValueError(f"{code!r} is not a registered BEM code (see bot/errors.py)")
+        if not issubclass(entry.family, cls):
+            raise ValueError(f"{code} belongs to {entry.family.__name__}, not {cls.__name__}")
+        return super().__new__(entry.family, code, message)
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        return (BeamError, (self.code, self.message))
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BeamError:
+        return BeamError(str(data["code"]), str(data["message"]))
+
+
+class RoutingError(BeamError):
+    """The request cannot be routed to an agent."""
+
+
+class AgentContractError(BeamError):
+    """An agent's stream broke the frame contract."""
+
+
+class ModelError(BeamError):
+    """The model endpoint or a model client failed."""
+
+
+class ToolLoopError(BeamError):
+    """The tool loop stopped, or a saved run cannot resume."""
+
+
+class ToolError(BeamError):
+    """A tool refused its arguments or failed while running."""
+
+
+class SkillError(BeamError):
+    """A skill is unknown or its file is malformed."""
+
+
+class JailError(BeamError):
+    """A model-supplied path was refused by the sandbox jail."""
+
+
+class GitError(BeamError):
+    """A git operation on the working tree, a ref name or a push was refused or failed."""
+
+
+class ConfigError(BeamError):
+    """Configuration is missing or invalid."""
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str
+    family: type[BeamError]
+    meaning: str
+
+
+_TABLE = [
+    Code("BEM-020", RoutingError, "agent not registered"),
+    Code("BEM-021", RoutingError, "an agent with this name is already registered"),
+    Code("BEM-040", RoutingError, "request content uses a modality the agent does not list"),
+    Code("BEM-041", RoutingError, "non-text content while the built-in text-only model is in use"),
+    Code("BEM-060", ModelError, "model endpoint unreachable or timed out after retries"),
+    Code("BEM-061", ModelError, "model endpoint refused the request (non-retryable HTTP status)"),
+    Code("BEM-062", ModelError, "model endpoint kept failing (429/5xx) until retries ran out"),
+    Code("BEM-063", ModelError, "model reply is malformed"),
+    Code("BEM-064", ModelError, "model client is not configured (no API key)"),
+    Code("BEM-065", ModelError, "requests to a non-loopback model endpoint are disabled"),
+    Code("BEM-081", ModelError, "scripted client has no steps left"),
+    Code("BEM-086", AgentContractError, "an agent's stream ended without a done frame"),
+    Code("BEM-087", AgentContractError, "an agent's stream produced an error frame"),
+    Code("BEM-088", ToolLoopError, "tool loop hit its round limit"),
+    Code("BEM-089", ToolLoopError, "the model named a tool the agent does not have"),
+    Code("BEM-090", ToolLoopError, "tool arguments are not valid JSON or do not match the schema"),
+    Code("BEM-091", ToolLoopError, "saved run state has an unsupported version"),
+    Code("BEM-092", ToolLoopError, "saved run state does not match the agent it resumes on"),
+    Code("BEM-093", ToolLoopError, "the run has no pending call, or the decision names another"),
+    Code("BEM-094", ToolLoopError, "a person refused the pending tool call"),
+    Code("BEM-100", ToolError, "tool failed while running"),
+    Code("BEM-101", ToolError, "tool result is not JSON"),
+    Code("BEM-102", ToolError, "remember note is empty or too long"),
+    Code("BEM-110", SkillError, "unknown skill name"),
+    Code("BEM-111", SkillError, "skill file is malformed"),
+    Code("BEM-112", SkillError, "skill prompt failed to render"),
+    Code("BEM-300", JailError, "path is empty, contains NUL, or is too long"),
+    Code("BEM-301", JailError, "path is absolute"),
+    Code("BEM-302", JailError, "path contains a '..' component"),
+    Code("BEM-303", JailError, "path resolves outside the root (symlink or hard link)"),
+    Code("BEM-304", JailError, "path is inside repository metadata (.git)"),
+    Code("BEM-305", JailError, "not a regular file, or over the size cap"),
+    Code("BEM-320", GitError, "git operation failed"),
+    Code("BEM-321", GitError, "nothing is staged to commit"),
+    Code("BEM-322", GitError, "the working tree has no origin remote"),
+    Code("BEM-323", GitError, "HEAD is detached or unborn"),
+    Code("BEM-324", GitError, "branch name is not a valid plain-ASCII git branch name"),
+    Code("BEM-325", GitError, "push target looks like a refspec or an option"),
+    Code("BEM-326", GitError, "branch does not exist, or already exists"),
+    Code("BEM-327", GitError, "push was rejected by the remote (not a fast-forward)"),
+    Code("BEM-328", GitError, "push (or checkout) of a protected ref"),
+    Code("BEM-329", GitError, "working tree is not a repository, or has no commits"),
+    Code("BEM-900", ConfigError, "configuration is missing or invalid"),
+]
+
+CODES: dict[str, Code] = {entry.code: entry for entry in _TABLE}

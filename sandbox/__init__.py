@@ -1,0 +1,1 @@
+"""The jail, the working tree and the nine git and file tools."""

@@ -1,0 +1,1 @@
+"""Skills: a system prompt and a tool allowlist per kind of docs work."""

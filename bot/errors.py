@@ -12,6 +12,9 @@ what to do next. The tree groups codes by the part of the system that raises the
     ├── SkillError            BEM-11x            skill files and lookups
     ├── JailError             BEM-300..305       a path the jail refuses
     ├── GitError              BEM-32x            working tree, refs and pushes
+    │   ├── WorkspaceError    BEM-34x            mirrors and per-job workspaces on the host
+    │   └── RelayError        BEM-35x            the host relay that pushes upstream
+    ├── ContainerError        BEM-40x            the per-job sandbox container
     └── ConfigError           BEM-90x            configuration
 
 ``BeamError(code, message)`` builds the right family from the code, so a code travelling as
@@ -88,6 +91,18 @@ class GitError(BeamError):
     """A git operation on the working tree, a ref name or a push was refused or failed."""
 
 
+class WorkspaceError(GitError):
+    """A mirror or a per-job workspace could not be prepared."""
+
+
+class RelayError(GitError):
+    """The host relay refused or failed to push an approved commit upstream."""
+
+
+class ContainerError(BeamError):
+    """The sandbox container, its image or its tool server failed."""
+
+
 class ConfigError(BeamError):
     """Configuration is missing or invalid."""
 
@@ -120,6 +135,10 @@ _TABLE = [
     Code("BEM-092", ToolLoopError, "saved run state does not match the agent it resumes on"),
     Code("BEM-093", ToolLoopError, "the run has no pending call, or the decision names another"),
     Code("BEM-094", ToolLoopError, "a person refused the pending tool call"),
+    Code("BEM-095", ToolLoopError, "a lifecycle hook raised an exception that is not a BeamError"),
+    Code("BEM-096", ToolLoopError, "the model client raised an exception that is not a BeamError"),
+    Code("BEM-097", ToolLoopError, "saved run state is not JSON or does not match the schema"),
+    Code("BEM-098", ToolLoopError, "the run has ended or waits for a decision; it cannot run on"),
     Code("BEM-100", ToolError, "tool failed while running"),
     Code("BEM-101", ToolError, "tool result is not JSON"),
     Code("BEM-102", ToolError, "remember note is empty or too long"),
@@ -142,6 +161,23 @@ _TABLE = [
     Code("BEM-327", GitError, "push was rejected by the remote (not a fast-forward)"),
     Code("BEM-328", GitError, "push (or checkout) of a protected ref"),
     Code("BEM-329", GitError, "working tree is not a repository, or has no commits"),
+    Code("BEM-340", WorkspaceError, "fetching the upstream into the mirror failed"),
+    Code("BEM-341", WorkspaceError, "the base branch does not exist upstream"),
+    Code("BEM-342", WorkspaceError, "preparing the job's workspace failed"),
+    Code("BEM-343", WorkspaceError, "the repository's credentials are not available"),
+    Code("BEM-350", RelayError, "the approved commit is not in the job's outbox"),
+    Code("BEM-351", RelayError, "the upstream branch moved since approval (not a fast-forward)"),
+    Code("BEM-352", RelayError, "the outbox branch does not point at the approved commit"),
+    Code("BEM-353", RelayError, "pushing to the upstream failed"),
+    Code("BEM-400", ContainerError, "the Docker engine is unreachable"),
+    Code("BEM-401", ContainerError, "the sandbox image is missing or stale"),
+    Code("BEM-402", ContainerError, "the sandbox container failed to start or become ready"),
+    Code("BEM-403", ContainerError, "a tool call timed out in the sandbox"),
+    Code("BEM-404", ContainerError, "the tool server exited or its container died"),
+    Code("BEM-405", ContainerError, "the sandbox container hit its memory limit and was killed"),
+    Code("BEM-406", ContainerError, "a tool server message is over the size cap"),
+    Code("BEM-407", ContainerError, "the tool server broke the protocol"),
+    Code("BEM-408", ContainerError, "building the sandbox image failed"),
     Code("BEM-900", ConfigError, "configuration is missing or invalid"),
 ]
 

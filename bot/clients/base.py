@@ -78,8 +78,9 @@ class TextDelta(BaseModel):
 
 @runtime_checkable
 class CompletionClient(Protocol):
-    async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
-        ...
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[ToolSpec]
+    ) -> Completion: ...
 
 
 @runtime_checkable

@@ -1,0 +1,1 @@
+"""Benchmarks; results are printed, never asserted (see each module)."""

@@ -1,0 +1,222 @@
+"""Status, diff and log reports built from libgit2 objects, with the caps a model needs."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta, timezone
+
+import pygit2
+from pygit2.enums import DeltaStatus, DiffOption, SortMode
+
+from sandbox.changes import SCAN_FLAGS, Change, Changes, diff_index_to_workdir, diff_tree_to_index
+from sandbox.reports import (
+    CommitInfo,
+    DiffReport,
+    FileDiff,
+    FileStatus,
+    LogReport,
+    StageReport,
+    StatusReport,
+)
+
+__all__ = ["diff_report", "file_statuses", "log_report", "stage_report", "status_report"]
+
+MAX_STATUS_FILES = 1_000
+MAX_DIFF_FILES = 500
+MAX_PATCH_CHARS = 100_000
+MAX_BODY_CHARS = 2_000
+
+_WORDS = {
+    DeltaStatus.ADDED: "added",
+    DeltaStatus.DELETED: "deleted",
+    DeltaStatus.MODIFIED: "modified",
+    DeltaStatus.RENAMED: "renamed",
+    DeltaStatus.COPIED: "copied",
+    DeltaStatus.TYPECHANGE: "typechange",
+    DeltaStatus.UNTRACKED: "untracked",
+    DeltaStatus.UNREADABLE: "unreadable",
+    DeltaStatus.CONFLICTED: "conflicted",
+}
+_PATCH_FLAGS = SCAN_FLAGS | DiffOption.SHOW_UNTRACKED_CONTENT
+
+
+def _word(status: DeltaStatus) -> str:
+    return _WORDS.get(status, status.name.lower())
+
+
+def file_statuses(changes: Changes) -> list[FileStatus]:
+    """One entry per path, with its staged and its unstaged change side by side."""
+    staged = {change.path: _word(change.status) for change in changes.staged}
+    unstaged = {change.path: _word(change.status) for change in changes.unstaged}
+    return [
+        FileStatus(path=path, staged=staged.get(path), unstaged=unstaged.get(path))
+        for path in sorted(staged.keys() | unstaged.keys())
+    ]
+
+
+def status_report(
+    changes: Changes,
+    *,
+    branch: str | None,
+    head: str | None,
+    detached: bool,
+    max_files: int = MAX_STATUS_FILES,
+) -> StatusReport:
+    files = file_statuses(changes)
+    truncated = len(files) > max_files
+    note = None
+    if truncated:
+        note = (
+            f"{len(files)} paths changed; the first {max_files} are listed. "
+            "Call git_diff with path=<directory> to look at one part of the tree."
+        )
+    elif not files:
+        note = "nothing to commit: the files match HEAD"
+    return StatusReport(
+        branch=branch,
+        head=head,
+        detached=detached,
+        clean=not files,
+        files=files[:max_files],
+        total_files=len(files),
+        truncated=truncated,
+        note=note,
+    )
+
+
+def stage_report(path: str, staged: Sequence[Change], max_files: int) -> StageReport:
+    files = [FileStatus(path=c.path, staged=_word(c.status), unstaged=None) for c in staged]
+    truncated = len(files) > max_files
+    if truncated:
+        note: str | None = f"{len(files)} paths are staged; the first {max_files} are listed"
+    elif not files:
+        note = "nothing is staged: the index matches HEAD"
+    else:
+        note = None
+    return StageReport(
+        path=path,
+        staged=files[:max_files],
+        total_staged=len(files),
+        truncated=truncated,
+        note=note,
+    )
+
+
+def diff_report(
+    repo: pygit2.Repository,
+    tree: pygit2.Tree | None,
+    changes: Changes,
+    *,
+    narrowed: str | None,
+    max_chars: int = MAX_PATCH_CHARS,
+    max_files: int = MAX_DIFF_FILES,
+    max_file_bytes: int = 1 << 20,
+) -> DiffReport:
+    """HEAD against the files (staged and unstaged together, new files included)."""
+    paths = [path.encode() for path in changes.paths()]
+    base = None if tree is None else str(repo.head.target)
+    if not paths:
+        return DiffReport(
+            base=base,
+            path=narrowed,
+            files=[],
+            total_files=0,
+            patch="",
+            truncated=False,
+            note="no changes against HEAD" + (f" under {narrowed!r}" if narrowed else ""),
+        )
+    index = repo.index
+    # Only the changed paths are compared again, so this second pass costs little.
+    diff = diff_tree_to_index(repo, tree, index, paths, _PATCH_FLAGS, max_file_bytes)
+    diff.merge(diff_index_to_workdir(repo, index, paths, _PATCH_FLAGS, max_file_bytes))
+    files, patch, cut = _render(diff, max_chars, max_files)
+    total = len(diff)
+    truncated = cut or total > len(files)
+    return DiffReport(
+        base=base,
+        path=narrowed,
+        files=files,
+        total_files=total,
+        patch=patch,
+        truncated=truncated,
+        note=_diff_note(total, len(files), cut, max_chars) if truncated else None,
+    )
+
+
+def _render(diff: pygit2.Diff, max_chars: int, max_files: int) -> tuple[list[FileDiff], str, bool]:
+    """Per-file stats and the patch text, until the patch reaches ``max_chars``."""
+    files: list[FileDiff] = []
+    chunks: list[str] = []
+    room = max_chars
+    cut = False
+    for number, delta in enumerate(itertools.islice(diff.deltas, max_files)):
+        stats: tuple[int, int] | None = None
+        binary = bool(delta.is_binary)
+        # Past the cap no more patches are generated: their content is never even loaded.
+        patch = None if cut else diff[number]
+        if patch is not None:
+            _, added, removed = patch.line_stats
+            stats = (added, removed)
+            binary = bool(patch.delta.is_binary)
+            text = patch.text or ""
+            if len(text) > room:
+                text = text[:room] + f"\n[... patch cut at {max_chars} characters ...]\n"
+                cut = True
+            room -= len(text)
+            chunks.append(text)
+        files.append(_file_diff(delta, binary, stats))
+    return files, "".join(chunks), cut
+
+
+def _file_diff(delta: pygit2.DiffDelta, binary: bool, stats: tuple[int, int] | None) -> FileDiff:
+    old, new = delta.old_file.path, delta.new_file.path
+    return FileDiff(
+        path=new,
+        old_path=old if old != new else None,
+        status=_word(delta.status),
+        binary=binary,
+        additions=None if stats is None else stats[0],
+        deletions=None if stats is None else stats[1],
+    )
+
+
+def _diff_note(total: int, listed: int, cut: bool, max_chars: int) -> str:
+    parts = []
+    if cut:
+        parts.append(f"the patch is cut at {max_chars} characters")
+    if total > listed:
+        parts.append(f"{total} files changed and {listed} are listed")
+    return (
+        "; ".join(parts).capitalize()
+        + ". Call git_diff with path=<file or directory> to see one part in full, "
+        "or read_file for a new file."
+    )
+
+
+def log_report(repo: pygit2.Repository, branch: str | None, limit: int) -> LogReport:
+    """The newest ``limit`` commits reachable from HEAD, newest first (git log's order)."""
+    if repo.head_is_unborn:
+        return LogReport(branch=branch, commits=[], more=False)
+    # SortMode.NONE is libgit2's git-log order and walks incrementally: 20 commits of a long
+    # history cost 20 commit reads, where time sorting would visit them all first.
+    walker = repo.walk(repo.head.target, SortMode.NONE)
+    commits = [_commit_info(commit) for commit in itertools.islice(walker, limit + 1)]
+    return LogReport(branch=branch, commits=commits[:limit], more=len(commits) > limit)
+
+
+def _commit_info(commit: pygit2.Commit) -> CommitInfo:
+    message = commit.raw_message.decode("utf-8", "replace")
+    subject, _, body = message.strip().partition("\n")
+    body = body.strip()
+    if len(body) > MAX_BODY_CHARS:
+        body = body[:MAX_BODY_CHARS] + " [...]"
+    author = commit.author
+    zone = timezone(timedelta(minutes=author.offset)) if author.offset else UTC
+    return CommitInfo(
+        sha=str(commit.id),
+        author=f"{author.name} <{author.email}>",
+        date=datetime.fromtimestamp(author.time, zone).isoformat(),
+        subject=subject.strip(),
+        body=body,
+    )

@@ -1,0 +1,22 @@
+"""Per-job workspaces on the worker host: the mirror cache, the job's clone and outbox, their
+garbage collection, and the relay that pushes an approved commit upstream.
+"""
+
+from sandbox.workspace.prepare import (
+    Workspace,
+    open_workspace,
+    prepare_workspace,
+    release_workspace,
+)
+from sandbox.workspace.relay import RelayResult, relay_push
+from sandbox.workspace.retention import collect_workspaces
+
+__all__ = [
+    "RelayResult",
+    "Workspace",
+    "collect_workspaces",
+    "open_workspace",
+    "prepare_workspace",
+    "relay_push",
+    "release_workspace",
+]

@@ -1,0 +1,191 @@
+"""The push relay: exactly the approved commit, to exactly the approved branch, upstream.
+
+The container pushes into the job's outbox and nowhere else; it has no network and no
+credentials. Once a person approved that push (bound to a commit id and a branch), the
+worker runs ``relay_push``, which checks, in this order:
+
+1. the branch is a plain branch name (BEM-325, BEM-324) and not protected (BEM-328), with
+   the repository's ``protected_refs``: the policy is enforced again here, on the host;
+2. the approved id is a full commit id (BEM-350);
+3. the upstream branch already at that commit: success, nothing pushed (``already_there``);
+4. the outbox's ``refs/heads/<branch>`` points at the approved commit (BEM-352);
+5. the outbox holds that commit and all it needs, each object verified against its id
+   while it is copied into the mirror (BEM-350);
+6. the upstream branch is absent or an ancestor of the approved commit (BEM-351, naming
+   both commits);
+7. the push: refspec ``<sha>:refs/heads/<branch>`` built here, never with ``+`` (BEM-353 for
+   transport or authentication failures, BEM-351 if the branch moved in the meantime).
+
+Why push from the mirror and not from the outbox: the outbox is written by the container,
+so the host treats it as data (``sandbox.workspace.outbox``) and never opens it as a
+repository to run a network operation from. The mirror is the worker's own, its config is
+Riverbeam's, and it already has the upstream history, so only the job's new objects travel.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pygit2
+from pydantic import BaseModel, ConfigDict
+from pygit2.enums import CredentialType
+
+from bot.config import RepositoryConfig
+from bot.errors import BeamError
+from sandbox.refs import HEADS, ProtectedRefs
+from sandbox.workspace.credentials import UpstreamCallbacks, check_upstream_url, public_url
+from sandbox.workspace.mirror import mirror_lock, open_mirror
+from sandbox.workspace.outbox import import_commit, outbox_branch
+from sandbox.workspace.prepare import Workspace
+
+__all__ = ["RelayResult", "relay_push"]
+
+_COMMIT_ID = re.compile(r"[0-9a-f]{40}")
+
+
+class RelayResult(BaseModel):
+    """What the relay did; the jobs layer stores it with the job."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    branch: str
+    sha: str
+    pushed: bool
+    already_there: bool
+
+
+def relay_push(
+    workspace: Workspace,
+    approved_sha: str,
+    branch: str,
+    repo_config: RepositoryConfig,
+    *,
+    callbacks: UpstreamCallbacks,
+) -> RelayResult:
+    """Push ``approved_sha`` from the job's outbox to ``refs/heads/<branch>`` upstream."""
+    name = ProtectedRefs(repo_config.protected_refs).check_branch(branch)
+    sha = _commit_id(approved_sha)
+    check_upstream_url(repo_config.upstream)
+    # A mirror removed since the workspace was built comes back empty; the import below then
+    # copies the whole closure from the outbox, which holds the base history too.
+    mirror = open_mirror(workspace.mirror)
+    upstream = _Upstream(mirror, repo_config.upstream, callbacks)
+    current = upstream.tip(name)
+    if current == sha:
+        return RelayResult(branch=name, sha=sha, pushed=False, already_there=True)
+    _check_outbox(workspace, name, sha)
+    # Shared: other jobs may build workspaces meanwhile; a fetch waits until the push is done.
+    with mirror_lock(workspace.mirror, exclusive=False):
+        import_commit(workspace.outbox, mirror, sha)
+        _check_fast_forward(mirror, name, current, sha)
+        upstream.push(name, sha, current)
+    return RelayResult(branch=name, sha=sha, pushed=True, already_there=False)
+
+
+def _commit_id(candidate: str) -> str:
+    sha = candidate.strip().lower() if isinstance(candidate, str) else ""
+    if not _COMMIT_ID.fullmatch(sha):
+        raise BeamError(
+            "BEM-350",
+            f"{candidate!r} is not a full 40-character commit id; an approval binds one",
+        )
+    return sha
+
+
+def _check_outbox(workspace: Workspace, name: str, sha: str) -> None:
+    found = outbox_branch(workspace.outbox, name)
+    if found != sha:
+        where = f"points at {found}" if found else "does not exist"
+        raise BeamError(
+            "BEM-352",
+            f"the job's outbox branch {name!r} {where}, not at the approved commit {sha}: "
+            "the outbox no longer holds what was approved (the job pushed again, or pushed "
+            "another branch). Nothing was sent; approve the job's current push instead.",
+        )
+
+
+def _check_fast_forward(
+    mirror: pygit2.Repository, name: str, current: str | None, sha: str
+) -> None:
+    if current is None:
+        return
+    tip = pygit2.Oid(hex=current)
+    if tip not in mirror.odb or not mirror.descendant_of(pygit2.Oid(hex=sha), tip):
+        raise _moved(name, current, sha)
+
+
+def _moved(name: str, current: str, sha: str) -> BeamError:
+    return BeamError(
+        "BEM-351",
+        f"someone pushed {current[:12]} to {name} since approval: the upstream branch is now "
+        f"at {current}, which the approved commit {sha} does not build on. Riverbeam never "
+        "forces; re-run the job from the new tip.",
+    )
+
+
+class _Upstream:
+    """The upstream as seen through an anonymous remote on the mirror."""
+
+    def __init__(self, mirror: pygit2.Repository, url: str, callbacks: UpstreamCallbacks) -> None:
+        self._mirror = mirror
+        self._url = url
+        self._callbacks = callbacks
+
+    def tip(self, name: str) -> str | None:
+        """The commit the upstream branch is at, or None when it has no such branch."""
+        try:
+            heads = self._remote().list_heads(callbacks=self._callbacks)
+        except pygit2.GitError as error:
+            raise self._failed("reading", error) from None
+        ref = HEADS + name
+        return next((str(head.oid) for head in heads if head.name == ref), None)
+
+    def push(self, name: str, sha: str, expected: str | None) -> None:
+        outcome = _PushOutcome(self._callbacks)
+        try:
+            # No '+': the upstream (and libgit2 before it) refuses anything but a fast-forward.
+            self._remote().push([f"{sha}:{HEADS}{name}"], callbacks=outcome)
+        except pygit2.GitError as error:
+            self._explain_refusal(name, sha, expected)
+            raise self._failed("pushing to", error) from None
+        if outcome.refusal is not None:
+            self._explain_refusal(name, sha, expected)
+            raise BeamError(
+                "BEM-353",
+                f"{public_url(self._url)} refused the update of {name}: "
+                f"{self._callbacks.redact(outcome.refusal)}",
+            )
+
+    def _explain_refusal(self, name: str, sha: str, expected: str | None) -> None:
+        # A refusal right after our checks passed usually means a push raced ours.
+        current = self.tip(name)
+        if current not in (expected, sha) and current is not None:
+            raise _moved(name, current, sha)
+
+    def _remote(self) -> pygit2.Remote:
+        return self._mirror.remotes.create_anonymous(self._url)
+
+    def _failed(self, action: str, error: pygit2.GitError) -> BeamError:
+        return BeamError(
+            "BEM-353",
+            f"{action} the upstream {public_url(self._url)} failed: "
+            f"{self._callbacks.redact(str(error))}. The approval stands; retry the relay.",
+        )
+
+
+class _PushOutcome(pygit2.RemoteCallbacks):
+    """The caller's credentials, plus the upstream's verdict on the one ref pushed."""
+
+    def __init__(self, inner: UpstreamCallbacks) -> None:
+        super().__init__()
+        self._inner = inner
+        self.refusal: str | None = None
+
+    def credentials(
+        self, url: str, username_from_url: str | None, allowed_types: CredentialType
+    ) -> pygit2.UserPass | pygit2.Keypair:
+        return self._inner.credentials(url, username_from_url, allowed_types)
+
+    def push_update_reference(self, refname: str, message: str | None) -> None:
+        if message:
+            self.refusal = message

@@ -1,0 +1,428 @@
+"""A git working tree inside a ``SandboxRoot``, driven through pygit2 (libgit2) only.
+
+Nothing here starts a process: libgit2 has no hooks, fsmonitor, external filters, textconv
+or credential helpers to run. Configuration it would honour is neutralised by
+``sandbox.repo_guard`` before every operation, so the origin a push goes to and the working
+tree git writes in are the ones Riverbeam set, whatever ``.git/config`` said.
+
+Branch names are checked by ``sandbox.refs``: invalid names are BEM-324, refspec or option
+syntax BEM-325, protected refs BEM-328, for checkouts as well as pushes. A push sends
+exactly ``refs/heads/<name>:refs/heads/<name>`` (built here, never taken from a caller):
+no ``+``, no deletion, no tags, no push options, no proxy.
+
+A ``WorkingTree`` is not thread-safe; callers that share one hold ``lock``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+import pygit2
+from pygit2.enums import DeltaStatus
+from pygit2.remotes import PushUpdate
+
+from bot.errors import BeamError
+from sandbox.changes import SCAN_FLAGS, Changes, diff_index_to_workdir, scan
+from sandbox.identity import Identity, Named, Trailer, compose_message
+from sandbox.jail import SandboxRoot
+from sandbox.refs import HEADS, ProtectedRefs, branch_name, full_ref
+from sandbox.repo_guard import (
+    check_layout,
+    enforce_config,
+    isolate_process_config,
+    open_repository,
+)
+from sandbox.reports import (
+    CommitResult,
+    DiffReport,
+    LogReport,
+    PushResult,
+    StageReport,
+    StatusReport,
+)
+from sandbox.views import (
+    MAX_DIFF_FILES,
+    MAX_PATCH_CHARS,
+    MAX_STATUS_FILES,
+    diff_report,
+    log_report,
+    stage_report,
+    status_report,
+)
+
+__all__ = ["WorkingTree"]
+
+MAX_URL_CHARS = 2_048
+MAX_MESSAGE_CHARS = 65_536
+_URL_SCHEMES = frozenset({"file", "http", "https", "ssh", "git"})
+
+
+@contextmanager
+def _libgit2(action: str) -> Iterator[None]:
+    """Report a libgit2 failure as BEM-320 with libgit2's own explanation."""
+    try:
+        yield
+    except pygit2.GitError as error:
+        raise BeamError("BEM-320", f"{action} failed: {error}") from error
+
+
+class WorkingTree:
+    """The repository at a sandbox root: branches, staging, commits and guarded pushes."""
+
+    def __init__(
+        self,
+        root: SandboxRoot,
+        protected_refs: Iterable[str] = ("main", "master"),
+        *,
+        identity: Named | None = None,
+        trailers: Sequence[Trailer] = (),
+        workers: int | None = None,
+    ) -> None:
+        self._root = root
+        self._policy = ProtectedRefs(protected_refs)
+        self._identity = Identity() if identity is None else Identity.of(identity)
+        self._trailers = tuple(trailers)
+        self._workers = max(1, workers or min(4, len(os.sched_getaffinity(0))))
+        self._origin: str | None = None
+        self._repo: pygit2.Repository | None = None
+        self._helpers: list[pygit2.Repository] = []
+        self.lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        return f"WorkingTree({self._root!r}, {list(self._policy.patterns)!r})"
+
+    @property
+    def root(self) -> SandboxRoot:
+        return self._root
+
+    @property
+    def protected_refs(self) -> ProtectedRefs:
+        return self._policy
+
+    @property
+    def identity(self) -> Identity:
+        return self._identity
+
+    @property
+    def origin(self) -> str | None:
+        return self._origin
+
+    # -- setting up ----------------------------------------------------------------------
+
+    def init(self, initial_branch: str = "main") -> None:
+        """Create an empty repository at the root; an existing one is kept as it is.
+
+        The initial branch is the host's choice, so it may be protected (``main``): the first
+        commit can land there, and pushing it is still refused.
+        """
+        name = branch_name(initial_branch)
+        if not os.path.lexists(self._root.path / ".git"):
+            isolate_process_config()  # init reads global config too (templates, defaults)
+            with _libgit2("creating the repository"):
+                pygit2.init_repository(str(self._root.path), bare=False, initial_head=name)
+        self._open()
+
+    def add_origin(self, url: str) -> None:
+        """Set where ``push`` sends branches. Kept here, never read back from ``.git/config``."""
+        self._origin = _checked_url(url)
+
+    # -- branches ------------------------------------------------------------------------
+
+    def current_branch(self) -> str | None:
+        """The branch HEAD is on (even before its first commit); None when detached."""
+        return _branch_of(self._open())
+
+    def head_sha(self) -> str | None:
+        """The commit HEAD points at; None before the first commit."""
+        repo = self._open()
+        return None if repo.head_is_unborn else str(repo.head.target)
+
+    def checkout_branch(self, name: str, create: bool = False) -> str:
+        """Switch to branch ``name``, creating it at HEAD with ``create``. Returns the name."""
+        branch = self._policy.check_branch(name)
+        repo = self._open()
+        existing = repo.branches.local.get(branch)
+        with _libgit2(f"checking out {branch!r}"):
+            if not create:
+                if existing is None:
+                    raise BeamError(
+                        "BEM-326",
+                        f"there is no branch {branch!r}; pass create=True to make it at HEAD",
+                    )
+                repo.checkout(existing)
+                return branch
+            _refuse_existing(repo, branch)
+            if not repo.head_is_unborn:
+                repo.branches.local.create(branch, repo.head.peel(pygit2.Commit))
+            # Same commit, so the files and the index stay exactly as they are.
+            repo.set_head(full_ref(branch))
+        return branch
+
+    # -- reading -------------------------------------------------------------------------
+
+    def status(self, *, max_files: int = MAX_STATUS_FILES) -> StatusReport:
+        """Staged and unstaged changes per path, untracked files included."""
+        repo = self._open()
+        with _libgit2("git status"):
+            changes = self._scan(repo)
+            return status_report(
+                changes,
+                branch=_branch_of(repo),
+                head=None if repo.head_is_unborn else str(repo.head.target),
+                detached=repo.head_is_detached,
+                max_files=max_files,
+            )
+
+    def diff(
+        self,
+        path: str | None = None,
+        *,
+        max_chars: int = MAX_PATCH_CHARS,
+        max_files: int = MAX_DIFF_FILES,
+    ) -> DiffReport:
+        """HEAD against the working files as one unified patch, with per-file stats.
+
+        Staged and unstaged changes are shown together, and new (untracked) files with their
+        content, so the patch is what committing everything would record. ``path`` (a file
+        or directory) narrows it.
+        """
+        narrowed = self._root.normalize(path) if path else ""
+        repo = self._open()
+        with _libgit2("git diff"):
+            changes = self._scan(repo, narrowed)
+            return diff_report(
+                repo,
+                _head_tree(repo),
+                changes,
+                narrowed=narrowed or None,
+                max_chars=max_chars,
+                max_files=max_files,
+                max_file_bytes=self._root.max_read_bytes,
+            )
+
+    def log(self, limit: int = 20) -> LogReport:
+        """The newest ``limit`` commits from HEAD, newest first; empty before the first."""
+        repo = self._open()
+        with _libgit2("git log"):
+            return log_report(repo, _branch_of(repo), max(1, limit))
+
+    # -- writing -------------------------------------------------------------------------
+
+    def add(self, path: str, *, max_files: int = MAX_STATUS_FILES) -> StageReport:
+        """Stage ``path`` (a file or directory; ``""`` or ``"."``: everything), deletions too.
+
+        What is staged is what the status scan finds changed under ``path``: ignored files
+        stay out, as with ``git add -A``, and nothing behind a symlinked directory is read.
+        """
+        target = "" if path in ("", ".") else self._root.normalize(path)
+        repo = self._open()
+        with _libgit2(f"git add {target or '.'}"):
+            index = repo.index
+            index.read(False)
+            pathspec = [target.encode()] if target else None
+            found = diff_index_to_workdir(repo, index, pathspec, SCAN_FLAGS)
+            for delta in found.deltas:
+                _stage(index, delta)
+            if target and not len(found):
+                self._explain_nothing_to_add(repo, target)
+            index.write()
+            staged = self._scan(repo, target).staged
+        return stage_report(target or ".", staged, max_files)
+
+    def commit(self, message: str, *, trailers: Sequence[Trailer] | None = None) -> CommitResult:
+        """Record the index as a commit by the bot identity on the current branch.
+
+        The tree's default trailers (say, ``Requested-by:``) and ``trailers`` end the message.
+        """
+        if not message.strip():
+            raise BeamError("BEM-320", "the commit message is empty; say what the change does")
+        if len(message) > MAX_MESSAGE_CHARS:
+            raise BeamError("BEM-320", f"the commit message is over {MAX_MESSAGE_CHARS} characters")
+        repo = self._open()
+        with _libgit2("git commit"):
+            index = repo.index
+            index.read(False)
+            tree = index.write_tree()
+            parents = [] if repo.head_is_unborn else [repo.head.target]
+            unchanged = repo[parents[0]].peel(pygit2.Commit).tree_id if parents else None
+            if tree == unchanged or (not parents and len(index) == 0):
+                raise BeamError(
+                    "BEM-321", "nothing is staged; stage changes with git_add before committing"
+                )
+            text = compose_message(message, [*self._trailers, *(trailers or ())])
+            signature = self._identity.signature()
+            sha = repo.create_commit("HEAD", signature, signature, text, tree, parents)
+        return CommitResult(
+            commit=str(sha),
+            branch=_branch_of(repo),
+            parents=[str(parent) for parent in parents],
+            subject=text.partition("\n")[0],
+        )
+
+    def push(self, branch: str | None = None) -> PushResult:
+        """Push ``branch`` (default: the current one) to the origin, fast-forward only."""
+        repo = self._open()
+        name = self._policy.check_branch(branch if branch is not None else _pushable(repo))
+        if self._origin is None:
+            raise BeamError(
+                "BEM-322", "the working tree has no origin remote; the host must add one"
+            )
+        ref = full_ref(name)
+        local = repo.references.get(ref)
+        sha = None if local is None else local.target
+        if not isinstance(sha, pygit2.Oid):
+            raise BeamError("BEM-326", f"there is no local branch {name!r} to push")
+        watch = _PushWatch(ref, sha)
+        try:
+            # Anonymous: no remote.<name>.* or url.*.insteadOf can apply, even if present.
+            remote = repo.remotes.create_anonymous(self._origin)
+            remote.push([f"{ref}:{ref}"], callbacks=watch, proxy=None)
+        except pygit2.GitError as error:
+            raise _push_error(name, error) from error
+        watch.raise_if_rejected()
+        return PushResult(remote="origin", ref=ref, sha=str(sha))
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _open(self) -> pygit2.Repository:
+        """The repository, after the guard has checked its layout and reset its config."""
+        try:
+            gitdir = check_layout(self._root.path)
+            rewritten = enforce_config(gitdir)
+        except BeamError:
+            self._repo, self._helpers = None, []
+            raise
+        if rewritten or self._repo is None:
+            # Drop objects that may have cached what the old file said.
+            self._repo, self._helpers = open_repository(self._root.path, gitdir), []
+        return self._repo
+
+    def _scan(self, repo: pygit2.Repository, path: str = "") -> Changes:
+        if not path:
+            while len(self._helpers) < self._workers - 1:
+                self._helpers.append(open_repository(self._root.path, self._root.path / ".git"))
+        repos = [repo, *self._helpers] if not path else [repo]
+        return scan(repos, _head_tree(repo), [path.encode()] if path else None)
+
+    def _explain_nothing_to_add(self, repo: pygit2.Repository, target: str) -> None:
+        """Refuse a path that staged nothing because git cannot stage it; else return."""
+        if target in repo.index:
+            return  # tracked and unchanged
+        if repo.path_is_ignored(target):
+            raise BeamError("BEM-320", f"{target!r} is ignored by .gitignore; it cannot be staged")
+        try:
+            # The jail's answer, so a symlink leading outside is refused, not probed.
+            real = self._root.resolve(target)
+        except (FileNotFoundError, NotADirectoryError):
+            raise BeamError(
+                "BEM-320",
+                f"{target!r} did not match any file; use list_tree or git_status to see paths",
+            ) from None
+        if real != target:
+            raise BeamError(
+                "BEM-320",
+                f"{target!r} is beyond a symbolic link; git stages a symlink itself, "
+                f"not what it points to (the file is {real!r})",
+            )
+
+
+class _PushWatch(pygit2.RemoteCallbacks):
+    """Checks the negotiated update before anything is sent, and records refusals."""
+
+    def __init__(self, ref: str, sha: pygit2.Oid) -> None:
+        super().__init__()
+        self._ref = ref
+        self._sha = sha
+        self.rejected: dict[str, str] = {}
+
+    def push_negotiation(self, updates: list[PushUpdate]) -> None:
+        # A second line of defence: libgit2 must be about to send exactly our one update.
+        expected = [(self._ref, self._ref, self._sha)]
+        actual = [(u.src_refname, u.dst_refname, u.dst) for u in updates]
+        if actual != expected:
+            raise BeamError("BEM-325", f"push negotiated {actual!r}, expected {expected!r}")
+
+    def push_update_reference(self, refname: str, message: str | None) -> None:
+        if message is not None:
+            self.rejected[refname] = message
+
+    def raise_if_rejected(self) -> None:
+        for refname, reason in self.rejected.items():
+            raise BeamError(
+                "BEM-327",
+                f"the remote refused to update {refname}: {reason}. Nothing changed there; "
+                "if someone else pushed to the branch, start again from the remote's tip",
+            )
+
+
+def _push_error(name: str, error: pygit2.GitError) -> BeamError:
+    if "non-fastforward" in str(error):
+        return BeamError(
+            "BEM-327",
+            f"{name!r} on the origin has commits this branch does not have (not a "
+            "fast-forward); Riverbeam never force-pushes. Start again from the origin's tip",
+        )
+    return BeamError("BEM-320", f"pushing {name!r} to origin failed: {error}")
+
+
+def _stage(index: pygit2.Index, delta: pygit2.DiffDelta) -> None:
+    path = delta.new_file.path
+    if delta.status == DeltaStatus.DELETED:
+        index.remove(path)
+    elif not path.endswith("/"):
+        # A trailing slash is an untracked nested repository; git would make it a gitlink.
+        index.add(path)
+
+
+def _head_tree(repo: pygit2.Repository) -> pygit2.Tree | None:
+    return None if repo.head_is_unborn else repo.head.peel(pygit2.Tree)
+
+
+def _branch_of(repo: pygit2.Repository) -> str | None:
+    if repo.head_is_detached:
+        return None
+    target = repo.references["HEAD"].target
+    return target.removeprefix(HEADS) if isinstance(target, str) else None
+
+
+def _pushable(repo: pygit2.Repository) -> str:
+    """The current branch, when it has a commit to push (BEM-323 otherwise)."""
+    branch = _branch_of(repo)
+    if branch is None or repo.head_is_unborn:
+        state = "detached" if branch is None else f"unborn (no commit on {branch!r} yet)"
+        raise BeamError(
+            "BEM-323", f"HEAD is {state}; name the branch to push, or commit on a branch first"
+        )
+    return branch
+
+
+def _refuse_existing(repo: pygit2.Repository, branch: str) -> None:
+    folded = branch.casefold()
+    # A case variant is the same ref on a case-insensitive filesystem.
+    clash = next((b for b in repo.branches.local if b.casefold() == folded), None)
+    if clash is not None:
+        same = "already exists" if clash == branch else f"clashes with {clash!r} (case only)"
+        raise BeamError("BEM-326", f"branch {branch!r} {same}; check it out without create")
+
+
+def _checked_url(url: str) -> str:
+    problem = None
+    if not isinstance(url, str) or not url or len(url) > MAX_URL_CHARS:
+        problem = f"must be 1 to {MAX_URL_CHARS} characters"
+    elif url != url.strip() or not url.isprintable():
+        problem = "contains spaces at its ends or control characters"
+    elif "://" in url:
+        parts = urlsplit(url)
+        if parts.scheme not in _URL_SCHEMES:
+            problem = f"has scheme {parts.scheme!r}; use one of {sorted(_URL_SCHEMES)}"
+        elif parts.netloc.startswith("-") or parts.path.startswith("-"):
+            problem = "has a host or path starting with '-', which ssh would read as an option"
+    elif not os.path.isabs(url):
+        problem = "is neither a URL nor an absolute local path"
+    if problem is not None:
+        raise BeamError("BEM-900", f"origin URL {url!r} {problem}")
+    return url

@@ -1,0 +1,212 @@
+"""Retries: which failures are retried, how long the client waits, and what it raises when
+the attempts run out. Delays are read from an injected sleep, except in one real-time test."""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+
+import pytest
+
+from bot.clients import OpenAiCompatible
+from bot.clients.retry import parse_retry_after
+from bot.errors import ModelError
+from tests.clients.helpers import KEY, MESSAGES, Sleeps, make_client
+from tests.support.stub_model import Hang, StubModel, completion, error
+
+
+async def test_429_then_success_waits_as_retry_after_says(
+    client: OpenAiCompatible, stub_model: StubModel, sleeps: Sleeps
+) -> None:
+    stub_model.enqueue(error(429, "slow down", retry_after="2"), completion("ok"))
+
+    result = await client.complete(MESSAGES, [])
+
+    assert result.text == "ok"
+    assert sleeps.calls == [2.0]
+    assert len(stub_model.requests) == 2
+    assert stub_model.requests[0].json == stub_model.requests[1].json
+
+
+async def test_retry_after_as_an_http_date(
+    client: OpenAiCompatible, stub_model: StubModel, sleeps: Sleeps
+) -> None:
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
+    stub_model.enqueue(error(503, "maintenance", retry_after=when), completion("ok"))
+
+    await client.complete(MESSAGES, [])
+
+    [delay] = sleeps.calls
+    assert 27.0 < delay <= 30.0
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "cap", "expected"),
+    [
+        ("3600", 60.0, 60.0),
+        ("3600", 5.0, 5.0),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 60.0, 0.0),
+        ("soon", 60.0, 0.5),
+        ("nan", 60.0, 0.5),
+    ],
+)
+async def test_retry_after_is_capped_and_an_unreadable_one_falls_back_to_backoff(
+    stub_model: StubModel, sleeps: Sleeps, retry_after: str, cap: float, expected: float
+) -> None:
+    client = make_client(stub_model, sleeps, retry_after_cap=cap)
+    stub_model.enqueue(error(429, "busy", retry_after=retry_after), completion("ok"))
+
+    await client.complete(MESSAGES, [])
+
+    assert sleeps.calls == [expected]
+
+
+async def test_retry_after_really_waits(stub_model: StubModel) -> None:
+    client = OpenAiCompatible(stub_model.base_url, KEY, "m", timeout=5.0)
+    stub_model.enqueue(error(429, "busy", retry_after="1"), completion("ok"))
+
+    started = time.monotonic()
+    result = await client.complete(MESSAGES, [])
+    elapsed = time.monotonic() - started
+
+    assert result.text == "ok"
+    assert elapsed >= 1.0
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])
+async def test_retryable_statuses_then_success(
+    client: OpenAiCompatible, stub_model: StubModel, sleeps: Sleeps, status: int
+) -> None:
+    stub_model.enqueue(error(status, "try again"), completion("ok"))
+
+    assert (await client.complete(MESSAGES, [])).text == "ok"
+    assert sleeps.calls == [0.5]
+    assert len(stub_model.requests) == 2
+
+
+async def test_exhausted_retries_are_bem_062_with_the_last_status(
+    client: OpenAiCompatible, stub_model: StubModel, sleeps: Sleeps
+) -> None:
+    stub_model.enqueue(*[error(502, "bad gateway")] * 4, error(503, "overloaded"))
+
+    with pytest.raises(ModelError) as caught:
+        await client.complete(MESSAGES, [])
+
+    assert caught.value.code == "BEM-062"
+    assert "kept failing: last status 503 after 5 attempts (overloaded)" in caught.value.message
+    assert sleeps.calls == [0.5, 1.0, 2.0, 4.0]
+    assert len(stub_model.requests) == 5
+
+
+async def test_backoff_is_capped(stub_model: StubModel, sleeps: Sleeps) -> None:
+    client = make_client(stub_model, sleeps, backoff_cap=1.5)
+    stub_model.enqueue(*[error(500, "down")] * 5)
+
+    with pytest.raises(ModelError):
+        await client.complete(MESSAGES, [])
+
+    assert sleeps.calls == [0.5, 1.0, 1.5, 1.5]
+
+
+async def test_full_jitter_scales_each_step_by_the_rng(
+    stub_model: StubModel, sleeps: Sleeps
+) -> None:
+    client = make_client(stub_model, sleeps, rng=lambda: 0.25, max_retries=3)
+    stub_model.enqueue(*[error(500, "down")] * 4)
+
+    with pytest.raises(ModelError):
+        await client.complete(MESSAGES, [])
+
+    assert sleeps.calls == [0.125, 0.25, 0.5]
+
+
+async def test_random_jitter_stays_between_zero_and_the_step(
+    stub_model: StubModel, sleeps: Sleeps
+) -> None:
+    client = make_client(stub_model, sleeps, rng=random.Random(20).random)
+    stub_model.enqueue(*[error(500, "down")] * 5)
+
+    with pytest.raises(ModelError):
+        await client.complete(MESSAGES, [])
+
+    steps = [0.5, 1.0, 2.0, 4.0]
+    assert all(0.0 <= delay <= step for delay, step in zip(sleeps.calls, steps, strict=True))
+    assert len(set(sleeps.calls)) == 4
+
+
+async def test_no_retries_means_one_attempt(stub_model: StubModel, sleeps: Sleeps) -> None:
+    client = make_client(stub_model, sleeps, max_retries=0)
+    stub_model.enqueue(error(503, "down"))
+
+    with pytest.raises(ModelError, match="after 1 attempts"):
+        await client.complete(MESSAGES, [])
+
+    assert (len(stub_model.requests), sleeps.calls) == (1, [])
+
+
+async def test_a_hang_times_out_is_retried_then_bem_060(
+    stub_model: StubModel, sleeps: Sleeps
+) -> None:
+    client = make_client(stub_model, sleeps, timeout=0.5, max_retries=1)
+    stub_model.enqueue(Hang(), Hang())
+
+    with pytest.raises(ModelError) as caught:
+        await client.complete(MESSAGES, [])
+
+    assert caught.value.code == "BEM-060"
+    assert "ReadTimeout" in caught.value.message
+    assert "after 2 attempts" in caught.value.message
+    assert (len(stub_model.requests), sleeps.calls) == (2, [0.5])
+
+
+async def test_a_hang_then_success(stub_model: StubModel, sleeps: Sleeps) -> None:
+    client = make_client(stub_model, sleeps, timeout=0.5)
+    stub_model.enqueue(Hang(), completion("ok"))
+
+    assert (await client.complete(MESSAGES, [])).text == "ok"
+    assert sleeps.calls == [0.5]
+
+
+async def test_a_dropped_connection_is_retried(
+    client: OpenAiCompatible, stub_model: StubModel, sleeps: Sleeps
+) -> None:
+    stub_model.enqueue(Hang(seconds=0), completion("ok"))
+
+    assert (await client.complete(MESSAGES, [])).text == "ok"
+    assert len(stub_model.requests) == 2
+
+
+async def test_connection_refused_is_retried_then_bem_060(sleeps: Sleeps) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = OpenAiCompatible(
+        f"http://127.0.0.1:{port}/v1", KEY, "m", sleep=sleeps, rng=lambda: 1.0, max_retries=2
+    )
+
+    with pytest.raises(ModelError) as caught:
+        await client.complete(MESSAGES, [])
+
+    assert caught.value.code == "BEM-060"
+    assert "ConnectError" in caught.value.message
+    assert sleeps.calls == [0.5, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ("3", 3.0),
+        (" 1.5 ", 1.5),
+        ("-4", 0.0),
+        ("inf", None),
+        ("tomorrow", None),
+        ("Thu, 01 Jan 1970 00:00:10 GMT", 7.0),
+        ("Thu, 01 Jan 1970 00:00:01 GMT", 0.0),
+    ],
+)
+def test_parse_retry_after(value: str | None, expected: float | None) -> None:
+    assert parse_retry_after(value, now=3.0) == expected

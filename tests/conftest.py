@@ -1,0 +1,39 @@
+"""Fixtures every test shares. Keep this file to cross-cutting concerns."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from bot.clients import openai_compatible
+from tests.support.stub_model import StubModel
+
+# Variables that would point a client at a real endpoint, hand it a real key, or route its
+# requests through a proxy (httpx reads the proxy variables itself).
+_ENV_PREFIXES = ("BEAM_", "GFS_", "OPENAI_")
+_ENV_NAMES = frozenset({"NVIDIA_API_KEY", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"})
+
+
+@pytest.fixture(autouse=True)
+def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts without model credentials, endpoints or proxies from the shell."""
+    for name in list(os.environ):
+        if name.upper() in _ENV_NAMES or name.startswith(_ENV_PREFIXES):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_remote_model_requests() -> Iterator[None]:
+    """No test may talk to a real model endpoint; loopback (the stub) stays allowed."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(openai_compatible, "ALLOW_REMOTE_MODEL_REQUESTS", False)
+        yield
+
+
+@pytest.fixture
+def stub_model() -> Iterator[StubModel]:
+    """A scripted OpenAI-compatible server on loopback; see tests/support/stub_model.py."""
+    with StubModel() as stub:
+        yield stub

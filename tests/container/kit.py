@@ -1,0 +1,80 @@
+"""Working trees for container tests, made on the host with pygit2 and owned by the sandbox uid.
+
+``make_workspace`` lays out::
+
+    base/
+      workspace/     a repository on branch riverbeam/<job>, one commit, a few docs pages
+      outbox.git/    a bare repository: the workspace's origin, mounted at /outbox
+
+Both are chowned to the sandbox uid: the container runs as that uid and writes into them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pygit2
+
+PAGES = {
+    "README.md": "# Handbook\n",
+    "docs/index.md": "# Index\n\nWelcome.\n",
+    "docs/guide/install.md": "# Install\n\nRun the installer.\n",
+}
+
+
+@dataclass(frozen=True)
+class Workspace:
+    path: Path
+    outbox: Path
+    branch: str
+
+
+def make_workspace(base: Path, *, job_id: str = "job-1", uid: int = 10001) -> Workspace:
+    path, outbox = base / "workspace", base / "outbox.git"
+    repo = pygit2.init_repository(str(path), initial_head="main")
+    for name, text in PAGES.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+        repo.index.add(name)
+    repo.index.write()
+    author = pygit2.Signature("Docs Team", "docs@example.com", 1_700_000_000, 0)
+    commit = repo.create_commit("HEAD", author, author, "Start", repo.index.write_tree(), [])
+    branch = f"riverbeam/{job_id}"
+    repo.branches.local.create(branch, repo[commit])
+    repo.checkout(f"refs/heads/{branch}")
+    pygit2.init_repository(str(outbox), bare=True)
+    chown_tree(path, uid)
+    chown_tree(outbox, uid)
+    return Workspace(path, outbox, branch)
+
+
+def chown_tree(path: Path, uid: int) -> None:
+    os.lchown(path, uid, uid)
+    for top, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.lchown(os.path.join(top, name), uid, uid)
+
+
+def deadline(minutes: float = 30) -> datetime:
+    return datetime.now(UTC) + timedelta(minutes=minutes)
+
+
+def outbox_refs(outbox: Path) -> dict[str, str]:
+    """The outbox's branches, read from its files: libgit2 in this (root) process refuses to
+    open a repository the sandbox uid owns, as git does."""
+    heads = outbox / "refs" / "heads"
+    refs = {
+        path.relative_to(heads).as_posix(): path.read_text().strip()
+        for path in heads.rglob("*")
+        if path.is_file()
+    }
+    packed = outbox / "packed-refs"
+    if packed.exists():
+        for line in packed.read_text().splitlines():
+            sha, _, name = line.partition(" ")
+            if name.startswith("refs/heads/"):
+                refs.setdefault(name.removeprefix("refs/heads/"), sha)
+    return refs

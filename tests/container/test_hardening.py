@@ -1,0 +1,197 @@
+"""The hardening, read back from the engine and seen from inside the container.
+
+Three views: ``docker inspect`` of a running sandbox (every flag), the tool server (what a
+model can reach through the tools: only the jail), and a probe container with the same flags
+and mounts running a Python script in place of the tool server (what code that got past the
+jail could reach: no network, no credentials, no host paths, no programs to run).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from bot.config import SandboxLimits
+from bot.errors import BeamError
+from sandbox.container.hardening import SandboxJob
+from sandbox.container.lifecycle import ContainerSandbox
+from sandbox.container.probe import ProbeReport, inspect_flags, run_probe
+from sandbox.image.build import ImageInfo
+from tests.container.conftest import PROTECTED
+from tests.container.kit import Workspace, deadline
+
+CANARY = "RIVERBEAM_TEST_CANARY"
+ALLOWED_ENV = {"HOME", "LANG", "PATH", "PYTHONDONTWRITEBYTECODE", "HOSTNAME"}
+HOST_PATHS = ("/var/run/docker.sock", "/run/docker.sock", "/root/.docker", "/etc/docker")
+
+
+@pytest.fixture
+def canary(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A secret in the worker's environment that must never reach a container."""
+    value = f"canary-{os.getpid()}-{os.urandom(4).hex()}"
+    monkeypatch.setenv(CANARY, value)
+    return value
+
+
+@pytest.fixture
+def hardened(
+    canary: str,
+    docker_client: docker.DockerClient,
+    image: ImageInfo,
+    workspace: Workspace,
+    limits: SandboxLimits,
+) -> Iterator[ContainerSandbox]:
+    with ContainerSandbox(docker_client, image.ref) as running:
+        running.start(
+            "job-1", workspace.path, PROTECTED, limits, deadline=deadline(), outbox=workspace.outbox
+        )
+        yield running
+
+
+def test_every_flag_reads_back_from_docker_inspect(
+    hardened: ContainerSandbox,
+    docker_client: docker.DockerClient,
+    workspace: Workspace,
+    limits: SandboxLimits,
+    canary: str,
+) -> None:
+    assert hardened.container_id is not None
+    inspected = docker_client.api.inspect_container(hardened.container_id)
+    flags = inspect_flags(inspected)
+    flags["Mounts"] = sorted(flags["Mounts"], key=lambda mount: mount[1], reverse=True)
+    memory = 512 << 20
+    assert flags == {
+        "NetworkMode": "none",
+        "IpcMode": "none",
+        "CgroupnsMode": "private",
+        "ReadonlyRootfs": True,
+        "Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=64m"},
+        "CapDrop": ["ALL"],
+        "CapAdd": None,
+        "SecurityOpt": ["no-new-privileges"],
+        "Privileged": False,
+        "Devices": None,
+        "PidsLimit": limits.pids_limit,
+        "Memory": memory,
+        "MemorySwap": memory,
+        "NanoCpus": limits.nano_cpus,
+        "User": "10001:10001",
+        "Mounts": [(str(workspace.path), "/workspace"), (str(workspace.outbox), "/outbox")],
+    }
+    host = inspected["HostConfig"]
+    assert host["Init"] is False
+    assert {"Name": "core", "Soft": 0, "Hard": 0} in host["Ulimits"]
+    assert not host["Binds"] and not host["VolumesFrom"] and not host["Links"]
+    env = inspected["Config"]["Env"]
+    assert {entry.split("=", 1)[0] for entry in env} <= ALLOWED_ENV
+    assert not any(canary in entry for entry in env)
+    assert inspected["Config"]["Labels"]["riverbeam.role"] == "sandbox"
+    assert inspected["Config"]["Labels"]["riverbeam.job"] == "job-1"
+
+
+def test_through_the_tools_only_the_working_tree_is_reachable(
+    hardened: ContainerSandbox, workspace: Workspace, tmp_path: Path
+) -> None:
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("host secret\n")
+    links = {
+        "hostname": "/etc/hostname",
+        "environ": "/proc/self/environ",
+        "docker-sock": "/var/run/docker.sock",
+        "root-home": "/root",
+        "host-secret": str(secret),
+        "outbox-config": "../outbox.git/config",
+        "sibling": str(tmp_path),
+    }
+    for name, target in links.items():
+        os.symlink(target, workspace.path / name)
+        os.lchown(workspace.path / name, 10001, 10001)
+    for name in links:
+        for tool in ("read_file", "list_tree"):
+            with pytest.raises(BeamError) as refused:
+                hardened.call(tool, {"path": name})
+            assert refused.value.code == "BEM-303", (tool, name, refused.value)
+    listed = hardened.call("list_tree", {})
+    assert isinstance(listed, dict)
+    assert "host secret" not in str(listed)
+
+
+def _docker0_address() -> str:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        request = struct.pack("256s", b"docker0")
+        return socket.inet_ntoa(fcntl.ioctl(probe.fileno(), 0x8915, request)[20:24])
+
+
+@pytest.fixture
+def host_listener() -> Iterator[tuple[str, int]]:
+    """A TCP listener on the engine's bridge address: a host port a container could try."""
+    with socket.socket() as server:
+        server.bind((_docker0_address(), 0))
+        server.listen()
+        yield server.getsockname()
+
+
+def _probe_job(workspace: Workspace, limits: SandboxLimits) -> SandboxJob:
+    return SandboxJob(
+        job_id="probe-1",
+        workspace=workspace.path,
+        deadline=deadline(),
+        limits=limits,
+        protected_refs=PROTECTED,
+        outbox=workspace.outbox,
+    )
+
+
+def test_the_probe_can_connect_when_given_a_network(
+    docker_client: docker.DockerClient,
+    image: ImageInfo,
+    workspace: Workspace,
+    limits: SandboxLimits,
+    host_listener: tuple[str, int],
+) -> None:
+    # The control for the test below: the probe's connect does work on a bridge network.
+    job = _probe_job(workspace, limits)
+    report, _ = run_probe(
+        docker_client, image.ref, job, targets=[host_listener], network_mode="bridge"
+    )
+    assert report.connections == {f"{host_listener[0]}:{host_listener[1]}": "ok"}
+
+
+def test_code_past_the_jail_finds_no_network_credentials_host_paths_or_programs(
+    docker_client: docker.DockerClient,
+    image: ImageInfo,
+    workspace: Workspace,
+    limits: SandboxLimits,
+    host_listener: tuple[str, int],
+    canary: str,
+    tmp_path: Path,
+) -> None:
+    job = _probe_job(workspace, limits)
+    paths = [*HOST_PATHS, str(tmp_path), str(workspace.path), "/workspace/README.md"]
+    report, _ = run_probe(docker_client, image.ref, job, targets=[host_listener], paths=paths)
+    _assert_no_network(report)
+    assert set(report.environment) <= ALLOWED_ENV
+    assert canary not in str(report.environment)
+    assert report.paths == {path: path == "/workspace/README.md" for path in paths}
+    assert report.uid == report.gid == 10001
+    assert int(report.cap_eff, 16) == 0
+    assert report.no_new_privs == "1"
+    assert report.write_root.startswith("OSError: Read-only file system")
+    assert report.exec_tmp.startswith("PermissionError")
+    assert report.pids_max == str(limits.pids_limit)
+    assert report.memory_max == str(512 << 20)
+    assert [os.path.basename(program) for program in report.programs] == ["python3.11"]
+    assert "docker.sock" not in str(report.root_entries)
+
+
+def _assert_no_network(report: ProbeReport) -> None:
+    assert report.interfaces == ["lo"]
+    (outcome,) = report.connections.values()
+    assert outcome.startswith("OSError: Network is unreachable"), outcome

@@ -1,0 +1,111 @@
+"""The sandbox image: content-hash tags, rebuild as a no-op, stale-image refusal, contents."""
+
+from __future__ import annotations
+
+import time
+
+import docker
+import pygit2
+import pytest
+
+from bot.config import SandboxLimits, Settings
+from bot.errors import BeamError
+from sandbox.container.hardening import SandboxJob
+from sandbox.container.probe import run_probe
+from sandbox.image.build import ImageInfo, build_image, check_image, container_closure, plan_image
+from tests.container.conftest import PROTECTED
+from tests.container.kit import Workspace, deadline
+
+ABSENT = (
+    "/bin/sh",
+    "/bin/bash",
+    "/bin/dash",
+    "/usr/bin/sh",
+    "/usr/bin/bash",
+    "/usr/bin/apt",
+    "/usr/bin/apt-get",
+    "/usr/bin/dpkg",
+    "/usr/bin/perl",
+    "/usr/bin/gcc",
+    "/usr/bin/cc",
+    "/usr/bin/git",
+    "/usr/bin/tar",
+    "/var/lib/dpkg",
+    "/usr/lib/python3.11/ensurepip",
+    "/opt/riverbeam/site/pip",
+)
+
+
+def test_the_image_is_tagged_with_its_content_hash_and_latest(
+    image: ImageInfo, docker_client: docker.DockerClient, settings: Settings
+) -> None:
+    plan = plan_image(settings, fetch=False)
+    assert image.ref == f"riverbeam-sandbox:{plan.content_hash}"
+    tagged = docker_client.images.get(image.ref)
+    assert "riverbeam-sandbox:latest" in tagged.tags
+    assert tagged.labels["riverbeam.content-hash"] == plan.content_hash
+    assert tagged.attrs["Config"]["User"] == "10001:10001"
+    assert tagged.attrs["Config"]["Entrypoint"][1:] == ["-I", "-X", "utf8", "-m", "sandbox.server"]
+
+
+def test_building_a_current_image_does_nothing(
+    image: ImageInfo, docker_client: docker.DockerClient, settings: Settings
+) -> None:
+    started = time.monotonic()
+    again = build_image(settings, client=docker_client)
+    assert (again.built, again.image_id) == (False, image.image_id)
+    assert time.monotonic() - started < 10
+    assert check_image(docker_client, settings) == again
+
+
+def test_a_stale_image_is_refused_with_how_to_rebuild(
+    image: ImageInfo, docker_client: docker.DockerClient
+) -> None:
+    # Another uid is another recipe, so another content hash: nothing is tagged with it.
+    changed = Settings(sandbox=SandboxLimits(uid=10002))
+    with pytest.raises(BeamError) as refused:
+        check_image(docker_client, changed)
+    assert refused.value.code == "BEM-401"
+    assert "run `riverbeam sandbox build`" in refused.value.message
+
+
+def test_the_hash_covers_the_sources_and_the_wheels(settings: Settings) -> None:
+    plan = plan_image(settings, fetch=False)
+    sources, distributions = container_closure()
+    assert [relative for relative, _ in plan.sources] == [relative for relative, _ in sources]
+    assert {"sandbox/server.py", "sandbox/tools.py", "bot/errors.py"} <= {
+        relative for relative, _ in sources
+    }
+    assert "sandbox/container/lifecycle.py" not in {relative for relative, _ in sources}
+    assert ("pygit2", pygit2.__version__) in distributions
+    assert {wheel.name for wheel in plan.wheels} == {name for name, _ in distributions}
+    assert "docker" not in {name for name, _ in distributions}
+
+
+def test_pygit2_in_the_image_is_the_hosts(
+    image: ImageInfo, docker_client: docker.DockerClient
+) -> None:
+    output = docker_client.containers.run(
+        image.ref,
+        entrypoint=["python3", "-I", "-c", "import pygit2; print(pygit2.__version__)"],
+        network_mode="none",
+        remove=True,
+    )
+    assert output.decode().strip() == pygit2.__version__
+
+
+def test_no_shell_package_manager_or_compiler_is_in_the_image(
+    image: ImageInfo,
+    docker_client: docker.DockerClient,
+    workspace: Workspace,
+    limits: SandboxLimits,
+) -> None:
+    job = SandboxJob(
+        job_id="contents-probe",
+        workspace=workspace.path,
+        deadline=deadline(),
+        limits=limits,
+        protected_refs=PROTECTED,
+    )
+    report, _ = run_probe(docker_client, image.ref, job, paths=ABSENT)
+    assert report.paths == dict.fromkeys(ABSENT, False)

@@ -1,0 +1,104 @@
+"""The reaper removes sandboxes whose job is over, including after a worker died hard."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import docker
+import pytest
+
+from bot.config import SandboxLimits
+from sandbox.container.lifecycle import ContainerSandbox
+from sandbox.container.reaper import reap
+from sandbox.image.build import ImageInfo
+from tests.container.conftest import PROTECTED, container_exists
+from tests.container.kit import make_workspace
+
+
+@pytest.fixture
+def started(
+    docker_client: docker.DockerClient, image: ImageInfo, limits: SandboxLimits, tmp_path: Path
+) -> Iterator[dict[str, ContainerSandbox]]:
+    """Four jobs' sandboxes: running, finished, unknown to the job store, and overdue."""
+    sandboxes: dict[str, ContainerSandbox] = {}
+    now = datetime.now(UTC)
+    deadlines = {
+        "reap-running": now + timedelta(hours=1),
+        "reap-finished": now + timedelta(hours=1),
+        "reap-unknown": now + timedelta(hours=1),
+        "reap-overdue": now - timedelta(seconds=1),
+    }
+    try:
+        for job_id, deadline in deadlines.items():
+            workspace = make_workspace(tmp_path / job_id, job_id=job_id)
+            sandbox = ContainerSandbox(docker_client, image.ref)
+            sandbox.start(job_id, workspace.path, PROTECTED, limits, deadline=deadline)
+            sandboxes[job_id] = sandbox
+        yield sandboxes
+    finally:
+        for sandbox in sandboxes.values():
+            sandbox.stop()
+
+
+def test_reap_removes_finished_unknown_and_overdue_jobs_and_keeps_active_ones(
+    started: dict[str, ContainerSandbox], docker_client: docker.DockerClient
+) -> None:
+    active = {"reap-running", "reap-overdue"}  # overdue: still "active", but past deadline
+    ids = {job: sandbox.container_id for job, sandbox in started.items()}
+
+    # Containers of other jobs on this engine are none of this test's business: active.
+    removed = reap(docker_client, lambda job: job in active or not job.startswith("reap-"))
+
+    assert sorted(removed) == ["reap-finished", "reap-overdue", "reap-unknown"]
+    assert {job: container_exists(docker_client, str(cid)) for job, cid in ids.items()} == {
+        "reap-running": True,
+        "reap-finished": False,
+        "reap-unknown": False,
+        "reap-overdue": False,
+    }
+    assert started["reap-running"].call("list_tree", {})
+
+
+_DYING_WORKER = textwrap.dedent(
+    """
+    import os, sys
+    from datetime import UTC, datetime, timedelta
+    from pathlib import Path
+    from bot.config import SandboxLimits
+    from sandbox.container.lifecycle import ContainerSandbox
+    from sandbox.container.engine import connect
+
+    sandbox = ContainerSandbox(connect(), sys.argv[1])
+    deadline = datetime.now(UTC) + timedelta(hours=1)
+    sandbox.start("reap-orphan", Path(sys.argv[2]), ["main"], SandboxLimits(), deadline=deadline)
+    print(sandbox.container_id, flush=True)
+    os._exit(0)  # no stop, no cleanup: a worker killed mid-job
+    """
+)
+
+
+def test_reap_cleans_up_after_a_worker_that_died_without_stopping(
+    docker_client: docker.DockerClient, image: ImageInfo, tmp_path: Path
+) -> None:
+    workspace = make_workspace(tmp_path / "orphan", job_id="reap-orphan")
+    worker = subprocess.run(
+        [sys.executable, "-c", _DYING_WORKER, image.ref, str(workspace.path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    container_id = worker.stdout.strip()
+    assert container_exists(docker_client, container_id)  # orphaned, still running
+
+    def is_active(job: str) -> bool:
+        return job != "reap-orphan"  # the job store says: finished
+
+    assert reap(docker_client, is_active) == ["reap-orphan"]
+    assert not container_exists(docker_client, container_id)
+    assert reap(docker_client, is_active) == []

@@ -1,0 +1,155 @@
+"""The tool server's protocol, run as a process on the host (no container needed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.protocol import PROTOCOL_VERSION
+from sandbox.tools import TOOL_NAMES
+from tests.container.kit import make_workspace
+
+
+class Server:
+    """``python -m sandbox.server`` on pipes, one JSON line at a time."""
+
+    def __init__(self, root: Path, *options: str) -> None:
+        command = [sys.executable, "-m", "sandbox.server", "--root", str(root), *options]
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+
+    def read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        frame: dict[str, Any] = json.loads(self.process.stdout.readline())
+        return frame
+
+    def send(self, line: bytes) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line)
+        self.process.stdin.flush()
+        return self.read()
+
+    def call(self, request_id: str, tool: str, args: dict[str, Any], **extra: Any) -> Any:
+        request = {"id": request_id, "tool": tool, "args": args, **extra}
+        return self.send(json.dumps(request).encode() + b"\n")
+
+    def close(self) -> tuple[int, bytes, bytes]:
+        out, err = self.process.communicate(timeout=10)
+        return self.process.returncode, out, err
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return make_workspace(tmp_path, uid=0).path
+
+
+@pytest.fixture
+def server(root: Path) -> Iterator[Server]:
+    running = Server(root, "--protected", "main", "--max-message-bytes", "4096")
+    yield running
+    if running.process.poll() is None:
+        running.process.kill()
+    running.process.communicate(timeout=10)  # closes the pipes
+
+
+def test_ready_then_replies_in_order_then_exit_0_on_eof(server: Server) -> None:
+    assert server.read() == {"ready": True, "version": PROTOCOL_VERSION, "tools": list(TOOL_NAMES)}
+    reply = server.call("a", "read_file", {"path": "README.md"})
+    assert reply["id"] == "a" and reply["ok"] is True
+    assert reply["result"]["content"] == "# Handbook\n"
+    refused = server.call("b", "git_push", {"ref": "main"})
+    assert refused == {"id": "b", "ok": False, "error": refused["error"]}
+    assert refused["error"]["code"] == "BEM-328"
+    assert server.close() == (0, b"", b"")
+
+
+def test_malformed_requests_are_bem_407_and_the_server_carries_on(server: Server) -> None:
+    server.read()
+    for line in (b"{not json\n", b"[1, 2]\n", b'{"id": 1, "tool": "list_tree"}\n', b"\xff\n"):
+        reply = server.send(line)
+        assert reply["ok"] is False and reply["error"]["code"] == "BEM-407", line
+    bad_timeout = server.call("t", "list_tree", {}, timeout=-1)
+    assert bad_timeout["error"]["code"] == "BEM-407"
+    assert server.call("c", "list_tree", {})["ok"] is True
+
+
+def test_an_oversize_request_is_bem_406_with_its_id_and_the_stream_resyncs(
+    server: Server,
+) -> None:
+    server.read()
+    body = "x" * 100_000
+    reply = server.call("big", "write_file", {"path": "big.md", "body": body})
+    assert reply["id"] == "big" and reply["error"]["code"] == "BEM-406"
+    assert server.call("next", "list_tree", {})["ok"] is True
+
+
+def test_an_oversize_result_is_bem_406(server: Server, root: Path) -> None:
+    (root / "long.md").write_text("a line of text\n" * 1000)
+    server.read()
+    reply = server.call("long", "read_file", {"path": "long.md"})
+    assert reply["error"]["code"] == "BEM-406"
+    assert "result is over the 4096-byte" in reply["error"]["message"]
+
+
+def test_a_call_past_its_timeout_is_bem_403_and_the_server_carries_on(root: Path) -> None:
+    for index in range(3000):
+        (root / f"untracked-{index}.md").write_text("x\n")
+    server = Server(root, "--call-timeout", "0.001")
+    server.read()
+    reply = server.call("slow", "git_status", {})
+    assert reply["error"] == {
+        "code": "BEM-403",
+        "message": "git_status did not finish within 0.001 s",
+    }
+    assert server.call("fast", "read_file", {"path": "README.md"}, timeout=30)["ok"] is True
+    assert server.close()[0] == 0
+
+
+_NOISY = textwrap.dedent(
+    """
+    import os, sys
+    from sandbox.server import ToolServer, _protocol_streams
+
+    def noisy(tool, args):
+        print("a stray print")
+        os.write(1, b"a stray write on fd 1\\n")
+        return {"tool": tool}
+
+    reader, writer = _protocol_streams()
+    server = ToolServer(noisy, ["t"], reader=reader, writer=writer, max_message_bytes=1024,
+                        call_timeout=5)
+    sys.exit(server.serve())
+    """
+)
+
+
+def test_stray_output_goes_to_stderr_never_into_the_protocol() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-c", _NOISY],
+        input=b'{"id": "1", "tool": "t", "args": {}}\n',
+        capture_output=True,
+        timeout=30,
+        check=True,
+    )
+    lines = [json.loads(line) for line in completed.stdout.splitlines()]
+    assert lines == [
+        {"ready": True, "version": PROTOCOL_VERSION, "tools": ["t"]},
+        {"id": "1", "ok": True, "result": {"tool": "t"}},
+    ]
+    assert b"a stray print" in completed.stderr
+    assert b"a stray write on fd 1" in completed.stderr
+
+
+def test_a_root_that_cannot_be_opened_exits_2_before_ready(tmp_path: Path) -> None:
+    server = Server(tmp_path, "--protected", "bad pattern")
+    code, out, err = server.close()
+    assert (code, out) == (2, b"")
+    assert b"protected ref pattern 'bad pattern'" in err

@@ -1,0 +1,64 @@
+import pytest
+from pydantic import ValidationError
+
+from bot.errors import ToolLoopError
+from bot.tools import ToolSpec, json_params, validate_arguments
+
+SPEC = ToolSpec(
+    name="word_count",
+    description="Count words.",
+    parameters=json_params(
+        {"text": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}}, ["text"]
+    ),
+)
+
+
+def test_json_params_builds_a_closed_object_schema() -> None:
+    assert json_params({"a": {"type": "string"}}, ["a"]) == {
+        "type": "object",
+        "properties": {"a": {"type": "string"}},
+        "required": ["a"],
+        "additionalProperties": False,
+    }
+
+
+def test_json_params_refuses_required_names_without_a_property() -> None:
+    with pytest.raises(ValueError, match="without a property"):
+        json_params({}, ["ghost"])
+
+
+def test_valid_arguments_pass_through() -> None:
+    assert validate_arguments(SPEC, {"text": "a b", "limit": 2}) == {"text": "a b", "limit": 2}
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        ({}, "'text' is a required property"),
+        ({"text": 3}, "text: 3 is not of type 'string'"),
+        ({"text": "x", "limit": 0}, "limit: 0 is less than the minimum of 1"),
+        ({"text": "x", "extra": True}, "Additional properties are not allowed"),
+        (["text"], "arguments must be a JSON object"),
+    ],
+)
+def test_invalid_arguments_name_what_to_fix(args: object, fragment: str) -> None:
+    with pytest.raises(ToolLoopError) as caught:
+        validate_arguments(SPEC, args)
+    assert caught.value.code == "BEM-090"
+    assert fragment in caught.value.message
+
+
+def test_a_spec_needs_an_object_schema() -> None:
+    with pytest.raises(ValidationError, match="type 'object'"):
+        ToolSpec(name="t", description="d", parameters={"type": "string"})
+
+
+def test_openai_format() -> None:
+    assert SPEC.openai_format() == {
+        "type": "function",
+        "function": {
+            "name": "word_count",
+            "description": "Count words.",
+            "parameters": SPEC.parameters,
+        },
+    }

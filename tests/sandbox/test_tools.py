@@ -1,0 +1,395 @@
+"""The nine sandbox tools: specs, the sync dispatcher, the async wrappers, caps and errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bot.errors import BeamError
+from bot.input import AgentInput
+from bot.tools import Tool, ToolSpec
+from sandbox.jail import SandboxRoot
+from sandbox.tool_specs import MAX_LIST_ENTRIES, MAX_READ_CHARS, TOOL_SPECS
+from sandbox.tools import TOOL_NAMES, call_tool, sandbox_tools
+from sandbox.worktree import WorkingTree
+from tests.sandbox.git_kit import GitEnv, build_git_env, refs_of
+
+NINE = (
+    "list_tree",
+    "read_file",
+    "write_file",
+    "git_status",
+    "git_diff",
+    "git_log",
+    "git_add",
+    "git_commit",
+    "git_push",
+)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> GitEnv:
+    return build_git_env(tmp_path)
+
+
+def call(env: GitEnv, name: str, **args: Any) -> dict[str, Any]:
+    result = call_tool(env.tree, name, args)
+    json.dumps(result)  # every result is plain JSON
+    return result
+
+
+def refused(env: GitEnv, name: str, **args: Any) -> BeamError:
+    with pytest.raises(BeamError) as caught:
+        call_tool(env.tree, name, args)
+    return caught.value
+
+
+# -- the contract --------------------------------------------------------------------------
+
+
+def test_sandbox_tools_are_the_nine_in_order(env: GitEnv) -> None:
+    tools = sandbox_tools(env.tree)
+    assert all(isinstance(tool, Tool) for tool in tools)
+    assert tuple(tool.spec().name for tool in tools) == NINE == TOOL_NAMES
+    assert [tool.spec().name for tool in tools if tool.spec().confirm_required] == ["git_push"]
+    assert "GitPush(WorkingTree(" in repr(tools[-1])
+
+
+@pytest.mark.parametrize(
+    ("name", "required", "optional"),
+    [
+        ("list_tree", [], ["path"]),
+        ("read_file", ["path"], ["start_line"]),
+        ("write_file", ["path", "body"], []),
+        ("git_status", [], []),
+        ("git_diff", [], ["path"]),
+        ("git_log", [], ["limit"]),
+        ("git_add", ["path"], []),
+        ("git_commit", ["message"], []),
+        ("git_push", [], ["ref"]),
+    ],
+)
+def test_spec_arguments(name: str, required: list[str], optional: list[str]) -> None:
+    spec = TOOL_SPECS[name]
+    assert isinstance(spec, ToolSpec)
+    assert spec.parameters["required"] == required
+    assert sorted(spec.parameters["properties"]) == sorted(required + optional)
+    assert spec.parameters["additionalProperties"] is False
+    assert len(spec.description) > 150  # written for a model: what, when, limits, errors
+    assert spec.openai_format()["function"]["name"] == name
+
+
+def test_git_log_limit_defaults_to_twenty() -> None:
+    assert TOOL_SPECS["git_log"].parameters["properties"]["limit"]["default"] == 20
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("list_tree", {"path": 3}),
+        ("read_file", {}),
+        ("read_file", {"path": "a", "start_line": 0}),
+        ("write_file", {"path": "a"}),
+        ("git_status", {"verbose": True}),
+        ("git_log", {"limit": 0}),
+        ("git_log", {"limit": 201}),
+        ("git_add", {}),
+        ("git_commit", {"message": ""}),
+        ("git_commit", {"message": "  \n "}),
+        ("git_push", {"ref": ["main"]}),
+        ("git_push", {"force": True}),
+    ],
+)
+def test_invalid_arguments_are_bem_090(env: GitEnv, name: str, args: dict[str, Any]) -> None:
+    assert refused(env, name, **args).code == "BEM-090"
+
+
+def test_arguments_that_are_not_an_object_are_bem_090(env: GitEnv) -> None:
+    with pytest.raises(BeamError) as caught:
+        call_tool(env.tree, "git_status", ["not", "an", "object"])  # type: ignore[arg-type]
+    assert caught.value.code == "BEM-090"
+
+
+def test_an_unknown_tool_is_bem_089(env: GitEnv) -> None:
+    error = refused(env, "git_reset")
+    assert error.code == "BEM-089"
+    assert "git_push" in error.message
+
+
+async def test_async_tools_run_the_dispatcher(env: GitEnv) -> None:
+    tools = {tool.spec().name: tool for tool in sandbox_tools(env.tree)}
+    request = AgentInput.of_text("edit the docs")
+    written = await tools["write_file"].invoke({"path": "a.md", "body": "a\n"}, request)
+    assert written == {"path": "a.md", "bytes": 2, "created": True}
+    status = await tools["git_status"].invoke({}, request)
+    assert isinstance(status, dict)
+    assert status["files"] == [{"path": "a.md", "staged": None, "unstaged": "untracked"}]
+    with pytest.raises(BeamError) as caught:
+        await tools["git_push"].invoke({"ref": "main"}, request)
+    assert caught.value.code == "BEM-328"
+
+
+async def test_request_metadata_cannot_move_the_tree(env: GitEnv, tmp_path: Path) -> None:
+    (tool,) = [tool for tool in sandbox_tools(env.tree) if tool.spec().name == "list_tree"]
+    request = AgentInput.of_text(
+        "x", metadata={"sandbox_root": str(tmp_path), "protected_refs": []}
+    )
+    listed = await tool.invoke({}, request)
+    assert isinstance(listed, dict)
+    assert listed["files"] == ["README.md", "docs/index.md"]
+
+
+# -- list_tree -----------------------------------------------------------------------------
+
+
+def test_list_tree_is_sorted_and_skips_git(env: GitEnv) -> None:
+    env.write("b/z.md", "z")
+    env.write("a.md", "a")
+    assert call(env, "list_tree") == {
+        "path": "",
+        "files": ["README.md", "a.md", "b/z.md", "docs/index.md"],
+        "total_files": 4,
+        "truncated": False,
+        "directories": [],
+        "note": None,
+    }
+    assert call(env, "list_tree", path="docs")["files"] == ["docs/index.md"]
+
+
+def test_list_tree_caps_entries_and_offers_directories(env: GitEnv) -> None:
+    for number in range(MAX_LIST_ENTRIES + 50):
+        env.write(f"big/part-{number % 3}/{number:05d}.md", "")
+    result = call(env, "list_tree")
+    assert result["truncated"] is True
+    assert len(result["files"]) == MAX_LIST_ENTRIES
+    assert result["total_files"] == MAX_LIST_ENTRIES + 52
+    assert "narrow with path" in result["note"]
+    assert result["directories"][0] == {"path": "big", "files": MAX_LIST_ENTRIES + 50}
+    assert result["directories"][1] == {"path": "docs", "files": 1}
+    narrowed = call(env, "list_tree", path="big")
+    assert sorted(d["path"] for d in narrowed["directories"]) == [
+        "big/part-0",
+        "big/part-1",
+        "big/part-2",
+    ]
+    assert sum(d["files"] for d in narrowed["directories"]) == MAX_LIST_ENTRIES + 50
+
+
+@pytest.mark.parametrize(
+    ("path", "code"),
+    [("README.md", "BEM-305"), ("missing", "BEM-100"), ("../", "BEM-302"), (".git", "BEM-304")],
+)
+def test_list_tree_errors(env: GitEnv, path: str, code: str) -> None:
+    assert refused(env, "list_tree", path=path).code == code
+
+
+# -- read_file and write_file --------------------------------------------------------------
+
+
+def test_read_file_returns_text_with_line_numbers(env: GitEnv) -> None:
+    result = call(env, "read_file", path="docs/index.md")
+    assert result == {
+        "path": "docs/index.md",
+        "size": 18,
+        "sha": str(env.repo.revparse_single("HEAD:docs/index.md").id),
+        "binary": False,
+        "content": "# Index\n\nWelcome.\n",
+        "start_line": 1,
+        "end_line": 3,
+        "total_lines": 3,
+        "truncated": False,
+        "note": None,
+    }
+
+
+def test_read_file_pages_through_a_long_file(env: GitEnv) -> None:
+    line = "x" * 99 + "\n"
+    env.write("long.md", line * 1_500)
+    first = call(env, "read_file", path="long.md")
+    assert first["truncated"] is True
+    assert first["end_line"] == MAX_READ_CHARS // len(line)
+    assert f"start_line={first['end_line'] + 1}" in first["note"]
+    rest = call(env, "read_file", path="long.md", start_line=first["end_line"] + 1)
+    assert rest["truncated"] is False
+    assert rest["end_line"] == rest["total_lines"] == 1_500
+    assert first["content"] + rest["content"] == line * 1_500
+
+
+def test_read_file_cuts_a_single_huge_line(env: GitEnv) -> None:
+    env.write("one.md", "y" * (MAX_READ_CHARS + 10))
+    result = call(env, "read_file", path="one.md")
+    assert len(result["content"]) == MAX_READ_CHARS
+    assert result["truncated"] is True
+    assert "was cut" in result["note"]
+
+
+def test_read_file_past_the_end_is_bem_090(env: GitEnv) -> None:
+    error = refused(env, "read_file", path="docs/index.md", start_line=9)
+    assert error.code == "BEM-090"
+    assert "3 lines" in error.message
+
+
+def test_read_file_counts_lines_at_newlines_only(env: GitEnv) -> None:
+    env.write("odd.md", "a\x0cb\u2028c\nd")
+    result = call(env, "read_file", path="odd.md")
+    assert (result["total_lines"], result["content"]) == (2, "a\x0cb\u2028c\nd")
+    assert call(env, "read_file", path="odd.md", start_line=2)["content"] == "d"
+
+
+def test_read_file_of_an_empty_file(env: GitEnv) -> None:
+    env.write("empty.md", "")
+    result = call(env, "read_file", path="empty.md")
+    assert (result["content"], result["total_lines"], result["end_line"]) == ("", 0, 0)
+
+
+@pytest.mark.parametrize("data", [b"PNG\x00\x01\x02", b"caf\xe9 latin-1"])
+def test_read_file_of_a_binary_file_reports_size_and_sha(env: GitEnv, data: bytes) -> None:
+    env.write("logo.bin", data)
+    result = call(env, "read_file", path="logo.bin")
+    assert result["binary"] is True
+    assert result["size"] == len(data)
+    assert result["content"] is None
+    assert set(result) == set(call(env, "read_file", path="README.md"))
+    env.tree.add("logo.bin")
+    assert result["sha"] == str(env.repo.index["logo.bin"].id)
+
+
+@pytest.mark.parametrize(
+    ("path", "code"),
+    [
+        ("missing.md", "BEM-100"),
+        ("docs", "BEM-305"),
+        ("/etc/passwd", "BEM-301"),
+        ("../outside/secret.txt", "BEM-302"),
+        (".git/config", "BEM-304"),
+        ("", "BEM-300"),
+    ],
+)
+def test_read_file_errors(env: GitEnv, path: str, code: str) -> None:
+    assert refused(env, "read_file", path=path).code == code
+
+
+def test_read_file_through_a_symlink_out_is_bem_303(env: GitEnv) -> None:
+    (env.work / "escape.md").symlink_to(env.outside / "secret.txt")
+    assert refused(env, "read_file", path="escape.md").code == "BEM-303"
+
+
+def test_write_file_creates_parents_and_reports_creation(env: GitEnv) -> None:
+    assert call(env, "write_file", path="new/deep/page.md", body="é\n") == {
+        "path": "new/deep/page.md",
+        "bytes": 3,
+        "created": True,
+    }
+    assert call(env, "write_file", path="new/deep/page.md", body="x")["created"] is False
+    assert (env.work / "new/deep/page.md").read_text() == "x"
+
+
+@pytest.mark.parametrize(
+    ("path", "code"),
+    [(".git/hooks/pre-commit", "BEM-304"), ("../x.md", "BEM-302"), ("docs", "BEM-305")],
+)
+def test_write_file_errors(env: GitEnv, path: str, code: str) -> None:
+    before = refs_of(env.work / ".git")
+    assert refused(env, "write_file", path=path, body="x").code == code
+    assert refs_of(env.work / ".git") == before
+    assert not (env.work / ".git/hooks/pre-commit").exists()
+
+
+def test_write_file_over_the_cap_is_bem_305(env: GitEnv) -> None:
+    body = "x" * (env.tree.root.max_write_bytes + 1)
+    assert refused(env, "write_file", path="big.md", body=body).code == "BEM-305"
+
+
+# -- the git tools -------------------------------------------------------------------------
+
+
+def test_a_full_edit_commit_push_round(env: GitEnv) -> None:
+    call(env, "write_file", path="docs/install.md", body="# Install\n")
+    assert call(env, "git_status")["files"] == [
+        {"path": "docs/install.md", "staged": None, "unstaged": "untracked"}
+    ]
+    diff = call(env, "git_diff")
+    assert "+# Install\n" in diff["patch"]
+    staged = call(env, "git_add", path="docs/install.md")
+    assert staged["staged"] == [{"path": "docs/install.md", "staged": "added", "unstaged": None}]
+    commit = call(env, "git_commit", message="Add the install page")
+    assert len(commit["commit"]) == 40
+    log = call(env, "git_log", limit=1)
+    assert log["commits"][0]["sha"] == commit["commit"]
+    assert log["more"] is True
+    pushed = call(env, "git_push")
+    assert pushed == {"remote": "origin", "ref": "refs/heads/feature", "sha": commit["commit"]}
+    assert refs_of(env.upstream)["refs/heads/feature"] == commit["commit"]
+
+
+def test_git_add_dot_and_empty_stage_everything(env: GitEnv) -> None:
+    env.write("a.md", "a")
+    (env.work / "README.md").unlink()
+    assert call(env, "git_add", path="")["total_staged"] == 2
+    assert call(env, "git_add", path=".")["total_staged"] == 2
+
+
+def test_git_diff_narrows_with_path(env: GitEnv) -> None:
+    env.write("docs/index.md", "changed\n")
+    env.write("other.md", "new\n")
+    assert [f["path"] for f in call(env, "git_diff", path="docs")["files"]] == ["docs/index.md"]
+
+
+def test_git_diff_truncates_with_a_note(env: GitEnv) -> None:
+    env.write("docs/huge.md", "".join(f"line {n}\n" for n in range(30_000)))
+    result = call(env, "git_diff")
+    assert result["truncated"] is True
+    assert len(result["patch"]) < 100_200
+    assert "path=" in result["note"]
+
+
+def test_git_log_default_limit(env: GitEnv) -> None:
+    for number in range(25):
+        env.commit_file("a.md", f"{number}\n", f"Commit {number}")
+    result = call(env, "git_log")
+    assert len(result["commits"]) == 20
+    assert result["commits"][0]["subject"] == "Commit 24"
+
+
+def test_git_commit_with_nothing_staged_is_bem_321(env: GitEnv) -> None:
+    assert refused(env, "git_commit", message="Nothing").code == "BEM-321"
+
+
+def test_git_push_without_origin_is_bem_322(tmp_path: Path) -> None:
+    env = build_git_env(tmp_path)
+    tree = WorkingTree(SandboxRoot(env.work))
+    with pytest.raises(BeamError) as caught:
+        call_tool(tree, "git_push", {})
+    assert caught.value.code == "BEM-322"
+
+
+def test_git_push_from_a_detached_head_is_bem_323(env: GitEnv) -> None:
+    repo = env.repo
+    repo.set_head(repo.head.target)
+    assert refused(env, "git_push").code == "BEM-323"
+    assert call(env, "git_status")["detached"] is True
+
+
+def test_git_push_of_protected_refs_is_bem_328(env: GitEnv) -> None:
+    before = refs_of(env.upstream)
+    assert refused(env, "git_push", ref="main").code == "BEM-328"
+    assert refs_of(env.upstream) == before
+
+
+def test_libgit2_failures_are_bem_320_with_the_reason(env: GitEnv) -> None:
+    env.tree.add_origin(str(env.base / "no-such.git"))
+    error = refused(env, "git_push")
+    assert error.code == "BEM-320"
+    assert "failed" in error.message
+
+
+def test_a_missing_repository_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    tree = WorkingTree(SandboxRoot(tmp_path))
+    for name in ("git_status", "git_diff", "git_log"):
+        with pytest.raises(BeamError) as caught:
+            call_tool(tree, name, {})
+        assert caught.value.code == "BEM-329"
+        assert "init()" in caught.value.message

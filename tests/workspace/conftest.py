@@ -1,0 +1,61 @@
+"""Fixtures for workspaces and the relay: a bare upstream, settings, a token in the env."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bot.config import Credentials, RepositoryConfig, WorkspaceSettings
+from tests.workspace.kit import make_upstream
+
+TOKEN_ENV = "RIVERBEAM_TEST_UPSTREAM_TOKEN"
+
+
+@pytest.fixture
+def base_dir() -> Iterator[Path]:
+    """A scratch directory the sandbox uid can traverse (pytest's tmp_path is 0700 root)."""
+    path = Path(tempfile.mkdtemp(prefix="riverbeam-ws-test-"))
+    path.chmod(0o711)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def token(monkeypatch: pytest.MonkeyPatch) -> str:
+    value = "tok-" + secrets.token_hex(16)
+    monkeypatch.setenv(TOKEN_ENV, value)
+    return value
+
+
+@pytest.fixture
+def upstream(base_dir: Path) -> Path:
+    return make_upstream(base_dir / "upstream.git")
+
+
+@pytest.fixture
+def settings(base_dir: Path) -> WorkspaceSettings:
+    return WorkspaceSettings(root=base_dir / "workspaces", mirrors=base_dir / "mirrors")
+
+
+@pytest.fixture
+def repo_config(upstream: Path, token: str) -> RepositoryConfig:
+    # A local path never asks for the token; the HTTP tests show it is sent when asked.
+    return RepositoryConfig(upstream=str(upstream), credentials=Credentials(token_env=TOKEN_ENV))
+
+
+def assert_secret_absent(secret: str, *roots: Path) -> None:
+    """No file under ``roots`` (symlinks not followed) contains ``secret``."""
+    needle = secret.encode()
+    for root in roots:
+        for directory, _dirs, files in os.walk(root):
+            for name in files:
+                path = Path(directory, name)
+                if path.is_symlink():
+                    continue
+                assert needle not in path.read_bytes(), f"{path} contains the token"

@@ -1,0 +1,129 @@
+"""The mirror cache: created on first use, refreshed with pruning, safe under concurrency."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from bot.config import Credentials, RepositoryConfig, WorkspaceSettings
+from bot.errors import BeamError
+from sandbox.workspace.credentials import upstream_callbacks
+from sandbox.workspace.mirror import mirror_lock, mirror_path, sync_mirror
+from sandbox.workspace.prepare import Workspace, prepare_workspace
+from tests.workspace.conftest import assert_secret_absent
+from tests.workspace.kit import git, upstream_push
+
+
+def _sync(config: RepositoryConfig, settings: WorkspaceSettings) -> Path:
+    return sync_mirror("docs", config, settings, upstream_callbacks(config.credentials))
+
+
+def _branches(mirror: Path) -> dict[str, str]:
+    listing = git("-C", str(mirror), "for-each-ref", "--format=%(refname) %(objectname)")
+    return dict(line.split(" ") for line in listing.splitlines())
+
+
+def test_the_first_sync_creates_a_bare_mirror_of_every_branch(
+    upstream: Path, token: str, repo_config: RepositoryConfig, settings: WorkspaceSettings
+) -> None:
+    mirror = _sync(repo_config, settings)
+
+    assert mirror == settings.mirrors / "docs.git"
+    assert git("-C", str(mirror), "rev-parse", "--is-bare-repository") == "true"
+    assert _branches(mirror) == _branches(upstream)
+    assert git("config", "--file", str(mirror / "config"), "--list").splitlines() == [
+        "core.repositoryformatversion=0",
+        "core.filemode=true",
+        "core.bare=true",
+    ]
+    assert_secret_absent(token, settings.mirrors)
+
+
+def test_a_refresh_brings_new_commits_and_branches_and_prunes_deleted_ones(
+    upstream: Path, repo_config: RepositoryConfig, settings: WorkspaceSettings
+) -> None:
+    mirror = _sync(repo_config, settings)
+    new_main = upstream_push(upstream, "main", {"docs/faq.md": "FAQ\n"}, "main")
+    upstream_push(upstream, "docs/new", {"docs/new.md": "New\n"}, "main")
+    git("-C", str(upstream), "branch", "-D", "docs/old")
+
+    _sync(repo_config, settings)
+
+    assert _branches(mirror) == _branches(upstream)
+    assert _branches(mirror)["refs/heads/main"] == new_main
+    assert "refs/heads/docs/old" not in _branches(mirror)
+
+
+def test_an_unreachable_upstream_is_bem_340_without_secrets(
+    base_dir: Path, token: str, settings: WorkspaceSettings
+) -> None:
+    config = RepositoryConfig(
+        upstream=str(base_dir / "missing.git"),
+        credentials=Credentials(token_env="RIVERBEAM_TEST_UPSTREAM_TOKEN"),
+    )
+
+    with pytest.raises(BeamError) as caught:
+        _sync(config, settings)
+    assert caught.value.code == "BEM-340"
+    assert "missing.git" in caught.value.message
+    assert token not in caught.value.message
+
+
+@pytest.mark.parametrize("name", ["../up", "a/b", ".hidden", "", "x" * 101])
+def test_a_repository_name_unfit_for_a_file_name_is_refused(
+    name: str, settings: WorkspaceSettings
+) -> None:
+    with pytest.raises(BeamError) as caught:
+        mirror_path(settings, name)
+    assert caught.value.code == "BEM-900"
+
+
+def test_a_fetch_waits_for_the_mirror_lock(
+    repo_config: RepositoryConfig, settings: WorkspaceSettings
+) -> None:
+    mirror = _sync(repo_config, settings)
+    done = threading.Event()
+
+    def fetch() -> None:
+        _sync(repo_config, settings)
+        done.set()
+
+    with mirror_lock(mirror, exclusive=False):
+        worker = threading.Thread(target=fetch)
+        worker.start()
+        assert not done.wait(0.5), "the fetch ran while a reader held the mirror"
+    worker.join(10)
+    assert done.is_set()
+
+
+def _prepare(
+    job_id: str,
+    config: RepositoryConfig,
+    settings: WorkspaceSettings,
+    start: threading.Barrier,
+) -> Workspace:
+    start.wait()
+    return prepare_workspace(job_id, "docs", config, None, settings)
+
+
+def test_concurrent_prepares_in_separate_processes_share_one_sound_mirror(
+    upstream: Path, repo_config: RepositoryConfig, settings: WorkspaceSettings
+) -> None:
+    context = multiprocessing.get_context("spawn")
+    jobs = [f"par-{index}" for index in range(4)]
+    with context.Manager() as manager:
+        start = manager.Barrier(len(jobs))
+        with context.Pool(len(jobs)) as pool:
+            results = pool.starmap(_prepare, [(job, repo_config, settings, start) for job in jobs])
+
+    main = git("-C", str(upstream), "rev-parse", "refs/heads/main")
+    assert [result.base_sha for result in results] == [main] * len(jobs)
+    assert sorted(os.listdir(settings.mirrors)) == ["docs.git", "docs.lock"]
+    git("-C", str(settings.mirrors / "docs.git"), "fsck", "--strict", "--no-dangling")
+    assert sorted(os.listdir(settings.root)) == jobs
+    for result in results:
+        assert (result.tree / "docs" / "install.md").read_text() == "Install it with pip.\n"

@@ -10,10 +10,9 @@ which run the dispatcher on a worker thread so the event loop never waits on the
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import pygit2
 from pydantic import JsonValue
@@ -224,74 +223,28 @@ _HANDLERS: dict[str, Handler] = {
 
 
 class SandboxTool:
-    """A ``bot.Tool`` bound to one working tree; subclasses only name the tool."""
+    """One of the nine tools as a ``bot.Tool``, bound to one working tree."""
 
-    name: ClassVar[str]
-
-    def __init__(self, tree: WorkingTree) -> None:
+    def __init__(self, tree: WorkingTree, name: str) -> None:
         self._tree = tree
+        self.name = name
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._tree!r})"
+        return f"SandboxTool({self.name!r}, {self._tree!r})"
 
     def spec(self) -> ToolSpec:
         return TOOL_SPECS[self.name]
 
     async def invoke(self, args: dict[str, JsonValue], input: AgentInput) -> JsonValue:
+        # Imported here: the tool server in the container never runs this path, and asyncio
+        # is a large share of its start-up imports.
+        import asyncio
+
         # The tree is bound at construction; nothing in the request can point it elsewhere.
         result: JsonValue = await asyncio.to_thread(call_tool, self._tree, self.name, args)
         return result
 
 
-class ListTree(SandboxTool):
-    name = "list_tree"
-
-
-class ReadFile(SandboxTool):
-    name = "read_file"
-
-
-class WriteFile(SandboxTool):
-    name = "write_file"
-
-
-class GitStatus(SandboxTool):
-    name = "git_status"
-
-
-class GitDiff(SandboxTool):
-    name = "git_diff"
-
-
-class GitLog(SandboxTool):
-    name = "git_log"
-
-
-class GitAdd(SandboxTool):
-    name = "git_add"
-
-
-class GitCommit(SandboxTool):
-    name = "git_commit"
-
-
-class GitPush(SandboxTool):
-    name = "git_push"
-
-
-_TOOLS: tuple[type[SandboxTool], ...] = (
-    ListTree,
-    ReadFile,
-    WriteFile,
-    GitStatus,
-    GitDiff,
-    GitLog,
-    GitAdd,
-    GitCommit,
-    GitPush,
-)
-
-
 def sandbox_tools(tree: WorkingTree) -> list[Tool]:
     """The nine tools of DESIGN §3.3, bound to ``tree``."""
-    return [tool(tree) for tool in _TOOLS]
+    return [SandboxTool(tree, name) for name in _HANDLERS]

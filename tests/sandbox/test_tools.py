@@ -55,7 +55,7 @@ def test_sandbox_tools_are_the_nine_in_order(env: GitEnv) -> None:
     assert all(isinstance(tool, Tool) for tool in tools)
     assert tuple(tool.spec().name for tool in tools) == NINE == TOOL_NAMES
     assert [tool.spec().name for tool in tools if tool.spec().confirm_required] == ["git_push"]
-    assert "GitPush(WorkingTree(" in repr(tools[-1])
+    assert "SandboxTool('git_push', WorkingTree(" in repr(tools[-1])
 
 
 @pytest.mark.parametrize(

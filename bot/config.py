@@ -54,6 +54,7 @@ class RepositoryConfig(BaseModel):
     publish_ref: str | None = Field(default=None, description="branch a publish job moves")
     docs_build_webhook: str | None = None
     summary_schedule: str | None = Field(default=None, description="cron expression")
+    summary_webhook: str | None = Field(default=None, description="where summaries are posted")
     allow_self_approval: bool = False
 
 
@@ -92,6 +93,30 @@ class WorkspaceSettings(BaseModel):
     retention_hours: float = 24.0
 
 
+class ModelSettings(BaseModel):
+    """Which model the workers use. Without a factory, ``OpenAiCompatible.from_env()``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    factory: str | None = Field(
+        default=None,
+        description="'module:function' returning a CompletionClient for a job (tests, demo)",
+    )
+
+
+class JobSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prefix: str = Field(default="riverbeam", description="prefix of every Redis key")
+    soft_time_limit_seconds: int = 900
+    time_limit_seconds: int = 1200
+    lease_seconds: float = 60.0
+    snapshot_max_bytes: int = 32 << 20
+    events_maxlen: int = 10_000
+    diff_max_chars: int = 200_000
+    webhook_timeout_seconds: float = 10.0
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="RIVERBEAM_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -102,6 +127,8 @@ class Settings(BaseSettings):
     repositories: dict[str, RepositoryConfig] = Field(default_factory=dict)
     sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
     workspaces: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    jobs: JobSettings = Field(default_factory=JobSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -15,6 +15,8 @@ what to do next. The tree groups codes by the part of the system that raises the
     │   ├── WorkspaceError    BEM-34x            mirrors and per-job workspaces on the host
     │   └── RelayError        BEM-35x            the host relay that pushes upstream
     ├── ContainerError        BEM-40x            the per-job sandbox container
+    ├── JobError              BEM-50x            jobs, the store and the workers
+    ├── ApprovalError         BEM-60x            approvals of parked calls
     └── ConfigError           BEM-90x            configuration
 
 ``BeamError(code, message)`` builds the right family from the code, so a code travelling as
@@ -103,6 +105,14 @@ class ContainerError(BeamError):
     """The sandbox container, its image or its tool server failed."""
 
 
+class JobError(BeamError):
+    """A job cannot be created, found, run or resumed."""
+
+
+class ApprovalError(BeamError):
+    """An approval cannot be decided or applied."""
+
+
 class ConfigError(BeamError):
     """Configuration is missing or invalid."""
 
@@ -178,6 +188,19 @@ _TABLE = [
     Code("BEM-406", ContainerError, "a tool server message is over the size cap"),
     Code("BEM-407", ContainerError, "the tool server broke the protocol"),
     Code("BEM-408", ContainerError, "building the sandbox image failed"),
+    Code("BEM-500", JobError, "no job with this id"),
+    Code("BEM-501", JobError, "the job request is invalid"),
+    Code("BEM-502", JobError, "the job's saved state is missing or cannot resume"),
+    Code("BEM-503", JobError, "the parked workspace is over the snapshot size cap"),
+    Code("BEM-504", JobError, "the job store (Redis) is unreachable"),
+    Code("BEM-505", JobError, "the job ran past its time limit"),
+    Code("BEM-506", JobError, "the job was cancelled"),
+    Code("BEM-507", JobError, "the job's worker was lost and the job could not be taken over"),
+    Code("BEM-508", JobError, "no model is configured for the workers"),
+    Code("BEM-600", ApprovalError, "the job has no approval waiting"),
+    Code("BEM-601", ApprovalError, "the approval has already been decided"),
+    Code("BEM-602", ApprovalError, "a requester cannot approve their own job here"),
+    Code("BEM-603", ApprovalError, "the parked call no longer matches what was approved"),
     Code("BEM-900", ConfigError, "configuration is missing or invalid"),
 ]
 

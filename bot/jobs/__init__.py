@@ -1,0 +1,1 @@
+"""The job service: Celery tasks, the Redis store, approvals, schedules."""

@@ -1,0 +1,256 @@
+"""The documents of the job service: what a job asks for, where it stands, what it produced,
+and the approvals that gate its pushes. They are stored in Redis as JSON and cross every
+process boundary (API, CLI, Celery), so each is a pydantic model.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+
+from bot.frames import ErrorInfo, Usage
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class JobKind(StrEnum):
+    AUTHOR = "author"
+    REVIEW = "review"
+    SUMMARIZE = "summarize"
+    COMMIT_NOTES = "commit-notes"
+    PUBLISH = "publish"
+
+    @property
+    def skill(self) -> str:
+        """The skill whose prompt and allowlist the job's agent runs with."""
+        return "gfs-publish" if self is JobKind.PUBLISH else self.value
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    REFUSED = "refused"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATES
+
+
+FINAL_STATES = frozenset(
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.REFUSED, JobState.CANCELLED}
+)
+
+# queued → running → awaiting_approval → running → succeeded | failed | refused | cancelled.
+# A running job whose worker died goes back to running under a new lease (see JobRecord).
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.QUEUED: frozenset({JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}),
+    JobState.RUNNING: frozenset(
+        {
+            JobState.RUNNING,
+            JobState.AWAITING_APPROVAL,
+            JobState.SUCCEEDED,
+            JobState.FAILED,
+            JobState.REFUSED,
+            JobState.CANCELLED,
+        }
+    ),
+    JobState.AWAITING_APPROVAL: frozenset({JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.REFUSED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+_RANGE = re.compile(r"^(?P<start>[^.\s]+(?:\.[^.\s]+)*)\.\.(?P<end>[^.\s]+(?:\.[^.\s]+)*)$")
+MAX_REQUEST_CHARS = 20_000
+
+
+class JobSpec(BaseModel):
+    """What a job asks for. It names a registered repository, never a path or a URL; branch
+    names are checked again against the ref policy where they are used."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: JobKind
+    repo: str = Field(pattern=_NAME, description="a repository registered in the config")
+    request: str = Field(default="", max_length=MAX_REQUEST_CHARS)
+    base: str | None = Field(default=None, max_length=200, description="base branch")
+    branch: str | None = Field(
+        default=None, max_length=200, description="branch to review or summarize"
+    )
+    range: str | None = Field(default=None, max_length=420, description="commit-notes range 'A..B'")
+    review_job: str | None = Field(
+        default=None,
+        pattern=_NAME,
+        description="publish: the completed review job whose approved commit is published",
+    )
+    requested_by: str = Field(default="anonymous", min_length=1, max_length=200)
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @field_validator("metadata")
+    @classmethod
+    def _no_confirm(cls, metadata: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        # Approval happens only through an approval record: a client-supplied confirm flag
+        # never reaches the runner, whoever sent it.
+        return {key: value for key, value in metadata.items() if key != "confirm"}
+
+    @model_validator(mode="after")
+    def _fits_kind(self) -> JobSpec:
+        needs = {
+            JobKind.AUTHOR: ("request",),
+            JobKind.REVIEW: ("branch",),
+            JobKind.SUMMARIZE: ("branch",),
+            JobKind.PUBLISH: ("review_job",),
+        }.get(self.kind, ())
+        missing = [name for name in needs if not getattr(self, name)]
+        if self.kind is JobKind.COMMIT_NOTES and not (self.range or self.branch):
+            missing.append("range or branch")
+        if missing:
+            raise ValueError(f"a {self.kind.value} job needs {', '.join(missing)}")
+        if self.range is not None and not _RANGE.match(self.range):
+            raise ValueError("range must look like 'A..B' (two commits or branches)")
+        return self
+
+    def range_ends(self) -> tuple[str, str] | None:
+        if self.range is None:
+            return None
+        match = _RANGE.match(self.range)
+        assert match is not None  # checked by the validator
+        return match["start"], match["end"]
+
+
+class CommitInfo(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sha: str
+    subject: str
+
+
+class AuthorOutcome(BaseModel):
+    kind: Literal["author"] = "author"
+    branch: str
+    commits: list[CommitInfo] = Field(default_factory=list)
+    diff_stat: str = ""
+    pushed_sha: str | None = None
+
+
+class Finding(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    line: int | None = None
+    severity: Literal["blocker", "major", "minor", "nit"] = "minor"
+    note: str
+    suggestion: str | None = None
+
+
+class ReviewOutcome(BaseModel):
+    kind: Literal["review"] = "review"
+    branch: str
+    commit_sha: str
+    verdict: Literal["approve", "approve_with_suggestions", "request_changes"] | None = None
+    summary: str = ""
+    findings: list[Finding] = Field(default_factory=list)
+
+
+class SummaryOutcome(BaseModel):
+    kind: Literal["summarize"] = "summarize"
+    branch: str
+    base: str
+    commits: list[CommitInfo] = Field(default_factory=list)
+    files: list[str] = Field(default_factory=list)
+    summary: str = ""
+
+
+class CommitNotesOutcome(BaseModel):
+    kind: Literal["commit-notes"] = "commit-notes"
+    range: str
+    subject: str = ""
+    body: str = ""
+
+
+class PublishOutcome(BaseModel):
+    kind: Literal["publish"] = "publish"
+    publish_ref: str
+    sha: str | None = None
+    webhook_status: int | None = None
+
+
+Outcome = Annotated[
+    AuthorOutcome | ReviewOutcome | SummaryOutcome | CommitNotesOutcome | PublishOutcome,
+    Field(discriminator="kind"),
+]
+
+
+class JobResult(BaseModel):
+    """What a finished job produced: the agent's answer and the kind's structured outcome."""
+
+    text: str = ""
+    outcome: Outcome | None = None
+    usage: Usage = Field(default_factory=Usage)
+    model_used: str | None = None
+    tool_calls: int = 0
+
+
+class JobRecord(BaseModel):
+    """A job and where it stands. ``version`` grows with every change: writers compare and
+    set on it, so two workers can never both move a job. A running job holds a lease that
+    its worker renews; a redelivered task may take the job over only once the lease ran out.
+    """
+
+    id: str = Field(pattern=_NAME)
+    spec: JobSpec
+    state: JobState = JobState.QUEUED
+    version: int = 0
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    attempt: int = 0
+    worker: str | None = None
+    lease_until: datetime | None = None
+    branch: str | None = Field(default=None, description="the job's own branch (author)")
+    approval_id: str | None = Field(default=None, description="the approval it waits on")
+    cancel_requested: bool = False
+    result: JobResult | None = None
+    error: ErrorInfo | None = None
+
+
+class ApprovalState(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REFUSED = "refused"
+
+
+class Approval(BaseModel):
+    """A person's decision on one pending call, bound to exactly what would run: the tool,
+    its arguments, the commit, the target ref and a digest of the diff that would land.
+    ``applied`` is set once, by the resume that acts on it, so a decision applies once."""
+
+    id: str
+    job_id: str
+    repo: str
+    requested_by: str
+    call_id: str
+    tool: str
+    arguments: dict[str, JsonValue]
+    commit_sha: str | None = None
+    target_ref: str | None = None
+    diff_digest: str = ""
+    diff_stat: str = ""
+    diff: str = Field(default="", description="the diff that would land, capped")
+    created_at: datetime = Field(default_factory=utcnow)
+    state: ApprovalState = ApprovalState.PENDING
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+    comment: str = ""
+    applied: bool = False

@@ -15,6 +15,13 @@ round times, in turn:
 * the floor: writing as many small files as the tree has, from Python, into the same
   filesystem. Checkout cannot beat it, so it shows what the filesystem allows.
 
+After each method that leaves a repository, the bench times one ``WorkingTree.status()`` in
+it, as the container's tools would run it: in a forked child running as the sandbox uid,
+right after the tree was made (not counted in the method's time). That shows whether the
+index's stat cache holds for that uid: when the owner or ctime recorded for a file is not
+what ``lstat`` says, libgit2 hashes the file, on every status. The ``chown -R`` of the git
+baselines leaves every entry stale, so their column is what a stale cache costs.
+
 ``--root`` picks the filesystem the mirror and the workspaces live on (default ``/tmp``);
 they share it, so objects are hard-linked as in production.
 
@@ -29,8 +36,10 @@ a median of at most 2 s for ``prepare_workspace``; results are printed, never as
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
+import struct
 import subprocess
 import tempfile
 import time
@@ -39,18 +48,26 @@ from pathlib import Path
 
 from bench._repo import bench_repository
 from bot.config import RepositoryConfig, WorkspaceSettings
+from sandbox.jail import SandboxRoot
 from sandbox.workspace.credentials import upstream_callbacks
 from sandbox.workspace.mirror import sync_mirror
 from sandbox.workspace.prepare import SANDBOX_UID, prepare_workspace
+from sandbox.worktree import WorkingTree
 
 TARGET_SECONDS = 2.0
 REPO = "bench"
+_SECONDS = struct.Struct("d")
+
+# A method makes one tree; it returns the repository to time a status in, or None.
+Method = Callable[[], Path | None]
 
 
 def main() -> None:
     options = _arguments()
     repo = bench_repository(options.files, options.commits)
     scratch = Path(tempfile.mkdtemp(prefix="riverbeam-workspace-bench-", dir=options.root))
+    # The sandbox uid checks trees out and runs status in them: it must get through.
+    scratch.chmod(0o711)
     try:
         _run(repo.path, scratch, options.runs, repo.paths)
     finally:
@@ -75,16 +92,17 @@ def _run(upstream: Path, scratch: Path, runs: int, paths: tuple[str, ...]) -> No
     cold = time.perf_counter() - started
     counter = iter(range(1_000_000))
 
-    def ours() -> None:
-        prepare_workspace(f"bench-{next(counter)}", REPO, config, None, settings)
+    def ours() -> Path:
+        return prepare_workspace(f"bench-{next(counter)}", REPO, config, None, settings).tree
 
-    def cli(*clone: str) -> Callable[[], None]:
-        def run() -> None:
+    def cli(*clone: str) -> Method:
+        def run() -> Path:
             target = scratch / f"cli-{next(counter)}"
             source = f"file://{mirror}" if "--no-local" in clone else str(mirror)
             _git("clone", "-q", "--no-checkout", *clone, source, str(target))
             _git("-C", str(target), "checkout", "-q", "-b", "riverbeam/bench", "origin/main")
             subprocess.run(["chown", "-R", f"{SANDBOX_UID}:{SANDBOX_UID}", str(target)], check=True)
+            return target
 
         return run
 
@@ -95,27 +113,71 @@ def _run(upstream: Path, scratch: Path, runs: int, paths: tuple[str, ...]) -> No
             file.parent.mkdir(parents=True, exist_ok=True)
             file.write_bytes(b"x" * 512)
 
-    methods = {
+    methods: dict[str, Method] = {
         "prepare_workspace (warm mirror)": ours,
         "git clone --local + checkout -b + chown -R": cli("--local"),
         "git clone --local --no-hardlinks + ...": cli("--local", "--no-hardlinks"),
         "git clone --no-local file:// + ...": cli("--no-local"),
         f"floor: write {len(paths)} files from Python": floor,
     }
-    timings = _rounds(methods, runs)
-    _report(upstream, scratch, cold, timings)
+    timings, statuses = _rounds(methods, runs)
+    _report(upstream, scratch, cold, timings, statuses)
 
 
-def _rounds(methods: dict[str, Callable[[], None]], runs: int) -> dict[str, list[float]]:
+def _rounds(
+    methods: dict[str, Method], runs: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each method's times, and the times of the status right after it (when it has one)."""
     timings: dict[str, list[float]] = {name: [] for name in methods}
+    statuses: dict[str, list[float]] = {name: [] for name in methods}
     for round_number in range(runs + 1):
         for name, method in methods.items():
             started = time.perf_counter()
-            method()
+            tree = method()
             elapsed = time.perf_counter() - started
+            status = None if tree is None else _status_as_sandbox(tree)
             if round_number:  # round 0 warms the page cache and is not counted
                 timings[name].append(elapsed)
-    return timings
+                if status is not None:
+                    statuses[name].append(status)
+    return timings, statuses
+
+
+def _status_as_sandbox(tree: Path) -> float:
+    """Seconds of a first ``WorkingTree.status()`` in ``tree``, run as the sandbox uid.
+
+    A forked child switches uid, as the container runs; the bench has no other threads, so
+    the fork is safe. The child reports ``+`` and the time, or ``-`` and what went wrong.
+    """
+    readable, writable = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(readable)
+        try:
+            os.setgroups([])
+            os.setgid(SANDBOX_UID)
+            os.setuid(SANDBOX_UID)
+            working = WorkingTree(SandboxRoot(tree))
+            started = time.perf_counter()
+            clean = working.status().clean
+            elapsed = time.perf_counter() - started
+            report = b"+" + _SECONDS.pack(elapsed) if clean else b"-the tree is not clean"
+        except BaseException as error:
+            report = b"-" + repr(error).encode()
+        try:
+            os.write(writable, report)
+        finally:
+            # Never back into the bench's own loop from a copy of the bench.
+            os._exit(0)
+    os.close(writable)
+    with open(readable, "rb") as pipe:
+        report = pipe.read()
+    os.waitpid(pid, 0)
+    if not report.startswith(b"+"):
+        problem = report[1:].decode(errors="replace") or "the child died"
+        raise RuntimeError(f"status as uid {SANDBOX_UID} in {tree} failed: {problem}")
+    (seconds,) = _SECONDS.unpack(report[1:])
+    return float(seconds)
 
 
 def _git(*args: str) -> None:
@@ -124,19 +186,28 @@ def _git(*args: str) -> None:
     )
 
 
-def _report(upstream: Path, scratch: Path, cold: float, timings: dict[str, list[float]]) -> None:
+def _report(
+    upstream: Path,
+    scratch: Path,
+    cold: float,
+    timings: dict[str, list[float]],
+    statuses: dict[str, list[float]],
+) -> None:
     ours = statistics.median(next(iter(timings.values())))
     print(f"upstream: {upstream}")
     print(f"workspaces and mirror on: {scratch.parent} ({_filesystem(scratch)})")
     print(f"mirror cold fetch (first use only): {cold:.2f} s")
     print()
-    print(f"{'method':<46} {'median':>8} {'min':>8} {'max':>8} {'vs ours':>8}")
+    print(f"{'method':<46} {'median':>8} {'min':>8} {'max':>8} {'vs ours':>8} {'status':>8}")
     for name, values in timings.items():
         median = statistics.median(values)
+        after = statuses[name]
+        status = f"{statistics.median(after):>7.3f}s" if after else f"{'-':>8}"
         print(
             f"{name:<46} {median:>7.3f}s {min(values):>7.3f}s {max(values):>7.3f}s "
-            f"{median / ours:>7.2f}x"
+            f"{median / ours:>7.2f}x {status}"
         )
+    print(f"(status: median of WorkingTree.status() as uid {SANDBOX_UID} right after the method)")
     verdict = "met" if ours <= TARGET_SECONDS else "NOT met"
     print()
     print(f"target: prepare_workspace median <= {TARGET_SECONDS:.1f} s: {verdict} ({ours:.3f} s)")

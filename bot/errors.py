@@ -13,7 +13,7 @@ what to do next. The tree groups codes by the part of the system that raises the
     ├── JailError             BEM-300..305       a path the jail refuses
     ├── GitError              BEM-32x            working tree, refs and pushes
     │   ├── WorkspaceError    BEM-34x            mirrors and per-job workspaces on the host
-    │   └── RelayError        BEM-35x            the host relay that pushes upstream
+    │   └── RelayError        BEM-35x, 36x       the relay and publishing upstream
     ├── ContainerError        BEM-40x            the per-job sandbox container
     ├── JobError              BEM-50x            jobs, the store and the workers
     ├── ApprovalError         BEM-60x            approvals of parked calls
@@ -172,13 +172,17 @@ _TABLE = [
     Code("BEM-328", GitError, "push (or checkout) of a protected ref"),
     Code("BEM-329", GitError, "working tree is not a repository, or has no commits"),
     Code("BEM-340", WorkspaceError, "fetching the upstream into the mirror failed"),
-    Code("BEM-341", WorkspaceError, "the base branch does not exist upstream"),
+    Code("BEM-341", WorkspaceError, "branch or commit not found upstream, or no shared history"),
     Code("BEM-342", WorkspaceError, "preparing the job's workspace failed"),
     Code("BEM-343", WorkspaceError, "the repository's credentials are not available"),
     Code("BEM-350", RelayError, "the approved commit is not in the job's outbox"),
     Code("BEM-351", RelayError, "the upstream branch moved since approval (not a fast-forward)"),
     Code("BEM-352", RelayError, "the outbox branch does not point at the approved commit"),
     Code("BEM-353", RelayError, "pushing to the upstream failed"),
+    Code("BEM-360", RelayError, "the review does not approve this commit"),
+    Code("BEM-361", RelayError, "the publish ref is not configured or is protected"),
+    Code("BEM-362", RelayError, "the docs-build webhook failed"),
+    Code("BEM-363", RelayError, "the reviewed commit is no longer upstream"),
     Code("BEM-400", ContainerError, "the Docker engine is unreachable"),
     Code("BEM-401", ContainerError, "the sandbox image is missing or stale"),
     Code("BEM-402", ContainerError, "the sandbox container failed to start or become ready"),
@@ -197,6 +201,8 @@ _TABLE = [
     Code("BEM-506", JobError, "the job was cancelled"),
     Code("BEM-507", JobError, "the job's worker was lost and the job could not be taken over"),
     Code("BEM-508", JobError, "no model is configured for the workers"),
+    Code("BEM-509", JobError, "the worker failed unexpectedly while running the job"),
+    Code("BEM-510", JobError, "a service of the local stack failed to start"),
     Code("BEM-600", ApprovalError, "the job has no approval waiting"),
     Code("BEM-601", ApprovalError, "the approval has already been decided"),
     Code("BEM-602", ApprovalError, "a requester cannot approve their own job here"),

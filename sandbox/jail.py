@@ -182,7 +182,10 @@ class SandboxRoot:
             raise BeamError("BEM-300", f"path must be a string, not {type(rel).__name__}")
         pieces = rel.split("/")
         self._check_size(rel, pieces)
-        if rel.startswith(("/", "\\")) or _DRIVE.match(rel):
+        # Judged on the first real component: "./C:" is as absolute as "C:", so the
+        # canonical form normalize() returns is accepted again.
+        first = next((piece for piece in pieces if piece not in ("", ".")), "")
+        if rel.startswith("/") or first.startswith("\\") or _DRIVE.match(first):
             raise BeamError(
                 "BEM-301",
                 f"{_show(rel)} is absolute; give a path relative to the working tree root, "

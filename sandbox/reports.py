@@ -43,8 +43,18 @@ class FileDiff(_Report):
     deletions: int | None
 
 
+class ComparePoint(_Report):
+    """The commit a job's change is compared with, and the host's name for it (``main``)."""
+
+    sha: str
+    label: str
+
+
 class DiffReport(_Report):
+    """``base`` is the old side's commit; ``against`` is set when that is a compare point."""
+
     base: str | None
+    against: ComparePoint | None
     path: str | None
     files: list[FileDiff]
     total_files: int
@@ -62,7 +72,10 @@ class CommitInfo(_Report):
 
 
 class LogReport(_Report):
+    """``since``: the compare point whose history is left out (``git log <since>..HEAD``)."""
+
     branch: str | None
+    since: ComparePoint | None
     commits: list[CommitInfo]
     more: bool
 

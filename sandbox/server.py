@@ -169,21 +169,29 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--call-timeout", type=float, default=30.0)
     parser.add_argument("--identity-name", default="Riverbeam")
     parser.add_argument("--identity-email", default="riverbeam@localhost")
+    parser.add_argument("--compare-to", help="commit git_diff and git_log start from (a sha)")
+    parser.add_argument("--compare-label", help="what the job calls that commit, like 'main'")
     return parser.parse_args(argv)
 
 
 def open_tree(args: argparse.Namespace) -> WorkingTree:
-    """The job's working tree, as the arguments describe it."""
+    """The job's working tree, as the arguments describe it; a compare point the repository
+    does not hold fails here, before the ready line, not on every git_diff."""
     root = SandboxRoot(
         args.root, max_read_bytes=args.max_read_bytes, max_write_bytes=args.max_write_bytes
     )
     identity = Identity(name=args.identity_name, email=args.identity_email)
-    if args.protected is None:
-        tree = WorkingTree(root, identity=identity)  # the tree's own default protection
-    else:
-        tree = WorkingTree(root, args.protected, identity=identity)
+    make = functools.partial(
+        WorkingTree,
+        identity=identity,
+        compare_to=args.compare_to,
+        compare_label=args.compare_label,
+    )
+    # Without --protected the tree keeps its own default protection.
+    tree = make(root) if args.protected is None else make(root, args.protected)
     if args.origin:
         tree.add_origin(args.origin)
+    tree.compare_point()
     return tree
 
 

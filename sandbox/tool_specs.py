@@ -93,12 +93,16 @@ _SPECS = [
     ToolSpec(
         name="git_diff",
         description=(
-            "Show HEAD against the working files as a unified patch with per-file stats: "
-            "staged and unstaged changes together, and new files with their content. Use it "
-            "to review an edit or to write a commit message. The patch is capped at 100000 "
-            "characters and 500 files; when 'truncated' is true, call again with "
-            "path=<file or directory> to see one part in full. Errors: BEM-300..304 for a "
-            "refused path."
+            "Show the change as a unified patch with per-file stats: from a starting commit "
+            "to the working files, staged and unstaged changes together, and new files with "
+            "their content. When the job set a compare point (where the change under review "
+            "began, such as the branch's fork from its base), the patch starts there, so it "
+            "includes the commits made since, and 'against' names that point ({sha, label}); "
+            "otherwise 'against' is null and the patch starts at HEAD. 'base' is the starting "
+            "commit. Use it to review a change or to write a commit message. The patch is "
+            "capped at 100000 characters and 500 files; when 'truncated' is true, call again "
+            "with path=<file or directory> to see one part in full. Errors: BEM-300..304 for "
+            "a refused path."
         ),
         parameters=json_params(
             {
@@ -114,9 +118,12 @@ _SPECS = [
         name="git_log",
         description=(
             "List the newest commits reachable from HEAD, newest first, with sha, author, "
-            "date (ISO 8601), subject and body. 'more' is true when older commits exist. "
-            f"Use it to see recent history or house style for messages. limit: 1 to "
-            f"{MAX_LOG_LIMIT}, default 20."
+            "date (ISO 8601), subject and body. When the job set a compare point, only the "
+            "commits made since it are listed (git log <point>..HEAD) and 'since' names it "
+            "({sha, label}); otherwise 'since' is null and the list runs back through the "
+            "whole history. 'more' is true when more of those commits exist: raise limit to "
+            "see them. Use it to see what a change consists of, recent history, or house "
+            f"style for messages. limit: 1 to {MAX_LOG_LIMIT}, default 20."
         ),
         parameters=json_params(
             {

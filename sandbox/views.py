@@ -12,6 +12,7 @@ from pygit2.enums import DeltaStatus, DiffOption, SortMode
 from sandbox.changes import SCAN_FLAGS, Change, Changes, diff_index_to_workdir, diff_tree_to_index
 from sandbox.reports import (
     CommitInfo,
+    ComparePoint,
     DiffReport,
     FileDiff,
     FileStatus,
@@ -108,23 +109,29 @@ def diff_report(
     tree: pygit2.Tree | None,
     changes: Changes,
     *,
+    base: str | None,
+    against: ComparePoint | None,
     narrowed: str | None,
     max_chars: int = MAX_PATCH_CHARS,
     max_files: int = MAX_DIFF_FILES,
     max_file_bytes: int = 1 << 20,
 ) -> DiffReport:
-    """HEAD against the files (staged and unstaged together, new files included)."""
+    """``tree`` (commit ``base``) against the files: index and files together, new files too.
+
+    ``changes`` must come from a scan against the same ``tree``.
+    """
     paths = [path.encode() for path in changes.paths()]
-    base = None if tree is None else str(repo.head.target)
     if not paths:
+        since = "against HEAD" if against is None else f"since {_named(against)}"
         return DiffReport(
             base=base,
+            against=against,
             path=narrowed,
             files=[],
             total_files=0,
             patch="",
             truncated=False,
-            note="no changes against HEAD" + (f" under {narrowed!r}" if narrowed else ""),
+            note=f"no changes {since}" + (f" under {narrowed!r}" if narrowed else ""),
         )
     index = repo.index
     # Only the changed paths are compared again, so this second pass costs little.
@@ -135,6 +142,7 @@ def diff_report(
     truncated = cut or total > len(files)
     return DiffReport(
         base=base,
+        against=against,
         path=narrowed,
         files=files,
         total_files=total,
@@ -142,6 +150,11 @@ def diff_report(
         truncated=truncated,
         note=_diff_note(total, len(files), cut, max_chars) if truncated else None,
     )
+
+
+def _named(point: ComparePoint) -> str:
+    short = point.sha[:12]
+    return short if point.label == short else f"{point.label} ({short})"
 
 
 def _render(diff: pygit2.Diff, max_chars: int, max_files: int) -> tuple[list[FileDiff], str, bool]:
@@ -194,15 +207,20 @@ def _diff_note(total: int, listed: int, cut: bool, max_chars: int) -> str:
     )
 
 
-def log_report(repo: pygit2.Repository, branch: str | None, limit: int) -> LogReport:
-    """The newest ``limit`` commits reachable from HEAD, newest first (git log's order)."""
+def log_report(
+    repo: pygit2.Repository, branch: str | None, limit: int, since: ComparePoint | None = None
+) -> LogReport:
+    """The newest ``limit`` commits reachable from HEAD and not from ``since``, newest first."""
     if repo.head_is_unborn:
-        return LogReport(branch=branch, commits=[], more=False)
+        return LogReport(branch=branch, since=since, commits=[], more=False)
     # SortMode.NONE is libgit2's git-log order and walks incrementally: 20 commits of a long
-    # history cost 20 commit reads, where time sorting would visit them all first.
+    # history cost 20 commit reads, where time sorting would visit them all first. With a
+    # hidden commit libgit2 first marks the range, as git does for A..B; still newest first.
     walker = repo.walk(repo.head.target, SortMode.NONE)
+    if since is not None:
+        walker.hide(pygit2.Oid(hex=since.sha))
     commits = [_commit_info(commit) for commit in itertools.islice(walker, limit + 1)]
-    return LogReport(branch=branch, commits=commits[:limit], more=len(commits) > limit)
+    return LogReport(branch=branch, since=since, commits=commits[:limit], more=len(commits) > limit)
 
 
 def _commit_info(commit: pygit2.Commit) -> CommitInfo:

@@ -10,12 +10,19 @@ syntax BEM-325, protected refs BEM-328, for checkouts as well as pushes. A push 
 exactly ``refs/heads/<name>:refs/heads/<name>`` (built here, never taken from a caller):
 no ``+``, no deletion, no tags, no push options, no proxy.
 
+A job that looks at a change already committed (a review, a summary, commit notes) gives
+the tree a *compare point*: a commit, usually where the branch left its base. ``diff`` then
+starts from that commit's tree instead of HEAD's, and ``log`` leaves out its history, so
+"the change" is everything since it, committed or not. ``status`` and ``commit`` stay
+relative to HEAD: they describe what the next commit would record.
+
 A ``WorkingTree`` is not thread-safe; callers that share one hold ``lock``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,6 +45,7 @@ from sandbox.repo_guard import (
 )
 from sandbox.reports import (
     CommitResult,
+    ComparePoint,
     DiffReport,
     LogReport,
     PushResult,
@@ -58,6 +66,8 @@ __all__ = ["WorkingTree"]
 
 MAX_URL_CHARS = 2_048
 MAX_MESSAGE_CHARS = 65_536
+MAX_LABEL_CHARS = 200
+_COMMIT_ID = re.compile(r"[0-9a-f]{40}")
 _URL_SCHEMES = frozenset({"file", "http", "https", "ssh", "git"})
 
 
@@ -81,8 +91,11 @@ class WorkingTree:
         identity: Named | None = None,
         trailers: Sequence[Trailer] = (),
         workers: int | None = None,
+        compare_to: str | None = None,
+        compare_label: str | None = None,
     ) -> None:
         self._root = root
+        self._compare = _compare_point(compare_to, compare_label)
         self._policy = ProtectedRefs(protected_refs)
         self._identity = Identity() if identity is None else Identity.of(identity)
         self._trailers = tuple(trailers)
@@ -110,6 +123,12 @@ class WorkingTree:
     @property
     def origin(self) -> str | None:
         return self._origin
+
+    def compare_point(self) -> ComparePoint | None:
+        """The compare point, once the repository is known to hold it (BEM-320 if not)."""
+        if self._compare is not None:
+            self._compare_commit(self._open())
+        return self._compare
 
     # -- setting up ----------------------------------------------------------------------
 
@@ -168,7 +187,7 @@ class WorkingTree:
         """Staged and unstaged changes per path, untracked files included."""
         repo = self._open()
         with _libgit2("git status"):
-            changes = self._scan(repo)
+            changes = self._scan(repo, _head_tree(repo))
             return status_report(
                 changes,
                 branch=_branch_of(repo),
@@ -184,20 +203,28 @@ class WorkingTree:
         max_chars: int = MAX_PATCH_CHARS,
         max_files: int = MAX_DIFF_FILES,
     ) -> DiffReport:
-        """HEAD against the working files as one unified patch, with per-file stats.
+        """HEAD (or the compare point) against the working files as one unified patch.
 
         Staged and unstaged changes are shown together, and new (untracked) files with their
-        content, so the patch is what committing everything would record. ``path`` (a file
-        or directory) narrows it.
+        content, so the patch is what committing everything would record; from a compare
+        point it also holds the commits made since. ``path`` (a file or directory) narrows it.
         """
         narrowed = self._root.normalize(path) if path else ""
         repo = self._open()
         with _libgit2("git diff"):
-            changes = self._scan(repo, narrowed)
+            start = self._compare_commit(repo)
+            if start is None:
+                tree = _head_tree(repo)
+                base = None if tree is None else str(repo.head.target)
+            else:
+                tree, base = start.tree, str(start.id)
+            changes = self._scan(repo, tree, narrowed)
             return diff_report(
                 repo,
-                _head_tree(repo),
+                tree,
                 changes,
+                base=base,
+                against=self._compare,
                 narrowed=narrowed or None,
                 max_chars=max_chars,
                 max_files=max_files,
@@ -205,10 +232,11 @@ class WorkingTree:
             )
 
     def log(self, limit: int = 20) -> LogReport:
-        """The newest ``limit`` commits from HEAD, newest first; empty before the first."""
+        """The newest ``limit`` commits from HEAD (since the compare point), newest first."""
         repo = self._open()
         with _libgit2("git log"):
-            return log_report(repo, _branch_of(repo), max(1, limit))
+            self._compare_commit(repo)
+            return log_report(repo, _branch_of(repo), max(1, limit), self._compare)
 
     # -- writing -------------------------------------------------------------------------
 
@@ -230,7 +258,7 @@ class WorkingTree:
             if target and not len(found):
                 self._explain_nothing_to_add(repo, target)
             index.write()
-            staged = self._scan(repo, target).staged
+            staged = self._scan(repo, _head_tree(repo), target).staged
         return stage_report(target or ".", staged, max_files)
 
     def commit(self, message: str, *, trailers: Sequence[Trailer] | None = None) -> CommitResult:
@@ -301,12 +329,26 @@ class WorkingTree:
             self._repo, self._helpers = open_repository(self._root.path, gitdir), []
         return self._repo
 
-    def _scan(self, repo: pygit2.Repository, path: str = "") -> Changes:
+    def _scan(self, repo: pygit2.Repository, tree: pygit2.Tree | None, path: str = "") -> Changes:
+        """``tree`` against the index ("staged") and the index against the files."""
         if not path:
             while len(self._helpers) < self._workers - 1:
                 self._helpers.append(open_repository(self._root.path, self._root.path / ".git"))
         repos = [repo, *self._helpers] if not path else [repo]
-        return scan(repos, _head_tree(repo), [path.encode()] if path else None)
+        return scan(repos, tree, [path.encode()] if path else None)
+
+    def _compare_commit(self, repo: pygit2.Repository) -> pygit2.Commit | None:
+        if self._compare is None:
+            return None
+        found = repo.get(self._compare.sha)
+        if not isinstance(found, pygit2.Commit):
+            raise BeamError(
+                "BEM-320",
+                f"the compare point {self._compare.label!r} ({self._compare.sha}) is not a "
+                "commit in this repository; the host must pick one the workspace holds, such "
+                "as the merge base of the branch and its base",
+            )
+        return found
 
     def _explain_nothing_to_add(self, repo: pygit2.Repository, target: str) -> None:
         """Refuse a path that staged nothing because git cannot stage it; else return."""
@@ -407,6 +449,45 @@ def _refuse_existing(repo: pygit2.Repository, branch: str) -> None:
     if clash is not None:
         same = "already exists" if clash == branch else f"clashes with {clash!r} (case only)"
         raise BeamError("BEM-326", f"branch {branch!r} {same}; check it out without create")
+    # Refs are files: 'docs' and 'docs/x' cannot both exist, in either order.
+    nested = next(
+        (
+            b
+            for b in repo.branches.local
+            if folded.startswith(b.casefold() + "/") or b.casefold().startswith(folded + "/")
+        ),
+        None,
+    )
+    if nested is not None:
+        raise BeamError(
+            "BEM-326",
+            f"branch {branch!r} cannot exist beside branch {nested!r} (one would be a folder"
+            " of the other); pick another name",
+        )
+
+
+def _compare_point(sha: str | None, label: str | None) -> ComparePoint | None:
+    """The compare point as given, checked for shape (whether it exists is checked on use)."""
+    if sha is None:
+        if label is not None:
+            raise BeamError("BEM-320", "compare_label names a compare point; set compare_to too")
+        return None
+    if not isinstance(sha, str) or not _COMMIT_ID.fullmatch(sha.lower()):
+        raise BeamError(
+            "BEM-320", f"compare_to {sha!r} is not a full 40-character hexadecimal commit id"
+        )
+    sha = sha.lower()
+    if label is None:
+        return ComparePoint(sha=sha, label=sha[:12])
+    if not isinstance(label, str) or not label.strip() or len(label) > MAX_LABEL_CHARS:
+        raise BeamError(
+            "BEM-320", f"compare_label must be text of 1 to {MAX_LABEL_CHARS} characters"
+        )
+    if label != label.strip() or not label.isprintable():
+        raise BeamError(
+            "BEM-320", f"compare_label {label!r} has spaces at its ends or control characters"
+        )
+    return ComparePoint(sha=sha, label=label)
 
 
 def _checked_url(url: str) -> str:

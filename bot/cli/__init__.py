@@ -1,14 +1,27 @@
-"""The ``riverbeam`` command: a thin layer over the library and the service."""
+"""The ``riverbeam`` command: a thin layer over the library and the service.
+
+Exit codes: 0 done; 1 the command ran but what it reports failed (a followed job that
+failed, `sandbox doctor` not ready, a stack process that died); 2 a BEM error or a usage
+error, with nothing changed; 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import version
+from pathlib import Path
 
+from bot.cli.approvals import add_approvals_commands
+from bot.cli.demo import add_demo_command
+from bot.cli.jobs import add_jobs_commands
 from bot.cli.sandbox import add_sandbox_commands
+from bot.cli.service import add_service_commands
 from bot.cli.skills import add_skills_commands
+from bot.cli.submit import add_submit_command
+from bot.cli.up import add_up_command
 from bot.errors import BeamError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -19,8 +32,21 @@ def build_parser() -> argparse.ArgumentParser:
         prog="riverbeam", description="A sandboxed, git-publishing docs bot."
     )
     parser.add_argument("--version", action="version", version=version("riverbeam"))
+    parser.add_argument(
+        "-c",
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="the riverbeam.toml to use (default: $RIVERBEAM_CONFIG or ./riverbeam.toml)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    add_demo_command(commands)
+    add_up_command(commands)
+    add_submit_command(commands)
+    add_jobs_commands(commands)
+    add_approvals_commands(commands)
+    add_service_commands(commands)
     add_skills_commands(commands)
     add_sandbox_commands(commands)
     return parser
@@ -28,9 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.config is not None:
+        # Through the environment, so the processes a command starts read it too.
+        os.environ["RIVERBEAM_CONFIG"] = str(args.config.resolve())
     handler: Handler = args.handler
     try:
         return handler(args)
     except BeamError as error:
         print(f"riverbeam: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("riverbeam: interrupted", file=sys.stderr)
+        return 130

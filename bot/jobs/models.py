@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
-from bot.frames import ErrorInfo, Usage
+from bot.frames import ErrorInfo, Frame, Usage
 
 
 def utcnow() -> datetime:
@@ -178,6 +178,9 @@ class CommitNotesOutcome(BaseModel):
     range: str
     subject: str = ""
     body: str = ""
+    subject_truncated: bool = Field(
+        default=False, description="the model's subject was over 72 characters and was cut"
+    )
 
 
 class PublishOutcome(BaseModel):
@@ -185,6 +188,7 @@ class PublishOutcome(BaseModel):
     publish_ref: str
     sha: str | None = None
     webhook_status: int | None = None
+    webhook_error: ErrorInfo | None = None
 
 
 Outcome = Annotated[
@@ -229,6 +233,8 @@ class ApprovalState(StrEnum):
     PENDING = "pending"
     APPROVED = "approved"
     REFUSED = "refused"
+    # Nobody decided: the job ended (cancelled, failed) while the approval was still pending.
+    WITHDRAWN = "withdrawn"
 
 
 class Approval(BaseModel):
@@ -245,6 +251,7 @@ class Approval(BaseModel):
     arguments: dict[str, JsonValue]
     commit_sha: str | None = None
     target_ref: str | None = None
+    base_sha: str | None = Field(default=None, description="the commit the diff starts from")
     diff_digest: str = ""
     diff_stat: str = ""
     diff: str = Field(default="", description="the diff that would land, capped")
@@ -254,3 +261,15 @@ class Approval(BaseModel):
     decided_at: datetime | None = None
     comment: str = ""
     applied: bool = False
+
+
+class JobEvent(BaseModel):
+    """One entry of a job's event stream: a frame the agent produced, or the end marker
+    carrying the final state. ``id`` is the stream entry id; a follower passes the last one
+    it saw as ``after`` (or as an SSE ``Last-Event-ID``) to continue where it stopped."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    frame: Frame | None = None
+    end: JobState | None = None

@@ -57,6 +57,9 @@ class SandboxJob:
     protected_refs: tuple[str, ...]
     outbox: Path | None = None
     identity: Identity = field(default_factory=Identity)
+    # The commit git_diff and git_log start from, and its name; the tool server checks both.
+    compare_to: str | None = None
+    compare_label: str | None = None
 
     def __post_init__(self) -> None:
         if not _JOB_ID.fullmatch(self.job_id):
@@ -93,6 +96,11 @@ def server_arguments(job: SandboxJob) -> list[str]:
     ]
     if job.outbox is not None:
         arguments += ["--origin", OUTBOX_MOUNT]
+    # One "--flag=value" word each: a label starting with '-' must not read as an option.
+    if job.compare_to is not None:
+        arguments.append(f"--compare-to={job.compare_to}")
+    if job.compare_label is not None:
+        arguments.append(f"--compare-label={job.compare_label}")
     return arguments
 
 

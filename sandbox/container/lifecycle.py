@@ -112,8 +112,15 @@ class ContainerSandbox:
         deadline: datetime,
         outbox: Path | None = None,
         identity: Identity | None = None,
+        compare_to: str | None = None,
+        compare_label: str | None = None,
     ) -> None:
-        """Create, attach, start and wait for the ready line (``limits.ready_timeout``)."""
+        """Create, attach, start and wait for the ready line (``limits.ready_timeout``).
+
+        ``compare_to`` (a commit sha the workspace holds) and its ``compare_label`` make
+        git_diff and git_log show the change since that commit; a bad one fails the start
+        (BEM-402, with the server's reason).
+        """
         job = SandboxJob(
             job_id=job_id,
             workspace=workspace,
@@ -122,6 +129,8 @@ class ContainerSandbox:
             protected_refs=tuple(protected_refs),
             outbox=outbox,
             identity=identity or Identity(),
+            compare_to=compare_to,
+            compare_label=compare_label,
         )
         with self._lock:
             if self._container_id is not None:

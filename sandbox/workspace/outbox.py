@@ -31,7 +31,7 @@ from pygit2.enums import FileMode, ObjectType
 from bot.errors import BeamError
 from sandbox.refs import HEADS
 
-__all__ = ["import_commit", "outbox_branch"]
+__all__ = ["import_commit", "outbox_branch", "untrusted_odb"]
 
 MAX_LOOSE_REF_BYTES = 1024
 MAX_PACKED_REFS_BYTES = 16 << 20
@@ -55,7 +55,7 @@ def import_commit(outbox: Path, mirror: pygit2.Repository, sha: str) -> int:
     BEM-350 when the outbox lacks the commit or an object it needs, or holds something that
     is not what its id says. Returns how many objects were copied.
     """
-    source = _untrusted_odb(outbox / "objects")
+    source = untrusted_odb(outbox / "objects")
     root = pygit2.Oid(hex=sha)
     if not source.exists(root) or source.read_header(root)[0] != ObjectType.COMMIT:
         raise BeamError(
@@ -127,7 +127,11 @@ def _corrupt(oid: pygit2.Oid) -> BeamError:
     )
 
 
-def _untrusted_odb(objects: Path) -> pygit2.Odb:
+def untrusted_odb(objects: Path) -> pygit2.Odb:
+    """An object database on a store another user writes: its packs and loose objects only.
+
+    BEM-350 when anything under ``objects`` is a symlink or a special file.
+    """
     _refuse_links(objects)
     odb = pygit2.Odb()
     # No alternates backend: a path the container wrote must not widen what the host reads.

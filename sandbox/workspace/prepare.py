@@ -9,13 +9,16 @@ Layout, under ``WorkspaceSettings.root``::
             .git/config       written by Riverbeam: origin = /outbox, nothing else
         outbox.git/           bare, sandbox uid; mounted as /outbox
 
-The clone is on ``<branch_prefix><job-id>`` at the requested base. Its ``origin`` is the
-outbox, spelled ``/outbox`` because that is where the container sees it; host-side code never
-pushes from the clone, it reads the outbox directly (see ``sandbox.workspace.relay``).
+The clone is on ``<branch_prefix><job-id>`` at the requested base: a branch, or a commit id
+(``sandbox.workspace.commits`` resolves it). Its ``origin`` is the outbox, spelled
+``/outbox`` because that is where the container sees it; host-side code never pushes from
+the clone, it reads the outbox directly (see ``sandbox.workspace.relay``).
 The outbox starts with the job branch at the base commit, so the container's first push
 sends only its own commits. Neither repository holds the upstream URL, a credential, a hook
 or a remote-tracking ref from the mirror. A workspace is assembled in a ``.staging-*``
 directory and renamed into place, so ``<job-id>/`` either is complete or does not exist.
+The tree is checked out by the sandbox uid itself (``sandbox.workspace.checkout``), so the
+stat data its index records is what the container sees: status need not hash any file.
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ from pathlib import Path
 
 import pygit2
 from pydantic import TypeAdapter, ValidationError
-from pygit2.enums import CheckoutStrategy
 
 from bot.config import RepositoryConfig, SandboxLimits, WorkspaceSettings
 from bot.errors import BeamError
 from sandbox.refs import HEADS, ProtectedRefs, branch_name
+from sandbox.workspace.checkout import check_out_as
+from sandbox.workspace.commits import commit_in
 from sandbox.workspace.credentials import UpstreamCallbacks, upstream_callbacks
 from sandbox.workspace.mirror import mirror_lock, sync_mirror
 from sandbox.workspace.objectstore import link_objects
@@ -43,6 +47,7 @@ __all__ = [
     "CONTAINER_OUTBOX",
     "SANDBOX_UID",
     "Workspace",
+    "hand_over",
     "is_job_id",
     "job_directory",
     "open_workspace",
@@ -105,10 +110,14 @@ def prepare_workspace(
     sandbox_uid: int = SANDBOX_UID,
     callbacks: UpstreamCallbacks | None = None,
 ) -> Workspace:
-    """Refresh the mirror, then build the job's tree and outbox, owned by ``sandbox_uid``."""
+    """Refresh the mirror, then build the job's tree and outbox, owned by ``sandbox_uid``.
+
+    ``base`` is a branch (default: the repository's default branch) or a commit id; one the
+    mirror does not have is BEM-341.
+    """
     final = job_directory(settings, job_id)
     branch = ProtectedRefs(repo_config.protected_refs).check_branch(settings.branch_prefix + job_id)
-    base_branch = branch_name(base or repo_config.default_branch)
+    base_name = branch_name(base or repo_config.default_branch)
     if final.exists():
         raise BeamError("BEM-342", f"a workspace for job {job_id} already exists; open it instead")
     mirror = sync_mirror(
@@ -117,12 +126,13 @@ def prepare_workspace(
     settings.root.mkdir(parents=True, exist_ok=True, mode=0o711)
     staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{job_id}-", dir=settings.root))
     try:
-        base_sha = _build(staging, mirror, base_branch, branch, sandbox_uid)
+        # 0711, as the job directory it becomes: the checkout, as the sandbox uid, goes through.
+        staging.chmod(0o711)
+        base_sha = _build(staging, mirror, base_name, branch, sandbox_uid)
         workspace = Workspace(
-            job_id, repo_name, final / TREE, final / OUTBOX, mirror, branch, base_branch, base_sha
+            job_id, repo_name, final / TREE, final / OUTBOX, mirror, branch, base_name, base_sha
         )
         (staging / METADATA).write_bytes(_RECORD.dump_json(workspace, indent=2))
-        staging.chmod(0o711)
         os.rename(staging, final)
     except BeamError:
         shutil.rmtree(staging, ignore_errors=True)
@@ -162,32 +172,21 @@ def _build(staging: Path, mirror: Path, base: str, branch: str, uid: int) -> str
     tree, outbox = staging / TREE, staging / OUTBOX
     # Shared: a concurrent fetch must not prune the base or repack while objects are linked.
     with mirror_lock(mirror, exclusive=False):
-        base_sha = _base_sha(mirror, base)
+        base_sha = commit_in(_open(mirror), base)
         _init_repository(outbox, mirror, branch, base_sha, bare=True)
-        clone = _init_repository(tree, mirror, branch, base_sha, bare=False)
-    clone.checkout("HEAD", strategy=CheckoutStrategy.FORCE)
-    _hand_over(tree, tree / ".git" / "objects", uid)
-    _hand_over(outbox, outbox / "objects", uid)
+        _init_repository(tree, mirror, branch, base_sha, bare=False)
+    hand_over(tree, tree / ".git" / "objects", uid)
+    hand_over(outbox, outbox / "objects", uid)
+    # After the hand-over, so that nothing changes the checked-out files' owner or ctime.
+    check_out_as(tree, uid)
     return base_sha
 
 
-def _base_sha(mirror: Path, base: str) -> str:
-    repo = pygit2.Repository(str(mirror), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
-    reference = repo.references.get(HEADS + base)
-    if reference is None:
-        known = sorted(
-            name.removeprefix(HEADS) for name in repo.references if name.startswith(HEADS)
-        )
-        shown = ", ".join(known[:10]) + (", ..." if len(known) > 10 else "") or "none"
-        raise BeamError(
-            "BEM-341", f"the base branch {base!r} does not exist upstream (branches: {shown})"
-        )
-    return str(reference.peel(pygit2.Commit).id)
+def _open(mirror: Path) -> pygit2.Repository:
+    return pygit2.Repository(str(mirror), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
 
 
-def _init_repository(
-    path: Path, mirror: Path, branch: str, base_sha: str, *, bare: bool
-) -> pygit2.Repository:
+def _init_repository(path: Path, mirror: Path, branch: str, base_sha: str, *, bare: bool) -> None:
     pygit2.init_repository(str(path), bare=bare, initial_head=branch)
     gitdir = path if bare else path / ".git"
     for leftover in _TEMPLATE_LEFTOVERS:
@@ -199,7 +198,6 @@ def _init_repository(
     if not bare:
         # The outbox starts at the base, and the clone knows it: status reads "up to date".
         repo.references.create(f"refs/remotes/origin/{branch}", base_sha)
-    return repo
 
 
 def _remove(path: Path) -> None:
@@ -223,19 +221,31 @@ def _outbox_config() -> str:
     return "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n"
 
 
-def _hand_over(top: Path, objects: Path, uid: int) -> None:
-    """Give ``top`` to the sandbox uid, except the object files shared with the mirror."""
+def hand_over(top: Path, objects: Path, uid: int) -> None:
+    """Give ``top`` to the sandbox uid, except the object files under ``objects``.
+
+    Those stay the worker's and read-only: the ones linked from the mirror share its inodes,
+    and ``sandbox.workspace.snapshot.restore`` leaves the objects it unpacks the same way.
+    What the uid owns already is left alone: a ``chown`` changes the ctime even when it
+    changes no owner, and the index's stat cache of those files would no longer match.
+    """
     if os.geteuid() == uid:
         return
     try:
-        os.chown(top, uid, uid, follow_symlinks=False)
+        _give(top, uid)
         for directory, dirs, files in os.walk(top):
             names = dirs if Path(directory).is_relative_to(objects) else dirs + files
             for name in names:
-                os.chown(os.path.join(directory, name), uid, uid, follow_symlinks=False)
+                _give(os.path.join(directory, name), uid)
     except PermissionError:
         raise BeamError(
             "BEM-342",
             f"the worker (uid {os.geteuid()}) cannot hand the workspace to the sandbox uid "
-            f"{uid}; run workers as root or with CAP_CHOWN",
+            f"{uid}; run workers as root, or with CAP_CHOWN, CAP_SETUID and CAP_SETGID",
         ) from None
+
+
+def _give(path: str | Path, uid: int) -> None:
+    info = os.lstat(path)
+    if (info.st_uid, info.st_gid) != (uid, uid):
+        os.chown(path, uid, uid, follow_symlinks=False)

@@ -20,15 +20,22 @@ Why push from the mirror and not from the outbox: the outbox is written by the c
 so the host treats it as data (``sandbox.workspace.outbox``) and never opens it as a
 repository to run a network operation from. The mirror is the worker's own, its config is
 Riverbeam's, and it already has the upstream history, so only the job's new objects travel.
+
+``publish_commit`` moves a repository's publish branch to a reviewed commit along the same
+path: steps 1 to 3, 6 and 7 are shared (``_update_upstream``); only where the commit comes
+from differs. A publish takes it from the mirror, which already holds every upstream branch,
+so the reviewed commit must be there (BEM-363) and nothing is read from a job's outbox.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from pathlib import Path
 
 import pygit2
 from pydantic import BaseModel, ConfigDict
-from pygit2.enums import CredentialType
+from pygit2.enums import CredentialType, ObjectType
 
 from bot.config import RepositoryConfig
 from bot.errors import BeamError
@@ -38,9 +45,14 @@ from sandbox.workspace.mirror import mirror_lock, open_mirror
 from sandbox.workspace.outbox import import_commit, outbox_branch
 from sandbox.workspace.prepare import Workspace
 
-__all__ = ["RelayResult", "relay_push"]
+__all__ = ["RelayResult", "publish_commit", "relay_push"]
 
 _COMMIT_ID = re.compile(r"[0-9a-f]{40}")
+
+# Makes the error for an upstream branch at ``current`` that ``sha`` does not build on.
+_NotFastForward = Callable[[str, str, str], BeamError]
+# Puts commit ``sha`` (and all it needs) into the mirror, refusing if it cannot.
+_Provide = Callable[[pygit2.Repository, str, str], None]
 
 
 class RelayResult(BaseModel):
@@ -63,21 +75,67 @@ def relay_push(
     callbacks: UpstreamCallbacks,
 ) -> RelayResult:
     """Push ``approved_sha`` from the job's outbox to ``refs/heads/<branch>`` upstream."""
+
+    def from_outbox(mirror: pygit2.Repository, name: str, sha: str) -> None:
+        # A mirror removed since the workspace was built comes back empty; the import then
+        # copies the whole closure from the outbox, which holds the base history too.
+        _check_outbox(workspace, name, sha)
+        import_commit(workspace.outbox, mirror, sha)
+
+    return _update_upstream(
+        workspace.mirror, approved_sha, branch, repo_config, callbacks, provide=from_outbox
+    )
+
+
+def publish_commit(
+    mirror: Path,
+    sha: str,
+    publish_ref: str,
+    repo_config: RepositoryConfig,
+    *,
+    callbacks: UpstreamCallbacks,
+) -> RelayResult:
+    """Fast-forward (or create) ``refs/heads/<publish_ref>`` upstream to ``sha``.
+
+    ``sha`` must already be in the mirror (BEM-363): sync the mirror first, which also lets
+    the fast-forward check see the branch's current upstream tip. The branch is checked
+    against the protected refs here, as for any push.
+    """
+    return _update_upstream(
+        mirror,
+        sha,
+        publish_ref,
+        repo_config,
+        callbacks,
+        provide=_require_in_mirror,
+        not_fast_forward=_publish_would_drop,
+    )
+
+
+def _update_upstream(
+    mirror_dir: Path,
+    candidate_sha: str,
+    branch: str,
+    repo_config: RepositoryConfig,
+    callbacks: UpstreamCallbacks,
+    *,
+    provide: _Provide,
+    not_fast_forward: _NotFastForward | None = None,
+) -> RelayResult:
+    """The one pushing path: checks 1-3, ``provide`` the commit, then checks 6-7 and push."""
+    moved = not_fast_forward or _moved
     name = ProtectedRefs(repo_config.protected_refs).check_branch(branch)
-    sha = _commit_id(approved_sha)
+    sha = _commit_id(candidate_sha)
     check_upstream_url(repo_config.upstream)
-    # A mirror removed since the workspace was built comes back empty; the import below then
-    # copies the whole closure from the outbox, which holds the base history too.
-    mirror = open_mirror(workspace.mirror)
-    upstream = _Upstream(mirror, repo_config.upstream, callbacks)
+    mirror = open_mirror(mirror_dir)
+    upstream = _Upstream(mirror, repo_config.upstream, callbacks, moved)
     current = upstream.tip(name)
     if current == sha:
         return RelayResult(branch=name, sha=sha, pushed=False, already_there=True)
-    _check_outbox(workspace, name, sha)
     # Shared: other jobs may build workspaces meanwhile; a fetch waits until the push is done.
-    with mirror_lock(workspace.mirror, exclusive=False):
-        import_commit(workspace.outbox, mirror, sha)
-        _check_fast_forward(mirror, name, current, sha)
+    with mirror_lock(mirror_dir, exclusive=False):
+        provide(mirror, name, sha)
+        _check_fast_forward(mirror, name, current, sha, moved)
         upstream.push(name, sha, current)
     return RelayResult(branch=name, sha=sha, pushed=True, already_there=False)
 
@@ -104,14 +162,29 @@ def _check_outbox(workspace: Workspace, name: str, sha: str) -> None:
         )
 
 
+def _require_in_mirror(mirror: pygit2.Repository, name: str, sha: str) -> None:
+    oid = pygit2.Oid(hex=sha)
+    if oid not in mirror.odb or mirror.odb.read_header(oid)[0] != ObjectType.COMMIT:
+        raise BeamError(
+            "BEM-363",
+            f"commit {sha} is not in the mirror: no upstream branch holds it any more (was the "
+            f"reviewed branch rewritten or deleted?). Nothing was pushed to {name}; review the "
+            "branch again and publish that review.",
+        )
+
+
 def _check_fast_forward(
-    mirror: pygit2.Repository, name: str, current: str | None, sha: str
+    mirror: pygit2.Repository,
+    name: str,
+    current: str | None,
+    sha: str,
+    moved: _NotFastForward,
 ) -> None:
     if current is None:
         return
     tip = pygit2.Oid(hex=current)
     if tip not in mirror.odb or not mirror.descendant_of(pygit2.Oid(hex=sha), tip):
-        raise _moved(name, current, sha)
+        raise moved(name, current, sha)
 
 
 def _moved(name: str, current: str, sha: str) -> BeamError:
@@ -123,13 +196,29 @@ def _moved(name: str, current: str, sha: str) -> BeamError:
     )
 
 
+def _publish_would_drop(name: str, current: str, sha: str) -> BeamError:
+    return BeamError(
+        "BEM-351",
+        f"the publish branch {name} is at {current}, which the reviewed commit {sha} does not "
+        "build on: moving it would drop published history, and Riverbeam never forces. Merge "
+        f"{name} into the reviewed branch, review it again and publish that review.",
+    )
+
+
 class _Upstream:
     """The upstream as seen through an anonymous remote on the mirror."""
 
-    def __init__(self, mirror: pygit2.Repository, url: str, callbacks: UpstreamCallbacks) -> None:
+    def __init__(
+        self,
+        mirror: pygit2.Repository,
+        url: str,
+        callbacks: UpstreamCallbacks,
+        moved: _NotFastForward,
+    ) -> None:
         self._mirror = mirror
         self._url = url
         self._callbacks = callbacks
+        self._moved = moved
 
     def tip(self, name: str) -> str | None:
         """The commit the upstream branch is at, or None when it has no such branch."""
@@ -160,7 +249,7 @@ class _Upstream:
         # A refusal right after our checks passed usually means a push raced ours.
         current = self.tip(name)
         if current not in (expected, sha) and current is not None:
-            raise _moved(name, current, sha)
+            raise self._moved(name, current, sha)
 
     def _remote(self) -> pygit2.Remote:
         return self._mirror.remotes.create_anonymous(self._url)

@@ -5,15 +5,20 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import docker
+import pygit2
 import pytest
 
+from bot.config import SandboxLimits
 from bot.errors import BeamError
 from bot.input import AgentInput
 from sandbox.container.lifecycle import ContainerSandbox
+from sandbox.image.build import ImageInfo
 from sandbox.jail import SandboxRoot
 from sandbox.tools import TOOL_NAMES, call_tool, sandbox_tools
 from sandbox.worktree import WorkingTree
-from tests.container.kit import PAGES, Workspace, outbox_refs
+from tests.container.conftest import PROTECTED
+from tests.container.kit import PAGES, Workspace, chown_tree, deadline, make_workspace, outbox_refs
 
 
 def test_ready_line_lists_the_nine_tools(sandbox: ContainerSandbox) -> None:
@@ -116,3 +121,71 @@ def test_stop_leaves_no_container(sandbox: ContainerSandbox, docker_client: obje
     with pytest.raises(BeamError) as stopped:
         sandbox.call("list_tree", {})
     assert stopped.value.code == "BEM-404"
+
+
+def test_a_compare_point_reaches_the_server_and_git_diff_shows_the_committed_change(
+    docker_client: docker.DockerClient, image: ImageInfo, limits: SandboxLimits, tmp_path: Path
+) -> None:
+    # A review's workspace: the branch is checked out clean, its change already committed.
+    workspace = make_workspace(tmp_path / "job-2", job_id="job-2", uid=0)
+    repo = pygit2.Repository(str(workspace.path))
+    start = str(repo.head.target)
+    (workspace.path / "docs/index.md").write_text("# Index\n\nWelcome, reviewers.\n")
+    repo.index.add("docs/index.md")
+    repo.index.write()
+    author = pygit2.Signature("Docs Team", "docs@example.com", 1_700_000_100, 0)
+    tree = repo.index.write_tree()
+    change = str(repo.create_commit("HEAD", author, author, "Greet reviewers", tree, [start]))
+    for path in (workspace.path, workspace.outbox):
+        chown_tree(path, 10001)
+
+    with ContainerSandbox(docker_client, image.ref) as sandbox:
+        sandbox.start(
+            "job-2",
+            workspace.path,
+            PROTECTED,
+            limits,
+            deadline=deadline(),
+            compare_to=start,
+            compare_label="main",
+        )
+        diff = sandbox.call("git_diff", {})
+        log = sandbox.call("git_log", {})
+        status = sandbox.call("git_status", {})
+
+    point = {"sha": start, "label": "main"}
+    assert isinstance(diff, dict) and isinstance(log, dict) and isinstance(status, dict)
+    assert (diff["base"], diff["against"]) == (start, point)
+    assert diff["files"] == [
+        {
+            "path": "docs/index.md",
+            "old_path": None,
+            "status": "modified",
+            "binary": False,
+            "additions": 1,
+            "deletions": 1,
+        }
+    ]
+    assert "+Welcome, reviewers.\n" in str(diff["patch"])
+    assert log["since"] == point
+    assert [commit["sha"] for commit in log["commits"]] == [change]  # type: ignore[index,union-attr]
+    assert status["clean"] is True  # nothing uncommitted: only the compare point shows it
+
+
+def test_a_compare_point_the_workspace_lacks_stops_the_start(
+    docker_client: docker.DockerClient, image: ImageInfo, workspace: Workspace
+) -> None:
+    sandbox = ContainerSandbox(docker_client, image.ref)
+    with pytest.raises(BeamError) as failed:
+        sandbox.start(
+            "job-1",
+            workspace.path,
+            PROTECTED,
+            SandboxLimits(),
+            deadline=deadline(),
+            compare_to="0" * 40,
+            compare_label="main",
+        )
+    assert failed.value.code == "BEM-402"
+    assert "is not a commit in this repository" in failed.value.message
+    assert sandbox.container_id is None

@@ -129,6 +129,8 @@ LEXICAL = [
     case("abs-drive-backslash", "read", "C:\\Windows\\win.ini", "BEM-301"),
     case("abs-drive-slash-write", "write", "c:/x.md", "BEM-301"),
     case("abs-drive-relative", "read", "C:x", "BEM-301"),
+    case("abs-drive-after-dot", "write", "./C:", "BEM-301"),
+    case("abs-backslash-after-dot", "write", ".//\\server\\share", "BEM-301"),
     case("abs-checked-before-dotdot", "read", "/../x", "BEM-301"),
     case("dotdot-leading", "read", "../outside/secret.txt", "BEM-302"),
     case("dotdot-alone", "read", "..", "BEM-302"),

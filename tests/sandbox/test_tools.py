@@ -86,6 +86,12 @@ def test_git_log_limit_defaults_to_twenty() -> None:
     assert TOOL_SPECS["git_log"].parameters["properties"]["limit"]["default"] == 20
 
 
+def test_git_diff_and_git_log_tell_the_model_about_the_compare_point() -> None:
+    diff, log = TOOL_SPECS["git_diff"].description, TOOL_SPECS["git_log"].description
+    assert "compare point" in diff and "'against'" in diff and "HEAD" in diff
+    assert "compare point" in log and "'since'" in log and "<point>..HEAD" in log
+
+
 @pytest.mark.parametrize(
     ("name", "args"),
     [
@@ -352,6 +358,36 @@ def test_git_log_default_limit(env: GitEnv) -> None:
     result = call(env, "git_log")
     assert len(result["commits"]) == 20
     assert result["commits"][0]["subject"] == "Commit 24"
+
+
+def test_git_diff_and_git_log_say_there_is_no_compare_point(env: GitEnv) -> None:
+    # Fixed keys: without a compare point 'against' and 'since' are there, and null.
+    assert call(env, "git_diff")["against"] is None
+    assert call(env, "git_log")["since"] is None
+
+
+def test_git_diff_and_git_log_from_a_compare_point(env: GitEnv) -> None:
+    start = env.tree.head_sha()
+    assert start is not None
+    first = env.commit_file("docs/index.md", "# Index\n\nWelcome back.\n", "Welcome back")
+    second = env.commit_file("docs/faq.md", "# FAQ\n", "Add a FAQ")
+    env.write("docs/faq.md", "# FAQ\n\nNone yet.\n")
+    tree = WorkingTree(SandboxRoot(env.work), compare_to=start, compare_label="main")
+    point = {"sha": start, "label": "main"}
+
+    diff: dict[str, Any] = call_tool(tree, "git_diff", {})
+    assert (diff["base"], diff["against"]) == (start, point)
+    assert [(f["path"], f["status"]) for f in diff["files"]] == [
+        ("docs/faq.md", "added"),
+        ("docs/index.md", "modified"),
+    ]
+    assert "+Welcome back.\n" in diff["patch"] and "+None yet.\n" in diff["patch"]
+
+    log: dict[str, Any] = call_tool(tree, "git_log", {"limit": 5})
+    assert log["since"] == point
+    assert [c["sha"] for c in log["commits"]] == [second, first]
+    assert log["more"] is False
+    json.dumps([diff, log])
 
 
 def test_git_commit_with_nothing_staged_is_bem_321(env: GitEnv) -> None:

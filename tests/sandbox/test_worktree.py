@@ -17,9 +17,10 @@ from bot.errors import BeamError, ConfigError, GitError, JailError
 from sandbox.changes import _SortedPaths, plan_groups, scan
 from sandbox.identity import Identity, Trailer, compose_message
 from sandbox.jail import SandboxRoot
+from sandbox.reports import ComparePoint
 from sandbox.views import file_statuses
 from sandbox.worktree import WorkingTree, _PushWatch
-from tests.sandbox.git_kit import GitEnv, build_git_env, refs_of
+from tests.sandbox.git_kit import PROTECTED, GitEnv, build_git_env, refs_of
 
 
 @pytest.fixture
@@ -157,6 +158,15 @@ def test_creating_an_existing_branch_or_a_case_variant_is_bem_326(env: GitEnv, n
     with pytest.raises(GitError) as caught:
         env.tree.checkout_branch(name, create=True)
     assert _code(caught) == "BEM-326"
+    assert env.tree.current_branch() == "feature"
+
+
+@pytest.mark.parametrize("name", ["feature/x", "Feature/deeper/x"])
+def test_a_branch_nested_under_an_existing_one_is_bem_326(env: GitEnv, name: str) -> None:
+    with pytest.raises(GitError) as caught:
+        env.tree.checkout_branch(name, create=True)
+    assert _code(caught) == "BEM-326"
+    assert "beside branch 'feature'" in caught.value.message
     assert env.tree.current_branch() == "feature"
 
 
@@ -351,6 +361,162 @@ def test_log_caps_long_bodies(env: GitEnv) -> None:
     body = env.tree.log(1).commits[0].body
     assert len(body) < 2_100
     assert body.endswith("[...]")
+
+
+# -- a compare point ---------------------------------------------------------------------
+
+
+def _since(env: GitEnv, sha: str, label: str | None = "main") -> WorkingTree:
+    """A second view of the env's repository, comparing with ``sha``."""
+    return WorkingTree(SandboxRoot(env.work), PROTECTED, compare_to=sha, compare_label=label)
+
+
+def _branch_with_commits(env: GitEnv) -> tuple[str, list[str]]:
+    """Where 'feature' starts (main's tip), and three commits made on it since."""
+    start = env.tree.head_sha()
+    assert start is not None
+    commits = [
+        env.commit_file("docs/index.md", "# Index\n\nWelcome, readers.\n", "Greet readers"),
+        env.commit_file("docs/install.md", "# Install\n\nRun it.\n", "Add the install page"),
+    ]
+    (env.work / "README.md").unlink()
+    env.tree.add("README.md")
+    commits.append(env.tree.commit("Drop the README").commit)
+    return start, commits
+
+
+def test_diff_from_a_compare_point_shows_commits_since_and_uncommitted_changes(
+    env: GitEnv,
+) -> None:
+    start, _ = _branch_with_commits(env)
+    env.write("docs/install.md", "# Install\n\nRun it.\nThen check it.\n")  # unstaged
+    env.write("docs/staged.md", "staged\n")
+    env.tree.add("docs/staged.md")
+    env.write("notes.md", "untracked\n")
+    report = _since(env, start).diff()
+    assert report.base == start
+    assert report.against == ComparePoint(sha=start, label="main")
+    assert [(f.path, f.status, f.additions, f.deletions) for f in report.files] == [
+        ("README.md", "deleted", 0, 1),
+        ("docs/index.md", "modified", 1, 1),
+        ("docs/install.md", "added", 4, 0),  # committed since, then edited
+        ("docs/staged.md", "added", 1, 0),
+        ("notes.md", "untracked", 1, 0),
+    ]
+    for line in ("-# Docs", "+Welcome, readers.", "+Run it.", "+Then check it.", "+untracked"):
+        assert f"\n{line}\n" in report.patch, line
+    assert report.note is None
+    # The plain view is unchanged: HEAD against the files, and no compare point.
+    plain = env.tree.diff()
+    assert (plain.base, plain.against) == (env.tree.head_sha(), None)
+    assert [f.path for f in plain.files] == ["docs/install.md", "docs/staged.md", "notes.md"]
+
+
+def test_diff_from_a_compare_point_at_head_is_the_plain_diff(env: GitEnv) -> None:
+    env.write("docs/index.md", "changed\n")
+    env.write("docs/new.md", "new\n")
+    head = env.tree.head_sha()
+    assert head is not None
+    compared = _since(env, head, None).diff()
+    assert compared.against == ComparePoint(sha=head, label=head[:12])
+    assert compared.model_copy(update={"against": None}) == env.tree.diff()
+
+
+def test_a_change_undone_since_the_compare_point_is_no_change(env: GitEnv) -> None:
+    start, _ = _branch_with_commits(env)
+    repo = env.repo
+    # The files and the index go back to the start; HEAD keeps the three commits.
+    repo.checkout_tree(repo[start].peel(pygit2.Tree), strategy=CheckoutStrategy.FORCE)
+    since = _since(env, start)
+    report = since.diff()
+    assert (report.files, report.patch) == ([], "")
+    assert report.note == f"no changes since main ({start[:12]})"
+    assert since.diff("docs").note == f"no changes since main ({start[:12]}) under 'docs'"
+    assert not since.status().clean  # status still describes HEAD to the files
+
+
+def test_diff_from_a_compare_point_narrows_to_a_path(env: GitEnv) -> None:
+    start, _ = _branch_with_commits(env)
+    report = _since(env, start).diff("docs/install.md")
+    assert [f.path for f in report.files] == ["docs/install.md"]
+    assert "README" not in report.patch and "Welcome" not in report.patch
+
+
+def test_log_from_a_compare_point_lists_only_the_commits_since(env: GitEnv) -> None:
+    start, commits = _branch_with_commits(env)
+    since = _since(env, start)
+    report = since.log()
+    assert [c.sha for c in report.commits] == commits[::-1]
+    assert report.since == ComparePoint(sha=start, label="main")
+    assert (report.branch, report.more) == ("feature", False)
+    short = since.log(2)
+    assert [c.sha for c in short.commits] == commits[:0:-1]
+    assert short.more
+    assert env.tree.log().since is None
+    assert len(env.tree.log().commits) == 4  # the plain log still reaches the first commit
+
+
+def test_log_from_a_compare_point_after_a_merge_follows_git(env: GitEnv) -> None:
+    # git log start..HEAD: commits HEAD reaches and start does not, merged ones included.
+    start, commits = _branch_with_commits(env)
+    repo = env.repo
+    author = pygit2.Signature("Upstream", "upstream@example.com", 1_900_000_000, 0)
+    old = repo[start].peel(pygit2.Commit)
+    on_main = repo.create_commit(None, author, author, "Main moved", old.tree_id, [old.id])
+    head = repo.head.peel(pygit2.Commit)
+    later = pygit2.Signature("Upstream", "upstream@example.com", 1_900_000_100, 0)
+    merge = repo.create_commit("HEAD", later, later, "Merge main", head.tree_id, [head.id, on_main])
+    report = _since(env, start).log()
+    assert [c.sha for c in report.commits] == [str(merge), str(on_main), *commits[::-1]]
+    assert [c.sha for c in _since(env, str(on_main)).log().commits] == [
+        str(merge),
+        *commits[::-1],
+    ]
+
+
+def test_a_compare_point_is_a_lowercased_full_commit_id(env: GitEnv) -> None:
+    head = env.tree.head_sha()
+    assert head is not None
+    assert _since(env, head.upper()).compare_point() == ComparePoint(sha=head, label="main")
+    assert WorkingTree(SandboxRoot(env.work)).compare_point() is None
+
+
+@pytest.mark.parametrize("sha", ["", "abc1234", "g" * 40, "a" * 39, "a" * 41, " " + "a" * 40])
+def test_a_compare_point_that_is_not_a_commit_id_is_refused(env: GitEnv, sha: str) -> None:
+    with pytest.raises(GitError) as caught:
+        _since(env, sha)
+    assert _code(caught) == "BEM-320"
+    assert "40-character" in caught.value.message
+
+
+@pytest.mark.parametrize("label", ["", " ", " main", "main\n", "a\x1bb", "x" * 201])
+def test_a_compare_label_must_be_printable_text(env: GitEnv, label: str) -> None:
+    head = env.tree.head_sha()
+    assert head is not None
+    with pytest.raises(GitError) as caught:
+        _since(env, head, label)
+    assert _code(caught) == "BEM-320"
+
+
+def test_a_compare_label_needs_a_compare_point(env: GitEnv) -> None:
+    with pytest.raises(GitError) as caught:
+        WorkingTree(SandboxRoot(env.work), compare_label="main")
+    assert _code(caught) == "BEM-320"
+
+
+def test_a_compare_point_the_repository_lacks_is_refused_on_use(env: GitEnv) -> None:
+    repo = env.repo
+    head = repo.head.peel(pygit2.Commit)
+    not_commits = {"missing": "0" * 40, "a tree": str(head.tree_id)}
+    not_commits["a blob"] = str(head.tree["README.md"].id)
+    for what, sha in not_commits.items():
+        since = _since(env, sha)
+        for action in (since.compare_point, since.diff, since.log):
+            with pytest.raises(GitError) as caught:
+                action()
+            assert _code(caught) == "BEM-320", what
+            assert sha in caught.value.message and "not a commit" in caught.value.message
+        assert since.status().clean  # status needs no compare point
 
 
 # -- add ---------------------------------------------------------------------------------

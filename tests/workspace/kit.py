@@ -8,11 +8,16 @@ host: committing in a job's tree and pushing into its outbox, which is what the 
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
-from collections.abc import Iterator, Mapping
+import traceback
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TypeVar, cast
 
 from sandbox.workspace.prepare import SANDBOX_UID, Workspace
+
+T = TypeVar("T")
 
 _BASE_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -140,3 +145,35 @@ def is_ancestor(repo: Path, older: str, newer: str) -> bool:
         check=False,
     )
     return result.returncode == 0
+
+
+def as_sandbox(function: Callable[[], T]) -> T:
+    """``function()`` run in a forked child as the sandbox uid and gid, as the container runs.
+
+    The result comes back pickled; an exception in the child fails the test with its trace.
+    """
+    readable, writable = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(readable)
+        try:
+            os.setgroups([])
+            os.setgid(SANDBOX_UID)
+            os.setuid(SANDBOX_UID)
+            outcome: tuple[bool, object] = (True, function())
+        except BaseException:
+            outcome = (False, traceback.format_exc())
+        try:
+            with open(writable, "wb") as pipe:
+                pipe.write(pickle.dumps(outcome))
+        finally:
+            # Never back into pytest from a copy of it.
+            os._exit(0)
+    os.close(writable)
+    with open(readable, "rb") as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    succeeded, value = pickle.loads(data)
+    if not succeeded:
+        raise AssertionError(f"as uid {SANDBOX_UID}:\n{value}")
+    return cast(T, value)

@@ -1,0 +1,414 @@
+"""The job service end to end: scripted author jobs through real workers, in one run.
+
+    python -m bench.jobs_bench [--jobs 60] [--workers 2] [--concurrency 1] [--latency-jobs 10]
+
+Everything but the model is real: a ``redis-server``, ``--workers`` Celery worker processes
+(prefork, ``--concurrency`` pool processes each, each worker with its own workspace root and
+mirror cache, like separate hosts), one sandbox container per job segment, a bare upstream,
+the relay. The model is the ``author-fix-install`` playbook of ``tests.support.playbooks``
+(list the tree, read the install page, write it fixed, add, commit, push), installed in the
+workers through ``model.factory`` (``bench._jobs_model``). The stack is the end-to-end test
+harness (``tests.support.stack``).
+
+Each job goes submit → park (the push waits for approval) → approve → pushed (the relay
+landed the commit upstream). The benchmark is its own approver: it approves each parked push
+as soon as it sees it. Three runs:
+
+1. **unloaded**: ``--latency-jobs`` jobs one at a time: the latency of one job;
+2. **under load**: ``--jobs`` jobs submitted at once: jobs per minute end to end (first
+   submit to last push), and the latencies again, now with the queue in them;
+3. **the floor**, in this process, before the stack starts: the same playbook on the same
+   tools called in process on a local clone (``sandbox.tools.sandbox_tools``), no Celery, no
+   Redis, no container; start → the parked push, and the approved push to a local bare
+   repository.
+
+How the times are measured. Latencies come from the job records: submit is ``created_at``,
+park is ``updated_at`` of the parked record, approve is the approval's ``decided_at``,
+pushed is ``updated_at`` of the succeeded record. All four are the Redis server's clock, so
+the benchmark's polling does not enter them. The split of submit → park comes from the
+workers themselves: each segment logs its phases (``bot.jobs.timings``: image check, model
+client, workspace, container start, the agent run, container stop, park), each model call is
+logged by the timed model (``bench._jobs_model``), and each tool call's duration is in its
+tool frame (``ToolCallRecord.duration_ms``, measured by the runner around the call into the
+container). "Container" is container start + tool calls + container stop; "model" is the sum
+of model calls; everything else (queue pickup, image check, workspace, the runner, event
+writes, the park itself) is "outside". Targets: at least 60 jobs per minute, and a median
+submit → park of at most 1.5 s. Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from bench._jobs_model import PREFIX as MODEL_PREFIX
+from bot.clients.playbook import PlaybookClient
+from bot.errors import BeamError
+from bot.frames import Frame, ResultStatus, ToolFrame
+from bot.input import AgentContext, AgentInput
+from bot.jobs.models import JobKind, JobRecord, JobState
+from bot.jobs.tasks import decide_job
+from bot.jobs.timings import PREFIX as TIMINGS_PREFIX
+from bot.runner.loop import ToolLoopAgent
+from bot.runner.state import Decision, RunState
+from sandbox.identity import Identity
+from sandbox.jail import SandboxRoot
+from sandbox.tools import sandbox_tools
+from sandbox.worktree import WorkingTree
+from tests.support.playbooks import PLAYBOOKS, seed_upstream
+from tests.support.stack import REPO, Stack, job_stack
+from tests.workspace.kit import git
+
+PLAYBOOK = "author-fix-install"
+REQUEST = "Fix the broken links and typos on the install page"
+APPROVER = "bench-reviewer"
+TARGET_JOBS_PER_MINUTE = 60.0
+TARGET_PARK_SECONDS = 1.5
+POLL_SECONDS = 0.02
+# Finished jobs are looked for less often: their times come from the records, so a late look
+# costs nothing but this process's CPU, which the workers share on a small machine.
+PUSHED_POLL_SECONDS = 0.25
+JOB_TIMEOUT_SECONDS = 60.0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = _arguments(argv)
+    floor = run_floor(options.latency_jobs)
+    with job_stack(lease_seconds=30.0, model_factory="bench._jobs_model:for_job") as stack:
+        for index in range(options.workers):
+            stack.start_worker(f"w{index}", concurrency=options.concurrency)
+        # The first jobs pay once for what every later one reuses: each worker's mirror,
+        # the pool processes' first imports and connections.
+        cold = [run_one(stack) for _ in range(2 * options.workers * options.concurrency)]
+        unloaded = [run_one(stack) for _ in range(options.latency_jobs)]
+        loaded, elapsed = run_burst(stack, options.jobs)
+        report = Report(
+            options=options,
+            cold=cold,
+            unloaded=unloaded,
+            loaded=loaded,
+            burst_seconds=elapsed,
+            floor=floor,
+            splits=read_splits(stack, [*unloaded, *loaded]),
+        )
+        print(report.render())
+    return 0
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=60, help="jobs in the burst")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--concurrency", type=int, default=1, help="pool processes per worker")
+    parser.add_argument("--latency-jobs", type=int, default=10, help="jobs run one at a time")
+    return parser.parse_args(argv)
+
+
+# -- one job's times ---------------------------------------------------------------------
+
+
+@dataclass
+class JobTimes:
+    """One job's moments on the Redis server's clock (epoch seconds)."""
+
+    job_id: str
+    submitted: float
+    parked: float = 0.0
+    approved: float = 0.0
+    pushed: float = 0.0
+
+    @property
+    def to_park(self) -> float:
+        return self.parked - self.submitted
+
+    @property
+    def to_push(self) -> float:
+        return self.pushed - self.approved
+
+
+def _submit(stack: Stack) -> JobTimes:
+    record = stack.submit(JobKind.AUTHOR, PLAYBOOK, request=REQUEST)
+    return JobTimes(record.id, submitted=record.created_at.timestamp())
+
+
+def _approve(stack: Stack, times: JobTimes, parked: JobRecord) -> None:
+    times.parked = parked.updated_at.timestamp()
+    decided = decide_job(stack.store, times.job_id, True, APPROVER, app=stack.app)
+    times.approved = _stamp(decided.decided_at)
+
+
+def _stamp(moment: datetime | None) -> float:
+    if moment is None:
+        raise AssertionError("a decided approval has a decision time")
+    return moment.timestamp()
+
+
+def run_one(stack: Stack) -> JobTimes:
+    """One job alone: submit, wait for the park, approve, wait for the push."""
+    times = _submit(stack)
+    _approve(stack, times, _wait(stack, times.job_id, JobState.AWAITING_APPROVAL))
+    times.pushed = _wait(stack, times.job_id, JobState.SUCCEEDED).updated_at.timestamp()
+    return times
+
+
+def _wait(stack: Stack, job_id: str, state: JobState) -> JobRecord:
+    deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
+    while True:
+        record = stack.store.get(job_id)
+        if record.state is state:
+            return record
+        if record.state.is_final or time.monotonic() > deadline:
+            raise AssertionError(f"job {job_id} is {record.state.value}, not {state.value}")
+        time.sleep(POLL_SECONDS)
+
+
+def run_burst(stack: Stack, jobs: int) -> tuple[list[JobTimes], float]:
+    """``jobs`` jobs submitted at once, each approved as soon as it parks; returns their
+    times and the seconds from the first submit to the last push."""
+    submitted = {times.job_id: times for times in (_submit(stack) for _ in range(jobs))}
+    waiting = set(submitted)
+    pushing: set[str] = set()
+    deadline = time.monotonic() + JOB_TIMEOUT_SECONDS + jobs * 5.0
+    next_look = 0.0
+    while waiting or pushing:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(waiting)} jobs never parked, {len(pushing)} never pushed")
+        for approval in stack.store.pending_approvals(repo=REPO):
+            if approval.job_id in waiting:
+                parked = stack.store.get(approval.job_id)
+                try:
+                    _approve(stack, submitted[approval.job_id], parked)
+                except BeamError:
+                    continue  # the approval opened a moment before the job parked on it
+                waiting.discard(approval.job_id)
+                pushing.add(approval.job_id)
+        if time.monotonic() >= next_look or not waiting:
+            next_look = time.monotonic() + PUSHED_POLL_SECONDS
+            for job_id in list(pushing):
+                record = stack.store.get(job_id)
+                if record.state is JobState.SUCCEEDED:
+                    submitted[job_id].pushed = record.updated_at.timestamp()
+                    pushing.discard(job_id)
+                elif record.state.is_final:
+                    raise AssertionError(f"job {job_id} ended {record.state.value}: {record.error}")
+        time.sleep(POLL_SECONDS if waiting else PUSHED_POLL_SECONDS)
+    times = list(submitted.values())
+    return times, max(t.pushed for t in times) - min(t.submitted for t in times)
+
+
+# -- where the time went -----------------------------------------------------------------
+
+
+@dataclass
+class Split:
+    """The first segment of one job (submit → park), in milliseconds."""
+
+    started: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+    model_ms: float = 0.0
+    tools_ms: float = 0.0
+
+
+def read_splits(stack: Stack, jobs: list[JobTimes]) -> dict[str, Split]:
+    """Each job's first segment, from the workers' logs and its tool frames."""
+    splits: dict[str, Split] = defaultdict(Split)
+    model_calls: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for worker in stack.workers.values():
+        for line in worker.log.read_text(errors="replace").splitlines():
+            if TIMINGS_PREFIX in line:
+                entry = json.loads(line.split(TIMINGS_PREFIX, 1)[1])
+                split = splits[entry["job"]]
+                # The first segment ends parked; the second (the resume) is not counted.
+                if entry["state"] == JobState.AWAITING_APPROVAL.value:
+                    split.started = entry["started"]
+                    split.phases = entry["phases_ms"]
+            elif MODEL_PREFIX in line:
+                call = json.loads(line.split(MODEL_PREFIX, 1)[1])
+                model_calls[call["job"]].append((call["at"], call["ms"]))
+    for times in jobs:
+        split = splits[times.job_id]
+        split.model_ms = sum(ms for at, ms in model_calls[times.job_id] if at <= times.parked)
+        split.tools_ms = _tool_ms(stack, times.job_id, times.parked)
+    return dict(splits)
+
+
+def _tool_ms(stack: Stack, job_id: str, before: float) -> float:
+    """Tool call time of the frames written before ``before`` (a stream id is the Redis
+    server's millisecond clock)."""
+    total = 0.0
+    for event in stack.store.read_events(job_id, count=10_000):
+        if isinstance(event.frame, ToolFrame) and int(event.id.split("-")[0]) <= before * 1000:
+            total += event.frame.record.duration_ms
+    return total
+
+
+# -- the floor ---------------------------------------------------------------------------
+
+
+@dataclass
+class Floor:
+    to_park: list[float]
+    to_push: list[float]
+
+
+def run_floor(runs: int) -> Floor:
+    """The author playbook in this process on in-process tools: no Celery, Redis or
+    container. The clone each run works on is made before the clock starts."""
+    scratch = Path(tempfile.mkdtemp(prefix="riverbeam-jobs-bench-"))
+    try:
+        upstream = seed_upstream(scratch / "upstream.git")
+        asyncio.run(_floor_once(upstream, scratch / "warm-up"))
+        samples = [asyncio.run(_floor_once(upstream, scratch / f"run-{n}")) for n in range(runs)]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return Floor([park for park, _ in samples], [push for _, push in samples])
+
+
+async def _floor_once(upstream: Path, work: Path) -> tuple[float, float]:
+    branch = f"riverbeam/{work.name}"
+    git("clone", "-q", "--branch", "main", str(upstream), str(work))
+    git("-C", str(work), "checkout", "-q", "-b", branch)
+    tree = WorkingTree(SandboxRoot(work), ("main", "release/*"), identity=Identity())
+    tree.add_origin(str(upstream))
+    agent = ToolLoopAgent.for_skill(
+        "author",
+        PlaybookClient(PLAYBOOKS[PLAYBOOK]()),
+        sandbox_tools(tree),
+        prompt_values={
+            "repository": REPO,
+            "branch": branch,
+            "base": "main",
+            "protected_refs": ["main", "release/*"],
+            "style_notes": [],
+        },
+    )
+    started = time.perf_counter()
+    state = agent.start(AgentInput.of_text(REQUEST), AgentContext())
+    await _drain(agent.run(state))
+    parked = time.perf_counter()
+    if state.status is not ResultStatus.INTERRUPTED or state.pending is None:
+        raise AssertionError(f"the floor run did not stop at the push: {state.status}")
+    resumed = time.perf_counter()
+    saved = RunState.load(state.model_dump_json())  # what a park and a resume cost at least
+    decision = Decision(call_id=saved.pending.id if saved.pending else "", approved=True)
+    await _drain(agent.resume(saved, decision))
+    pushed = time.perf_counter()
+    if git("-C", str(upstream), "rev-parse", branch) != tree.head_sha():
+        raise AssertionError("the floor run did not push")
+    return parked - started, pushed - resumed
+
+
+async def _drain(frames: AsyncGenerator[Frame, None]) -> None:
+    async for _ in frames:
+        pass
+
+
+# -- the report --------------------------------------------------------------------------
+
+
+def _p95(samples: Sequence[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def _row(label: str, seconds: Sequence[float]) -> str:
+    median, p95 = statistics.median(seconds), _p95(seconds)
+    return f"  {label:<34}{median * 1000:>8.0f} ms {p95 * 1000:>8.0f} ms"
+
+
+@dataclass
+class Report:
+    options: argparse.Namespace
+    cold: list[JobTimes]
+    unloaded: list[JobTimes]
+    loaded: list[JobTimes]
+    burst_seconds: float
+    floor: Floor
+    splits: dict[str, Split]
+
+    def render(self) -> str:
+        o = self.options
+        per_minute = len(self.loaded) / self.burst_seconds * 60
+        park_median = statistics.median(t.to_park for t in self.unloaded)
+        lines = [
+            f"jobs_bench: author jobs ({PLAYBOOK} playbook), {o.workers} workers x prefork "
+            f"{o.concurrency}, real Redis, Celery, containers and relay",
+            f"{'':36}{'median':>11} {'p95':>11}",
+            f"unloaded: {len(self.unloaded)} jobs one at a time",
+            _row("submit -> park", [t.to_park for t in self.unloaded]),
+            _row("approve -> pushed", [t.to_push for t in self.unloaded]),
+            f"under load: {len(self.loaded)} jobs submitted at once",
+            _row("submit -> park (queue included)", [t.to_park for t in self.loaded]),
+            _row("approve -> pushed (queue included)", [t.to_push for t in self.loaded]),
+            f"floor, in process (no Celery, Redis, container): {len(self.floor.to_park)} runs",
+            _row("start -> park", self.floor.to_park),
+            _row("resume -> pushed (local bare repo)", self.floor.to_push),
+            f"cold start: the first {len(self.cold)} jobs took "
+            + ", ".join(f"{t.to_park * 1000:.0f}" for t in self.cold)
+            + " ms to park (not counted above)",
+            "",
+            f"throughput: {per_minute:.1f} jobs/min end to end ({len(self.loaded)} jobs in "
+            f"{self.burst_seconds:.1f} s, first submit to last push)",
+            "",
+            *self._split_lines("unloaded", self.unloaded),
+            "",
+            *self._split_lines("under load", self.loaded),
+            "",
+            f"target >= {TARGET_JOBS_PER_MINUTE:.0f} jobs/min: "
+            f"{'met' if per_minute >= TARGET_JOBS_PER_MINUTE else 'MISSED'}; "
+            f"target median submit -> park <= {TARGET_PARK_SECONDS} s (unloaded): "
+            f"{'met' if park_median <= TARGET_PARK_SECONDS else 'MISSED'}",
+        ]
+        return "\n".join(lines)
+
+    def _split_lines(self, label: str, jobs: list[JobTimes]) -> list[str]:
+        """Median per job of where submit -> park went."""
+        rows: dict[str, list[float]] = defaultdict(list)
+        for times in jobs:
+            split = self.splits.get(times.job_id)
+            if split is None or not split.phases:
+                continue
+            phases = split.phases
+            total = times.to_park * 1000
+            container = phases.get("container", 0) + phases.get("stop", 0) + split.tools_ms
+            outside = total - split.model_ms - container
+            queue = (split.started - times.submitted) * 1000
+            rows["submit -> park"].append(total)
+            rows["model calls"].append(split.model_ms)
+            rows["container: start"].append(phases.get("container", 0))
+            rows["container: tool calls"].append(split.tools_ms)
+            rows["container: stop"].append(phases.get("stop", 0))
+            rows["outside model and container"].append(outside)
+            rows["  queue: submit -> segment start"].append(queue)
+            rows["  image check + model client"].append(
+                phases.get("image", 0) + phases.get("model", 0)
+            )
+            rows["  workspace"].append(phases.get("workspace", 0))
+            rows["  agent run minus model and tools"].append(
+                phases.get("agent", 0) - split.model_ms - split.tools_ms
+            )
+            rows["  park (run state, snapshot, approval)"].append(phases.get("park", 0))
+            rows["share outside model and container"].append(outside / total * 100)
+            # Under load most of "outside" is the queue; without it, what a job costs.
+            rows["share outside, the queue left out"].append(
+                (outside - queue) / (total - queue) * 100
+            )
+        lines = [f"where submit -> park went, {label} (median per job):"]
+        for name, values in rows.items():
+            unit = "%" if name.startswith("share") else "ms"
+            lines.append(f"  {name:<42}{statistics.median(values):>9.1f} {unit}")
+        return lines
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,108 @@
+"""``riverbeam approvals list|show|approve|refuse``: the pushes waiting for a person, the
+diff each would land, and deciding them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from bot.errors import ApprovalError
+
+
+def add_approvals_commands(commands: Any) -> None:
+    approvals = commands.add_parser("approvals", help="see and decide parked pushes")
+    actions = approvals.add_subparsers(dest="approvals_command", required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", help="pushes waiting for a decision, oldest first")
+    listing.add_argument("--repo", help="only this repository's")
+    listing.add_argument("--json", action="store_true", help="JSON approvals, one a line")
+    listing.set_defaults(handler=_list)
+
+    show = actions.add_parser("show", help="the diff a parked push would land, and its target")
+    show.add_argument("job_id", metavar="JOB_ID")
+    show.add_argument("--json", action="store_true", help="the approval as JSON")
+    show.set_defaults(handler=_show)
+
+    for name, verb in (("approve", "approve"), ("refuse", "refuse")):
+        decide = actions.add_parser(name, help=f"{verb} a parked push; the job resumes")
+        decide.add_argument("job_id", metavar="JOB_ID")
+        decide.add_argument(
+            "--comment",
+            required=name == "refuse",
+            default="",
+            help="what the model reads with the decision"
+            + (" (required: say why)" if name == "refuse" else ""),
+        )
+        decide.add_argument(
+            "--as", dest="as_name", metavar="NAME", help="reviewer (default: $USER)"
+        )
+        decide.add_argument("--follow", action="store_true", help="then stream the job's frames")
+        decide.set_defaults(handler=_decide, approve=name == "approve")
+
+
+def _list(args: argparse.Namespace) -> int:
+    from bot.cli.common import console, services
+    from bot.cli.render import approvals_table
+
+    with services() as running:
+        pending = running.store.pending_approvals(repo=args.repo)
+    if args.json:
+        for approval in pending:
+            print(approval.model_dump_json())
+        return 0
+    out = console()
+    if not pending:
+        out.print("no pushes wait for a decision")
+        return 0
+    out.print(approvals_table(pending))
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from bot.cli.common import console, services
+    from bot.cli.render import show_approval
+
+    with services() as running:
+        running.store.get(args.job_id)  # BEM-500 for an unknown job
+        approval = running.store.approval(args.job_id)
+    if approval is None:
+        raise ApprovalError("BEM-600", f"job {args.job_id} has no approval")
+    if args.json:
+        print(json.dumps(approval.model_dump(mode="json"), indent=2))
+        return 0
+    show_approval(console(), approval)
+    return 0
+
+
+def _decide(args: argparse.Namespace) -> int:
+    from bot.cli.common import acting_as, console, services
+    from bot.cli.follow import finish, follow
+    from bot.cli.render import FrameRenderer
+    from bot.jobs.tasks import decide_job
+
+    out = console()
+    with services() as running:
+        record = running.store.get(args.job_id)
+        repository = running.settings.repositories.get(record.spec.repo)
+        allow_self = repository is not None and repository.allow_self_approval
+        # Decided from here on: frames already in the stream belong to the parked segment.
+        resume_from = running.store.last_event_id(args.job_id)
+        decided = decide_job(
+            running.store,
+            args.job_id,
+            args.approve,
+            acting_as(args.as_name),
+            args.comment,
+            allow_self=allow_self,
+            app=running.app,
+        )
+        target = f"{decided.target_ref} (commit {(decided.commit_sha or '')[:12]})"
+        out.print(
+            f"{decided.state.value}: job {decided.job_id}'s {decided.tool} to {target}, "
+            f"by {decided.decided_by}; the job resumes on a worker"
+        )
+        if not args.follow:
+            return 0
+        renderer = FrameRenderer(out)
+        return finish(out, follow(running.store, args.job_id, renderer, after=resume_from))

@@ -1,0 +1,89 @@
+"""What the job commands share: the console, the store and the Celery app of the settings,
+who is acting, and how an invalid request is reported."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+from rich.console import Console
+
+from bot.config import Settings, load_settings
+from bot.errors import JobError
+
+if TYPE_CHECKING:
+    # Celery and redis load only when a command talks to the service.
+    from celery import Celery
+
+    from bot.jobs.store import JobStore
+
+# Long lines (diffs, paths) stay whole when the output is a pipe or a file; a terminal
+# gets its own width.
+PIPE_WIDTH = 160
+
+
+def console() -> Console:
+    """A console on stdout; plain text without colour when it is not a terminal, so scripts
+    and tests read exactly what a person sees. Markup is off: paths, requests and pages
+    print as they are, and styles come only from ``Text``."""
+    out = Console(highlight=False, markup=False)
+    if not out.is_terminal and not os.environ.get("COLUMNS"):
+        out.width = PIPE_WIDTH
+    return out
+
+
+def acting_as(name: str | None) -> str:
+    """Who submits or decides: ``--as``, else the login name. The API adds tokens; the CLI
+    talks to the store directly and takes the name it is given."""
+    if name:
+        return name
+    try:
+        return os.environ.get("USER") or getpass.getuser()
+    except OSError:  # no login name and no passwd entry (a bare container)
+        return "anonymous"
+
+
+@dataclass
+class Services:
+    """The store and the Celery app of one set of settings, for one command."""
+
+    settings: Settings
+    store: JobStore
+    app: Celery
+
+
+@contextmanager
+def services(settings: Settings | None = None) -> Iterator[Services]:
+    """A store and an app for ``settings`` (default: the process's configuration). The app
+    is made per command, not cached, so a process that runs commands for several
+    configurations (the tests, the demo) never sends to the wrong broker."""
+    from bot.jobs.celery_app import create_app
+    from bot.jobs.store import JobStore
+
+    settings = settings or load_settings()
+    store = JobStore.from_url(
+        settings.redis_url,
+        prefix=settings.jobs.prefix,
+        events_maxlen=settings.jobs.events_maxlen,
+        snapshot_max_bytes=settings.jobs.snapshot_max_bytes,
+    )
+    app = create_app(settings)
+    try:
+        yield Services(settings, store, app)
+    finally:
+        app.close()
+
+
+def invalid_request(error: ValidationError) -> JobError:
+    """BEM-501 naming each field pydantic refused, in words a person can act on."""
+    problems = []
+    for item in error.errors()[:5]:
+        where = ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return JobError("BEM-501", f"invalid job request: {'; '.join(problems)}")

@@ -1,0 +1,101 @@
+"""Following a job's event stream until it ends or parks for a person."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.text import Text
+
+from bot.cli.render import FrameRenderer
+from bot.jobs.models import ApprovalState, JobRecord, JobState
+from bot.jobs.store import JobStore
+
+# How long one blocking read waits before the follower looks at the job record: a job
+# parks (or waits in its queue) without writing an event to say so.
+POLL_MS = 500
+# Silence this long while no worker holds the job: say why nothing happens.
+IDLE_NOTICE_SECONDS = 3.0
+
+
+@dataclass(frozen=True)
+class Followed:
+    """Where following stopped: the last event id read (to go on from) and the job then."""
+
+    last_event: str
+    record: JobRecord
+
+    @property
+    def parked(self) -> bool:
+        return self.record.state is JobState.AWAITING_APPROVAL
+
+
+def follow(
+    store: JobStore,
+    job_id: str,
+    renderer: FrameRenderer,
+    *,
+    after: str = "0-0",
+    stop_when_parked: bool = True,
+) -> Followed:
+    """Print the job's frames from after event ``after`` until it ends, or until it waits
+    for a decision nobody has made yet (with ``stop_when_parked``). A job whose decision is
+    made but not yet applied is followed on: its resume is on the way."""
+    store.get(job_id)  # BEM-500 before waiting on a stream that will never exist
+    last, quiet_since, told = after, time.monotonic(), False
+    while True:
+        events = store.read_events(job_id, after=last, block_ms=POLL_MS)
+        if events:
+            quiet_since, told = time.monotonic(), False
+        for event in events:
+            last = event.id
+            if event.end is not None:
+                renderer.end(event.end)
+                return Followed(last, store.get(job_id))
+            if event.frame is not None:
+                renderer.frame(event.frame)
+        if events:
+            continue
+        record = store.get(job_id)
+        if store.read_events(job_id, after=last, count=1):
+            continue  # something arrived between the read and the look at the record
+        if record.state.is_final:
+            # The end entry was trimmed from a capped stream or never written: say it anyway.
+            renderer.end(record.state)
+            return Followed(last, record)
+        if stop_when_parked and _waits_for_a_person(store, record):
+            return Followed(last, record)
+        quiet = time.monotonic() - quiet_since > IDLE_NOTICE_SECONDS
+        if quiet and not told and record.state is not JobState.RUNNING:
+            renderer.note(
+                f"  … {record.state.value}: waiting for a worker to take it (is `riverbeam "
+                "worker` or `riverbeam up` running for this Redis?)"
+            )
+            told = True
+
+
+def _waits_for_a_person(store: JobStore, record: JobRecord) -> bool:
+    if record.state is not JobState.AWAITING_APPROVAL:
+        return False
+    approval = store.approval(record.id)
+    return approval is not None and approval.state is ApprovalState.PENDING
+
+
+def finish(out: Console, followed: Followed) -> int:
+    """Say what to do next, and the exit code of a follow: 0 when the job succeeded or
+    waits for approval, 1 when it ended any other way."""
+    record = followed.record
+    if followed.parked:
+        out.print(
+            Text.assemble(
+                ("\nThe push waits for a person:\n", "yellow"),
+                f"  see it    riverbeam approvals show {record.id}\n",
+                f"  approve   riverbeam approvals approve {record.id} [--comment TEXT]\n",
+                f"  refuse    riverbeam approvals refuse {record.id} --comment TEXT",
+            )
+        )
+        return 0
+    if record.error is not None:
+        out.print(Text(f"{record.error.code}: {record.error.message}", style="red"))
+    return 0 if record.state is JobState.SUCCEEDED else 1

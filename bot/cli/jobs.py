@@ -1,0 +1,159 @@
+"""``riverbeam jobs list|show|follow|cancel``: what jobs there are, one job in full, its live
+frames, and stopping it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from bot.errors import JobError
+from bot.jobs.models import JobKind, JobState
+
+CANCEL_WAIT_SECONDS = 30.0
+
+
+def add_jobs_commands(commands: Any) -> None:
+    jobs = commands.add_parser("jobs", help="list, show, follow or cancel jobs")
+    actions = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
+
+    listing = actions.add_parser("list", help="jobs, newest first")
+    listing.add_argument("--state", help="only jobs in this state")
+    listing.add_argument("--kind", help="only jobs of this kind")
+    listing.add_argument("--repo", help="only jobs on this repository")
+    listing.add_argument("--by", metavar="NAME", help="only jobs this person requested")
+    listing.add_argument(
+        "--limit", type=int, default=20, metavar="N", help="at most this many (default 20)"
+    )
+    listing.add_argument("--json", action="store_true", help="JSON records, one a line")
+    listing.set_defaults(handler=_list)
+
+    show = actions.add_parser("show", help="one job: request, state, result, error, approval")
+    show.add_argument("job_id", metavar="JOB_ID")
+    show.add_argument("--json", action="store_true", help="the record and approval as JSON")
+    show.set_defaults(handler=_show)
+
+    follow = actions.add_parser("follow", help="stream a job's frames until it ends or parks")
+    follow.add_argument("job_id", metavar="JOB_ID")
+    follow.add_argument(
+        "--after", default="0-0", metavar="EVENT_ID", help="start after this event (default: all)"
+    )
+    follow.add_argument(
+        "--until-end",
+        action="store_true",
+        help="keep following while the job waits for approval, until it ends",
+    )
+    follow.set_defaults(handler=_follow)
+
+    cancel = actions.add_parser("cancel", help="cancel a job in any state")
+    cancel.add_argument("job_id", metavar="JOB_ID")
+    cancel.add_argument(
+        "--wait",
+        type=float,
+        default=CANCEL_WAIT_SECONDS,
+        metavar="SECONDS",
+        help=f"how long to wait for a running job to stop (default {CANCEL_WAIT_SECONDS:.0f})",
+    )
+    cancel.set_defaults(handler=_cancel)
+
+
+def _choice(enum: type[JobState] | type[JobKind], value: str | None, what: str) -> Any:
+    if value is None:
+        return None
+    try:
+        return enum(value)
+    except ValueError:
+        known = ", ".join(member.value for member in enum)
+        raise JobError("BEM-501", f"{value!r} is not a job {what} ({known})") from None
+
+
+def _list(args: argparse.Namespace) -> int:
+    from bot.cli.common import console, services
+    from bot.cli.render import jobs_table
+
+    state = _choice(JobState, args.state, "state")
+    kind = _choice(JobKind, args.kind, "kind")
+    if args.limit < 1:
+        raise JobError("BEM-501", "--limit must be at least 1")
+    with services() as running:
+        records, more = running.store.list(
+            state=state, kind=kind, repo=args.repo, requested_by=args.by, limit=args.limit
+        )
+    if args.json:
+        for record in records:
+            print(record.model_dump_json())
+        return 0
+    out = console()
+    if not records:
+        out.print("no jobs")
+        return 0
+    out.print(jobs_table(records))
+    if more:
+        out.print(f"(more: raise --limit above {args.limit})", style="dim")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from bot.cli.common import console, services
+    from bot.cli.render import show_job
+
+    with services() as running:
+        record = running.store.get(args.job_id)
+        approval = running.store.approval(args.job_id)
+    if args.json:
+        shown = {
+            "job": record.model_dump(mode="json"),
+            "approval": approval.model_dump(mode="json") if approval else None,
+        }
+        print(json.dumps(shown, indent=2))
+        return 0
+    show_job(console(), record, approval)
+    return 0
+
+
+def _follow(args: argparse.Namespace) -> int:
+    from bot.cli.common import console, services
+    from bot.cli.follow import finish, follow
+    from bot.cli.render import FrameRenderer
+
+    out = console()
+    with services() as running:
+        followed = follow(
+            running.store,
+            args.job_id,
+            FrameRenderer(out),
+            after=args.after,
+            stop_when_parked=not args.until_end,
+        )
+    return finish(out, followed)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from bot.cli.common import console, services
+    from bot.cli.render import state_text
+    from bot.jobs.tasks import cancel_job
+
+    out = console()
+    with services() as running:
+        before = running.store.get(args.job_id)
+        if before.state.is_final:
+            out.print(f"job {before.id} already ended:", state_text(before.state))
+            return 0
+        record = cancel_job(running.store, args.job_id)
+        deadline = time.monotonic() + max(args.wait, 0.0)
+        # A running job stops at its worker's next model or tool call.
+        while not record.state.is_final and time.monotonic() < deadline:
+            time.sleep(0.2)
+            record = running.store.get(args.job_id)
+    if record.state is JobState.CANCELLED:
+        out.print(f"job {record.id} cancelled (it was {before.state.value})")
+        return 0
+    if record.state.is_final:
+        out.print(f"job {record.id} ended before the cancel reached it:", state_text(record.state))
+        return 0
+    out.print(
+        f"job {record.id} is still {record.state.value}: its worker stops it at the next model "
+        f"or tool call (follow it: riverbeam jobs follow {record.id})"
+    )
+    return 1

@@ -1,0 +1,107 @@
+"""``riverbeam submit <kind> --repo NAME …``: queue a job, print its id, optionally follow it.
+
+Everything is checked before anything is stored: the kind, the fields the kind needs, the
+repository (it must be registered), so a bad request is BEM-501 and nothing is queued.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from pydantic import JsonValue, ValidationError
+
+from bot.cli.common import invalid_request
+from bot.errors import BeamError, JobError
+from bot.jobs.models import JobSpec
+
+
+def add_submit_command(commands: Any) -> None:
+    submit = commands.add_parser(
+        "submit",
+        help="queue a job and print its id",
+        description="Queue a job on a registered repository and print its id.",
+    )
+    submit.add_argument(
+        "kind", help="author, review, summarize, commit-notes or publish", metavar="KIND"
+    )
+    submit.add_argument("--repo", required=True, help="a repository registered in the config")
+    submit.add_argument(
+        "--request",
+        metavar="TEXT",
+        help="what to do, in words (author jobs need it); '-' reads standard input",
+    )
+    submit.add_argument("--base", help="the base branch (default: the repository's)")
+    submit.add_argument("--branch", help="the branch to review, summarize or describe")
+    submit.add_argument("--range", help="commit-notes: the commits A..B to describe")
+    submit.add_argument(
+        "--review-job", metavar="JOB_ID", help="publish: the approving review job to publish"
+    )
+    submit.add_argument(
+        "--meta",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="metadata to store with the job (repeatable)",
+    )
+    submit.add_argument("--as", dest="as_name", metavar="NAME", help="requester (default: $USER)")
+    submit.add_argument(
+        "--follow", action="store_true", help="stream the job's frames until it ends or parks"
+    )
+    submit.set_defaults(handler=_submit)
+
+
+def job_spec(args: argparse.Namespace, requested_by: str) -> JobSpec:
+    """The spec the arguments describe; BEM-501 when it is not a valid request."""
+    request = args.request
+    if request == "-":
+        request = sys.stdin.read()
+    fields: dict[str, Any] = {
+        "kind": args.kind,
+        "repo": args.repo,
+        "request": request or "",
+        "base": args.base,
+        "branch": args.branch,
+        "range": args.range,
+        "review_job": args.review_job,
+        "requested_by": requested_by,
+        "metadata": _metadata(args.meta),
+    }
+    try:
+        return JobSpec(**fields)
+    except ValidationError as error:
+        raise invalid_request(error) from None
+
+
+def _metadata(pairs: list[str]) -> dict[str, JsonValue]:
+    metadata: dict[str, JsonValue] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise JobError("BEM-501", f"invalid job request: --meta {pair!r} is not KEY=VALUE")
+        metadata[key] = value
+    return metadata
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from bot.cli.common import acting_as, console, services
+    from bot.cli.follow import finish, follow
+    from bot.cli.render import FrameRenderer
+    from bot.config import load_settings
+    from bot.jobs.tasks import submit_job
+
+    settings = load_settings()
+    spec = job_spec(args, acting_as(args.as_name))
+    try:
+        settings.repository(spec.repo)
+    except BeamError as error:
+        raise JobError("BEM-501", f"invalid job request: {error.message}") from None
+    out = console()
+    with services(settings) as running:
+        record = submit_job(running.store, spec, app=running.app)
+        if not args.follow:
+            print(record.id)
+            return 0
+        out.print(f"job {record.id} queued ({spec.kind.value} on {spec.repo})")
+        return finish(out, follow(running.store, record.id, FrameRenderer(out)))

@@ -1,0 +1,184 @@
+"""The Celery app that carries jobs to workers, and its settings.
+
+Redis is the broker and the result backend (``settings.redis_url``). The settings make a lost
+or stopped worker cost a retry, never a job:
+
+- ``task_acks_late`` + ``task_reject_on_worker_lost``: a message is acknowledged when its
+  task returns, so a worker killed mid-task (``kill -9``, OOM, host loss) leaves the message
+  to be delivered again, and the claim in the job store decides whether the new delivery
+  takes over (the old lease ran out) or does nothing (the job moved on).
+- ``worker_prefetch_multiplier = 1``: a worker holds one unstarted job at a time, so a
+  second idle worker gets the next one instead of it waiting behind a long job.
+- ``visibility_timeout`` longer than the hard time limit: Redis redelivers an unacknowledged
+  message after that long, which must never happen to a job that is still running.
+- soft and hard time limits from ``jobs.soft_time_limit_seconds`` / ``time_limit_seconds``:
+  the soft one raises inside the task, which fails the job with BEM-505 and removes its
+  container; the hard one kills the process, and the reaper removes what it left.
+- JSON only, in and out: no pickle crosses the broker.
+- priorities: a resume (a person's decision) is served before new jobs (``RUN_PRIORITY``).
+- ``beat_schedule``: the per-host chores every five minutes, and for each repository with a
+  ``summary_schedule`` its cron entry (``bot.jobs.schedules``). An invalid cron expression is
+  BEM-900 when the app is built, so neither beat nor a worker starts on it.
+
+A worker shut down with SIGTERM (warm shutdown) stops taking messages and lets its current
+task finish; a task never waits for a person, so that is at most one job segment (up to the
+park or the end of the run). A second SIGTERM or SIGQUIT is a cold shutdown: the task dies
+unacknowledged, its message is redelivered, and the next worker takes the job over once its
+lease runs out. See ``docs/jobs.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Final
+
+from celery import Celery
+from kombu import Exchange, Queue
+from kombu.common import Broadcast
+
+from bot.config import Settings, load_settings
+from bot.jobs.models import JobKind
+from bot.jobs.schedules import summary_schedules
+
+DEFAULT_QUEUE: Final = "default"
+HOSTS_QUEUE: Final = "riverbeam.hosts"
+"""A broadcast queue: every worker gets a copy of what is sent there. The sandbox reaper and
+the workspace collector are per-host chores (each host has its own engine and disk)."""
+
+HOSTS_EXCHANGE: Final = Exchange(HOSTS_QUEUE, type="fanout")
+"""Declared with every chore sent: Celery declares nothing for a broadcast queue, and Redis
+routes to an exchange it was never told is fanout as if it were direct (to nobody)."""
+
+RUN_JOB: Final = "riverbeam.run_job"
+RESUME_JOB: Final = "riverbeam.resume_job"
+REAP_SANDBOXES: Final = "riverbeam.reap_sandboxes"
+COLLECT_WORKSPACES: Final = "riverbeam.collect_workspaces"
+SCHEDULE_SUMMARIES: Final = "riverbeam.schedule_summaries"
+FINISH_SCHEDULE_RUN: Final = "riverbeam.finish_schedule_run"
+
+CHORE_INTERVAL_SECONDS: Final = 300.0
+# Redis serves priority 0 first (kombu keeps one list per step: 0, 3, 6, 9). A new job is
+# queued at 6 and a decided push (its resume) at 0, so an approved push never waits behind a
+# backlog of jobs that have not started: whoever approved it sees it land in seconds.
+RUN_PRIORITY: Final = 6
+RESUME_PRIORITY: Final = 0
+# Redis redelivers an unacknowledged message after the visibility timeout; a job still inside
+# its hard limit must never be handed to a second worker that way.
+VISIBILITY_MARGIN_SECONDS: Final = 600
+
+
+def queue_for(kind: JobKind) -> str:
+    """The queue a job of ``kind`` goes to: one per kind, so workers can specialise."""
+    return kind.value
+
+
+def worker_queues() -> list[str]:
+    """Every queue a general-purpose worker consumes, the broadcast queue included."""
+    return [queue_for(kind) for kind in JobKind] + [DEFAULT_QUEUE, HOSTS_QUEUE]
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery settings for ``settings``; see the module docstring for the why of each."""
+    jobs = settings.jobs
+    # Each queue has its own direct exchange and routing key: bound to a shared one, a
+    # message would be copied to every queue.
+    names = [queue_for(kind) for kind in JobKind] + [DEFAULT_QUEUE]
+    queues = [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in names]
+    # Redis fanout channels are named after the exchange and the routing key, so sender and
+    # workers must use the same key.
+    chore = {
+        "queue": HOSTS_QUEUE,
+        "exchange": HOSTS_QUEUE,
+        "exchange_type": "fanout",
+        "routing_key": HOSTS_QUEUE,
+    }
+    return {
+        "broker_url": settings.redis_url,
+        "result_backend": settings.redis_url,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {
+            "visibility_timeout": jobs.time_limit_seconds + VISIBILITY_MARGIN_SECONDS,
+            # Publisher and workers must agree on how fanout channels are named.
+            "fanout_prefix": True,
+            "fanout_patterns": True,
+        },
+        "result_expires": 24 * 3600,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "task_soft_time_limit": jobs.soft_time_limit_seconds,
+        "task_time_limit": jobs.time_limit_seconds,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "task_queues": [*queues, Broadcast(HOSTS_QUEUE, routing_key=HOSTS_QUEUE)],
+        "task_default_queue": DEFAULT_QUEUE,
+        "task_default_exchange": DEFAULT_QUEUE,
+        "task_default_routing_key": DEFAULT_QUEUE,
+        "task_routes": {REAP_SANDBOXES: chore, COLLECT_WORKSPACES: chore},
+        "beat_schedule": _beat_schedule(settings),
+        "worker_hijack_root_logger": False,
+        "timezone": "UTC",
+        "enable_utc": True,
+    }
+
+
+def _beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    chores = {
+        name: {
+            "task": task,
+            "schedule": CHORE_INTERVAL_SECONDS,
+            "options": {"declare": [HOSTS_EXCHANGE]},
+        }
+        for name, task in (
+            ("reap-sandboxes", REAP_SANDBOXES),
+            ("collect-workspaces", COLLECT_WORKSPACES),
+        )
+    }
+    summaries = {
+        f"summarize-{repo}": {
+            "task": SCHEDULE_SUMMARIES,
+            "schedule": schedule,
+            "args": [repo],
+            "options": {"queue": DEFAULT_QUEUE},
+        }
+        for repo, schedule in summary_schedules(settings).items()
+    }
+    return {**chores, **summaries}
+
+
+def send_schedule(app: Celery, repo: str) -> None:
+    """Trigger a scheduled summary run of ``repo`` now (what beat sends at its cron times)."""
+    app.send_task(SCHEDULE_SUMMARIES, args=[repo], queue=DEFAULT_QUEUE)
+
+
+def send_chore(app: Celery, task: str) -> None:
+    """Send a per-host chore to every worker (what beat does on its schedule)."""
+    app.send_task(task, declare=[HOSTS_EXCHANGE])
+
+
+def create_app(settings: Settings) -> Celery:
+    """A Celery app for ``settings``, with Riverbeam's tasks registered."""
+    app = Celery("riverbeam", set_as_current=False)
+    app.conf.update(celery_config(settings))
+    # Imported here, not at the top: the tasks module imports this one for its names.
+    from bot.jobs.tasks import register
+
+    register(app, settings)
+    return app
+
+
+@functools.cache
+def default_app() -> Celery:
+    """The app for the settings of this process (``riverbeam.toml`` + ``RIVERBEAM_*``)."""
+    return create_app(load_settings())
+
+
+def __getattr__(name: str) -> Celery:
+    # ``celery -A bot.jobs.celery_app worker`` looks up ``app`` here; building it on first
+    # access lets a process import this module before its configuration is in place.
+    if name == "app":
+        return default_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

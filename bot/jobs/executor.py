@@ -1,0 +1,576 @@
+"""One segment of a job: from a claimed record to a parked or finished job.
+
+A job runs in segments. The first starts the agent; each later one applies a person's
+decision to the parked run and drives it on. A segment, on the worker that claimed the job:
+
+1. checks the sandbox image (BEM-401) and finds the job's model (BEM-508);
+2. gets the job's workspace: a new one for the first segment; for a resume the local one
+   when it still holds the approved commit, else a new one with the parked snapshot restored
+   into it (the job parked on another host);
+3. starts the hardened container on it, with the kind's compare point;
+4. builds the agent for the kind's skill, with its tools (``bot.jobs.toolsets``), prompt
+   values (house-style notes recalled for the repository) and hooks: every frame goes to the
+   job's event stream; before each model call and tool call the job is checked for a cancel
+   (BEM-506) or a takeover (BEM-507);
+5. runs it. When it stops on a call that needs a person, policy refuses at once what could
+   never be pushed (``bot.jobs.parking``) and the run goes on; otherwise it PARKS: run state
+   and workspace snapshot saved, approval opened, job moved to ``awaiting_approval``;
+6. or, when the run ends, FINISHES: the kind's outcome, the final state.
+
+The container is stopped on every path, and the workspace released on every path but a park
+(a resume on this host reuses it). A failure is the job's ``error`` and state ``failed``; a
+cancel is ``cancelled``. Every write of the job names this worker as its owner, so a worker
+that lost the job (its lease ran out and another took over) changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import docker
+from celery.exceptions import SoftTimeLimitExceeded
+from redis.asyncio import Redis as AsyncRedis
+
+from bot.clients.base import CompletionClient
+from bot.config import RepositoryConfig, SandboxLimits, Settings
+from bot.errors import BeamError
+from bot.frames import DoneFrame, ErrorInfo, Frame, ResultStatus
+from bot.input import AgentContext, AgentInput
+from bot.jobs.changes import branch_tip
+from bot.jobs.host_tools.publish import PublishDocsetTool
+from bot.jobs.lease import LeaseKeeper, StopCheck
+from bot.jobs.model_client import model_client_for
+from bot.jobs.models import (
+    Approval,
+    ApprovalState,
+    JobKind,
+    JobRecord,
+    JobResult,
+    JobState,
+    Outcome,
+    PublishOutcome,
+)
+from bot.jobs.outcomes import (
+    author_outcome,
+    commit_notes_outcome,
+    ended_refused,
+    summary_outcome,
+)
+from bot.jobs.parking import (
+    PublishTarget,
+    PushTarget,
+    approval_for,
+    check_publish_still_bound,
+    check_still_bound,
+)
+from bot.jobs.plans import ComparePoint, TreePlan, compare_point, request_text, tree_plan
+from bot.jobs.relayed_push import ApprovedPush
+from bot.jobs.store import JobStore
+from bot.jobs.timings import SegmentTimings
+from bot.jobs.toolsets import JobTools, job_tools
+from bot.memory import MemoryStore
+from bot.redis_memory import RedisMemoryStore
+from bot.runner.hooks import Hooks
+from bot.runner.loop import ToolLoopAgent
+from bot.runner.state import Decision, RunState
+from bot.tools import ToolSpec
+from sandbox.container.engine import engine_errors
+from sandbox.container.lifecycle import ContainerSandbox
+from sandbox.image.build import check_image
+from sandbox.jail import SandboxRoot
+from sandbox.workspace.credentials import upstream_callbacks
+from sandbox.workspace.mirror import sync_mirror
+from sandbox.workspace.prepare import (
+    Workspace,
+    job_directory,
+    open_workspace,
+    prepare_workspace,
+    release_workspace,
+)
+from sandbox.workspace.relay import RelayResult, relay_push
+from sandbox.workspace.snapshot import capture, read_header, restore
+
+log = logging.getLogger(__name__)
+
+STYLE_NOTES = 20
+
+
+class ImageCheck:
+    """The sandbox image one worker process starts its containers from.
+
+    The first segment finds the image built from the code (``check_image`` hashes the
+    sources, about 10 ms of CPU); later segments only look that image up (about 2 ms). The
+    process runs the code it imported, so its containers must run the image of that code,
+    whatever the files on disk say later: a deploy that changes them restarts the workers.
+    An image removed meanwhile is BEM-401, as at the first check.
+    """
+
+    def __init__(self) -> None:
+        self._refs: dict[SandboxLimits, str] = {}
+
+    def current(self, client: docker.DockerClient, settings: Settings) -> str:
+        ref = self._refs.get(settings.sandbox)
+        if ref is None:
+            ref = check_image(client, settings).ref
+            self._refs[settings.sandbox] = ref
+            return ref
+        with engine_errors("BEM-401", f"looking up the sandbox image {ref}"):
+            client.images.get(ref)
+        return ref
+
+
+@dataclass
+class _Segment:
+    """What one segment holds while it runs; the executor's cleanup reads it."""
+
+    record: JobRecord
+    timings: SegmentTimings
+    repo: RepositoryConfig | None = None
+    plan: TreePlan | None = None
+    workspace: Workspace | None = None
+    compare: ComparePoint | None = None
+    base_sha: str = ""
+    sandbox: ContainerSandbox | None = None
+    approval: Approval | None = None
+    tools: JobTools = field(default_factory=JobTools)
+    publish: PublishTarget | None = None
+    parked: bool = False
+
+
+class Executor:
+    """Runs segments of claimed jobs for one worker (``worker`` is its lease owner name)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: JobStore,
+        *,
+        worker: str,
+        docker_client: docker.DockerClient,
+        images: ImageCheck | None = None,
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._worker = worker
+        self._docker = docker_client
+        self._images = images or ImageCheck()
+
+    def execute(self, record: JobRecord) -> JobRecord | None:
+        """Run the next segment of ``record``, which this worker has just claimed: the first
+        one, or a resume when the job has an approval. Returns the job as the segment left
+        it, or None when the job was no longer this worker's to change."""
+        segment = _Segment(record, SegmentTimings(record.id))
+        lease = LeaseKeeper(
+            self._store,
+            record.id,
+            worker=self._worker,
+            seconds=self._settings.jobs.lease_seconds,
+        )
+        with lease:
+            stop = StopCheck(self._store, record.id, lease)
+            try:
+                return self._run(segment, stop)
+            except SoftTimeLimitExceeded:
+                _stop_container(segment)
+                limit = self._settings.jobs.soft_time_limit_seconds
+                error = BeamError(
+                    "BEM-505", f"the job segment ran past {limit} s (jobs.soft_time_limit_seconds)"
+                )
+                return self._end(segment, JobState.FAILED, error=error)
+            except BeamError as error:
+                _stop_container(segment)
+                return self._end(segment, _final_state(error.code), error=error)
+            except Exception as error:
+                _stop_container(segment)
+                log.exception("job %s failed unexpectedly", record.id)
+                unexpected = BeamError(
+                    "BEM-509",
+                    f"the worker failed while running the job ({type(error).__name__}: "
+                    f"{error}); see the worker's log",
+                )
+                return self._end(segment, JobState.FAILED, error=unexpected)
+            finally:
+                self._clean_up(segment)
+                segment.timings.log(self._store_state(record.id))
+
+    # -- the segment --------------------------------------------------------------------
+
+    def _store_state(self, job_id: str) -> str:
+        """The job's state for the timings line; never fails the segment."""
+        try:
+            return self._store.get(job_id).state.value
+        except BeamError:
+            return "unknown"
+
+    def _run(self, segment: _Segment, stop: StopCheck) -> JobRecord | None:
+        settings, record, timings = self._settings, segment.record, segment.timings
+        with timings.phase("image"):
+            image = self._images.current(self._docker, settings)
+        with timings.phase("model"):
+            client = model_client_for(settings, record)
+        segment.repo = settings.repository(record.spec.repo)
+        if record.approval_id is not None:
+            segment.approval = self._decided_approval(record)
+        segment.plan = tree_plan(record.spec, segment.repo)
+        if segment.plan is not None:
+            self._open_tree(segment, segment.plan, segment.repo, image)
+        if record.spec.kind is JobKind.PUBLISH:
+            segment.publish = self._publish_target(segment, segment.repo)
+        with timings.phase("agent"):
+            state, approval = asyncio.run(self._drive(segment, client, stop))
+        # Gone before the job moves: a parked or finished job never has a container.
+        with timings.phase("stop"):
+            _stop_container(segment)
+        if approval is not None:
+            with timings.phase("park"):
+                return self._park(segment, state, approval)
+        with timings.phase("finish"):
+            return self._finish(segment, state)
+
+    def _decided_approval(self, record: JobRecord) -> Approval:
+        """The decision this resume applies; the claim already marked it applied."""
+        current = self._store.approval(record.id)
+        if current is None or current.id != record.approval_id:
+            raise BeamError(
+                "BEM-603", f"job {record.id} waits on approval {record.approval_id}, not found"
+            )
+        return current
+
+    def _open_tree(
+        self, segment: _Segment, plan: TreePlan, repo: RepositoryConfig, image: str
+    ) -> None:
+        record, settings, timings = segment.record, self._settings, segment.timings
+        with timings.phase("workspace"):
+            workspace = self._workspace(record, plan, repo, segment.approval)
+            segment.workspace = workspace
+            segment.compare = compare_point(plan, workspace)
+        approval = segment.approval
+        segment.base_sha = (approval.base_sha if approval else None) or workspace.base_sha
+        if approval is not None and approval.state is ApprovalState.APPROVED:
+            check_still_bound(approval, workspace)
+        sandbox = ContainerSandbox(self._docker, image)
+        segment.sandbox = sandbox
+        with timings.phase("container"):
+            sandbox.start(
+                record.id,
+                workspace.tree,
+                repo.protected_refs,
+                settings.sandbox,
+                deadline=datetime.now(UTC) + timedelta(seconds=settings.jobs.time_limit_seconds),
+                outbox=workspace.outbox,
+                identity=settings.identity,
+                compare_to=segment.compare.sha if segment.compare else None,
+                compare_label=segment.compare.label if segment.compare else None,
+            )
+
+    def _publish_target(self, segment: _Segment, repo: RepositoryConfig) -> PublishTarget:
+        """The publish tool, checked before the model runs: a review that does not approve
+        (BEM-360) or a publish ref that cannot be moved (BEM-361) fails the job at once."""
+        record, settings = segment.record, self._settings
+        callbacks = upstream_callbacks(repo.credentials)
+        tool = PublishDocsetTool.for_job(
+            record, settings, lookup=self._store.get, callbacks=callbacks
+        )
+        tool.plan()
+        approval = segment.approval
+        if approval is not None and approval.state is ApprovalState.APPROVED:
+            check_publish_still_bound(approval, tool)
+        mirror = sync_mirror(record.spec.repo, repo, settings.workspaces, callbacks)
+        return PublishTarget(tool=tool, mirror=mirror, diff_max_chars=settings.jobs.diff_max_chars)
+
+    def _workspace(
+        self, record: JobRecord, plan: TreePlan, repo: RepositoryConfig, approval: Approval | None
+    ) -> Workspace:
+        settings = self._settings.workspaces
+        snapshot: bytes | None = None
+        checkout = plan.checkout
+        if approval is not None:
+            local = _local_workspace(record.id, self._settings)
+            if local is not None and _holds(local, approval):
+                return local
+            snapshot = self._store.load_snapshot(record.id)
+            if snapshot is None:
+                raise BeamError(
+                    "BEM-502",
+                    f"job {record.id} parked without a workspace this host has, and its "
+                    "snapshot is gone; submit the job again",
+                )
+            # The parked tree is rebuilt on the commit it was built on, wherever the
+            # branch it came from has moved since.
+            checkout = read_header(snapshot, max_bytes=self._snapshot_cap).base_sha
+        # A first segment taken over from a dead worker on this host, or a local tree that
+        # moved past the park: start clean.
+        shutil.rmtree(job_directory(settings, record.id), ignore_errors=True)
+        workspace = prepare_workspace(
+            record.id,
+            record.spec.repo,
+            repo,
+            checkout,
+            settings,
+            sandbox_uid=self._settings.sandbox.uid,
+            callbacks=upstream_callbacks(repo.credentials),
+        )
+        if snapshot is not None:
+            restore(snapshot, workspace, max_bytes=self._snapshot_cap)
+        return workspace
+
+    @property
+    def _snapshot_cap(self) -> int:
+        return self._settings.jobs.snapshot_max_bytes
+
+    async def _drive(
+        self, segment: _Segment, client: CompletionClient, stop: StopCheck
+    ) -> tuple[RunState, Approval | None]:
+        """Run the agent until it ends or parks on a call a person must decide."""
+        record = segment.record
+        redis = AsyncRedis.from_url(self._settings.redis_url)
+        try:
+            memory = RedisMemoryStore(redis, prefix=self._settings.jobs.prefix)
+            agent = await self._agent(segment, client, memory, stop)
+            frames, state = self._first_frames(segment, agent)
+            while True:
+                async with aclosing(frames) as running:
+                    async for _ in running:
+                        pass
+                pending = state.pending
+                if state.status is not ResultStatus.INTERRUPTED or pending is None:
+                    return state, None
+                verdict = approval_for(record, pending, self._push_target(segment))
+                if isinstance(verdict, Approval):
+                    return state, verdict
+                frames = agent.resume(state, verdict)
+        finally:
+            await redis.aclose()
+
+    def _first_frames(
+        self, segment: _Segment, agent: ToolLoopAgent
+    ) -> tuple[AsyncGenerator[Frame, None], RunState]:
+        approval = segment.approval
+        if approval is None:
+            text = request_text(segment.record.spec, segment.plan)
+            state = agent.start(AgentInput.of_text(text), AgentContext())
+            return agent.run(state), state
+        state = RunState.load(self._store.load_run_state(segment.record.id))
+        approved = approval.state is ApprovalState.APPROVED
+        push = segment.tools.push
+        if approved and push is not None and approval.commit_sha and approval.target_ref:
+            push.arm(ApprovedPush(sha=approval.commit_sha, branch=approval.target_ref))
+        decision = Decision(
+            call_id=approval.call_id,
+            approved=approved,
+            comment=approval.comment,
+            decided_by=approval.decided_by or "",
+        )
+        return agent.resume(state, decision), state
+
+    async def _agent(
+        self, segment: _Segment, client: CompletionClient, memory: MemoryStore, stop: StopCheck
+    ) -> ToolLoopAgent:
+        record, repo = segment.record, segment.repo
+        assert repo is not None  # set before the tree is opened
+        spec, workspace = record.spec, segment.workspace
+        notes = await memory.recall(spec.repo, STYLE_NOTES)
+        tree = (
+            SandboxRoot(workspace.tree, max_read_bytes=self._settings.sandbox.max_read_bytes)
+            if workspace is not None
+            else None
+        )
+        segment.tools = job_tools(
+            spec.kind,
+            sandbox=segment.sandbox,
+            tree=tree,
+            memory=memory,
+            scope=spec.repo,
+            relay=self._relay(workspace, repo) if workspace is not None else None,
+            publish=segment.publish.tool if segment.publish is not None else None,
+        )
+        return ToolLoopAgent.for_skill(
+            spec.kind.skill,
+            client,
+            segment.tools.tools,
+            hooks=self._hooks(record.id, stop),
+            prompt_values=self._prompt_values(segment, [note.text for note in notes]),
+        )
+
+    def _prompt_values(self, segment: _Segment, notes: list[str]) -> dict[str, Any]:
+        spec, repo, plan = segment.record.spec, segment.repo, segment.plan
+        assert repo is not None
+        values: dict[str, Any] = {
+            "repository": spec.repo,
+            "protected_refs": list(repo.protected_refs),
+            "style_notes": notes,
+            "publish_ref": repo.publish_ref or "",
+        }
+        if segment.publish is not None:
+            publish = segment.publish.tool.plan()
+            values["target_ref"] = f"{publish.reviewed_branch} at {publish.sha}"
+            values["publish_ref"] = publish.publish_ref
+        if plan is not None:
+            own = segment.workspace.branch if segment.workspace is not None else plan.branch
+            values["branch"] = own if spec.kind is JobKind.AUTHOR else plan.branch
+            values["base"] = plan.base
+        return values
+
+    def _hooks(self, job_id: str, stop: StopCheck) -> Hooks:
+        hooks = Hooks()
+        store = self._store
+
+        @hooks.on_frame
+        async def publish(frame: Frame) -> None:
+            store.append_event(job_id, frame)
+            # A refused call (cancelled or taken over) ends the run at its tool frame.
+            if not isinstance(frame, DoneFrame):
+                stop.raise_if_stopped()
+
+        @hooks.before_completion
+        async def before_model(state: RunState, messages: list[Any], specs: list[ToolSpec]) -> None:
+            stop.check()
+
+        @hooks.before_tool
+        async def before_tool(state: RunState, call: Any, args: Any) -> None:
+            stop.check()
+
+        return hooks
+
+    def _relay(self, workspace: Workspace, repo: RepositoryConfig) -> Any:
+        callbacks = upstream_callbacks(repo.credentials)
+
+        def relay(sha: str, branch: str) -> RelayResult:
+            return relay_push(workspace, sha, branch, repo, callbacks=callbacks)
+
+        return relay
+
+    def _push_target(self, segment: _Segment) -> PushTarget | PublishTarget | None:
+        if segment.publish is not None:
+            return segment.publish
+        if segment.workspace is None or segment.repo is None:
+            return None
+        return PushTarget(
+            workspace=segment.workspace,
+            base_sha=segment.base_sha,
+            protected_refs=segment.repo.protected_refs,
+            diff_max_chars=self._settings.jobs.diff_max_chars,
+        )
+
+    # -- park and finish ----------------------------------------------------------------
+
+    def _park(self, segment: _Segment, state: RunState, approval: Approval) -> JobRecord | None:
+        store, job_id = self._store, segment.record.id
+        store.save_run_state(job_id, state.model_dump_json())
+        if segment.workspace is not None:
+            data = capture(segment.workspace, max_bytes=self._settings.jobs.snapshot_max_bytes)
+            store.save_snapshot(job_id, data)
+        opened = store.open_approval(approval)
+        parked = store.transition(
+            job_id,
+            JobState.AWAITING_APPROVAL,
+            from_states=(JobState.RUNNING,),
+            owner=self._worker,
+            approval_id=opened.id,
+            result=_result(state),
+        )
+        if parked is None:
+            return None
+        segment.parked = True
+        if parked.cancel_requested:
+            # Cancelled while it parked: nobody holds it now, so the cancel lands at once.
+            return store.request_cancel(job_id)
+        return parked
+
+    def _finish(self, segment: _Segment, state: RunState) -> JobRecord | None:
+        result = _result(state)
+        if state.status is ResultStatus.FAILED:
+            error = state.error or ErrorInfo(code="BEM-509", message="the run failed")
+            return self._end(segment, _final_state(error.code), error=error, result=result)
+        result.outcome = self._outcome(segment, state)
+        to = JobState.REFUSED if ended_refused(state) else JobState.SUCCEEDED
+        return self._end(segment, to, result=result)
+
+    def _outcome(self, segment: _Segment, state: RunState) -> Outcome | None:
+        kind, plan, workspace = segment.record.spec.kind, segment.plan, segment.workspace
+        if segment.publish is not None:
+            published = segment.publish.tool.outcome
+            return published or PublishOutcome(publish_ref=segment.publish.tool.plan().publish_ref)
+        if plan is None or workspace is None:
+            return None
+        if kind is JobKind.AUTHOR:
+            return author_outcome(
+                workspace,
+                segment.base_sha,
+                state.records,
+                max_chars=self._settings.jobs.diff_max_chars,
+            )
+        if kind is JobKind.REVIEW and segment.tools.review is not None:
+            return segment.tools.review.outcome(branch=plan.branch, commit_sha=workspace.base_sha)
+        if kind is JobKind.SUMMARIZE:
+            return summary_outcome(plan, workspace, segment.compare, state.text)
+        if kind is JobKind.COMMIT_NOTES:
+            return commit_notes_outcome(segment.record.spec, plan, state.text)
+        return None
+
+    def _end(
+        self,
+        segment: _Segment,
+        to: JobState,
+        *,
+        error: BeamError | ErrorInfo | None = None,
+        result: JobResult | None = None,
+    ) -> JobRecord | None:
+        job_id = segment.record.id
+        if isinstance(error, BeamError):
+            error = ErrorInfo(code=error.code, message=error.message)
+        changes: dict[str, Any] = {"error": error}
+        if result is not None:
+            changes["result"] = result
+        ended = self._store.transition(
+            job_id, to, from_states=(JobState.RUNNING,), owner=self._worker, **changes
+        )
+        if ended is not None:
+            self._store.drop_parked(job_id)
+        return ended
+
+    def _clean_up(self, segment: _Segment) -> None:
+        _stop_container(segment)
+        if segment.workspace is not None and not segment.parked:
+            with segment.timings.phase("clean_up"):
+                release_workspace(segment.record.id, self._settings.workspaces)
+
+
+def _stop_container(segment: _Segment) -> None:
+    sandbox, segment.sandbox = segment.sandbox, None
+    if sandbox is not None:
+        sandbox.stop()
+
+
+def _final_state(code: str) -> JobState:
+    return JobState.CANCELLED if code == "BEM-506" else JobState.FAILED
+
+
+def _result(state: RunState) -> JobResult:
+    return JobResult(
+        text=state.text,
+        usage=state.usage,
+        model_used=state.model_used,
+        tool_calls=len(state.records),
+    )
+
+
+def _local_workspace(job_id: str, settings: Settings) -> Workspace | None:
+    with contextlib.suppress(BeamError):
+        return open_workspace(job_id, settings.workspaces)
+    return None
+
+
+def _holds(workspace: Workspace, approval: Approval) -> bool:
+    """Whether the local tree is where the job parked: the approved commit on its branch."""
+    if approval.commit_sha is None or approval.target_ref is None:
+        return True
+    return branch_tip(workspace.tree, approval.target_ref) == approval.commit_sha

@@ -1,0 +1,63 @@
+"""Which model a worker's job talks to.
+
+``model.factory = "module:function"`` in the config names a function that gets the job's
+``JobRecord`` and returns a ``CompletionClient``: tests and the demo use it to put scripted
+models into real worker processes. Without it, the workers use
+``OpenAiCompatible.from_env()``; without an API key either, the job fails with BEM-508.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import cast
+
+from bot.clients.base import CompletionClient
+from bot.clients.openai_compatible import OpenAiCompatible
+from bot.config import Settings
+from bot.errors import BeamError
+from bot.jobs.models import JobRecord
+
+ModelFactory = Callable[[JobRecord], CompletionClient]
+
+
+def model_client_for(settings: Settings, job: JobRecord) -> CompletionClient:
+    """The model client for one job; BEM-508 when none is configured."""
+    if settings.model.factory:
+        client = load_factory(settings.model.factory)(job)
+        if not isinstance(client, CompletionClient):
+            raise BeamError(
+                "BEM-508",
+                f"model.factory {settings.model.factory!r} returned {type(client).__name__}, "
+                "not a CompletionClient (an object with an async complete(messages, tools))",
+            )
+        return client
+    live = OpenAiCompatible.from_env()
+    if live is None:
+        raise BeamError(
+            "BEM-508",
+            "no model is configured for the workers: set BEAM_API_KEY (or GFS_BEAM_API_KEY, "
+            "NVIDIA_API_KEY) in the worker's environment, or model.factory in the config",
+        )
+    return live
+
+
+def load_factory(reference: str) -> ModelFactory:
+    """The function ``"module:function"`` names; BEM-508 when it cannot be loaded."""
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise BeamError(
+            "BEM-508", f"model.factory {reference!r} must look like 'package.module:function'"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise BeamError(
+            "BEM-508", f"model.factory {reference!r}: cannot import {module_name}: {error}"
+        ) from None
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise BeamError(
+            "BEM-508", f"model.factory {reference!r}: {module_name} has no function {attribute}"
+        )
+    return cast(ModelFactory, factory)

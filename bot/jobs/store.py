@@ -1,0 +1,812 @@
+"""``JobStore``: job records, run state, parked snapshots, event streams, approvals and
+schedule locks in Redis, shared by every worker, the API and the CLI.
+
+Every change to a job or an approval is an optimistic transaction (WATCH, read, MULTI, EXEC)
+that retries when another writer got there first, so two workers can never both move a job
+and a decision applies once. Timestamps come from the Redis server's clock, so leases mean
+the same thing on every worker host whatever their clocks say. The key layout and what
+survives a Redis restart are in docs/storage.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import builtins
+import hashlib
+import json
+import random
+import re
+import secrets
+import time
+import uuid
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar, cast
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.client import Pipeline
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError, WatchError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from bot.errors import ApprovalError, BeamError, JobError
+from bot.frames import ErrorInfo, Frame, frame_adapter
+from bot.jobs.models import (
+    TRANSITIONS,
+    Approval,
+    ApprovalState,
+    JobEvent,
+    JobKind,
+    JobRecord,
+    JobSpec,
+    JobState,
+)
+
+T = TypeVar("T")
+# The writes of an optimistic transaction, queued on the pipeline after MULTI.
+Writes = Callable[[Pipeline], None]
+# XREAD's reply: per stream, its name and its (entry id, fields) entries.
+StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
+StreamReply = list[tuple[bytes, StreamEntries]]
+
+IDEMPOTENCY_TTL_SECONDS = 24 * 3600
+# Optimistic transactions retry when a watched key changed. Each round lets at least one
+# writer through, so this bound is only reached under pathological contention.
+MAX_WATCH_RETRIES = 100
+# A blocking read waits in slices, so no single XREAD outlasts the client's socket timeout.
+BLOCK_SLICE_MS = 1000
+MAX_LIST_LIMIT = 1000
+_SCAN_BATCH = 256
+# Redis refuses writes with these replies while it is out of memory (noeviction), cannot
+# persist, or is a read-only replica: for a caller that is the store being unavailable.
+_UNAVAILABLE_REPLIES = ("OOM", "MISCONF", "READONLY")
+_STREAM_ID = re.compile(r"^(\d{1,20}(-\d{1,20})?|\$)$")
+# Fields of a JobRecord that only the store sets.
+_STORE_FIELDS = frozenset({"id", "spec", "state", "version", "created_at", "updated_at"})
+
+
+class JobStore:
+    def __init__(
+        self,
+        redis: redis.Redis,
+        *,
+        prefix: str = "riverbeam",
+        events_maxlen: int = 10_000,
+        snapshot_max_bytes: int = 32 << 20,
+    ) -> None:
+        if redis.connection_pool.connection_kwargs.get("decode_responses"):
+            # Snapshots are bytes; a decoding client would mangle them.
+            raise ValueError("JobStore needs a Redis client with decode_responses=False")
+        self._redis = redis
+        self._prefix = prefix
+        self._events_maxlen = events_maxlen
+        self._snapshot_max_bytes = snapshot_max_bytes
+        self._where = _describe(redis)
+
+    @classmethod
+    def from_url(cls, url: str, **kw: Any) -> JobStore:
+        """A store on a new client for ``url`` (``redis://[user:password@]host:port/db``).
+
+        Short connect and read timeouts and two quick reconnect attempts: a Redis outage
+        surfaces as BEM-504 within seconds instead of hanging a worker."""
+        client = redis.Redis.from_url(
+            url,
+            socket_connect_timeout=5.0,
+            socket_timeout=10.0,
+            health_check_interval=30,
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2),
+        )
+        return cls(client, **kw)
+
+    # keys ------------------------------------------------------------------------------
+
+    def _job_key(self, job_id: str) -> str:
+        return f"{self._prefix}:job:{job_id}"
+
+    @property
+    def _jobs_key(self) -> str:
+        return f"{self._prefix}:jobs"
+
+    def _run_key(self, job_id: str) -> str:
+        return f"{self._prefix}:run:{job_id}"
+
+    def _snapshot_key(self, job_id: str) -> str:
+        return f"{self._prefix}:snapshot:{job_id}"
+
+    def _events_key(self, job_id: str) -> str:
+        return f"{self._prefix}:events:{job_id}"
+
+    def _approval_key(self, job_id: str) -> str:
+        return f"{self._prefix}:approval:{job_id}"
+
+    @property
+    def _pending_key(self) -> str:
+        return f"{self._prefix}:approvals:pending"
+
+    def _history_key(self, job_id: str) -> str:
+        return f"{self._prefix}:approvals:history:{job_id}"
+
+    def _idem_key(self, key: str) -> str:
+        # Hashed: a client-chosen key may be long or contain anything.
+        return f"{self._prefix}:idem:{hashlib.sha256(key.encode()).hexdigest()}"
+
+    def _lock_key(self, name: str) -> str:
+        return f"{self._prefix}:schedule:{name}"
+
+    # plumbing --------------------------------------------------------------------------
+
+    @contextmanager
+    def _reachable(self) -> Iterator[None]:
+        """Turn a Redis outage into BEM-504. The message names the host, never the URL,
+        which may carry a password."""
+        try:
+            yield
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            reason = "timed out" if isinstance(exc, RedisTimeoutError) else "connection failed"
+            if isinstance(exc, redis.exceptions.AuthenticationError):
+                reason = "authentication failed"
+            elif isinstance(exc, redis.exceptions.BusyLoadingError):
+                reason = "still loading its data after a restart"
+            raise BeamError(
+                "BEM-504",
+                f"the job store (Redis at {self._where}) is unreachable: {reason}. "
+                "Check that Redis is running and that redis_url points at it.",
+            ) from exc
+        except ResponseError as exc:
+            if not str(exc).startswith(_UNAVAILABLE_REPLIES):
+                raise
+            raise BeamError(
+                "BEM-504",
+                f"the job store (Redis at {self._where}) refuses writes: {exc}",
+            ) from exc
+
+    def _atomic(
+        self,
+        watch: Collection[str],
+        body: Callable[[Pipeline], tuple[T, Writes | None]],
+    ) -> T:
+        """Run ``body`` under WATCH on ``watch``; it reads through the pipeline (immediate
+        mode) and returns its value and the writes to queue, or None to write nothing. The
+        writes run in MULTI/EXEC; when a watched key changed meanwhile, everything reruns."""
+        with self._reachable():
+            for attempt in range(MAX_WATCH_RETRIES):
+                with self._redis.pipeline(transaction=True) as pipe:
+                    try:
+                        if watch:
+                            pipe.watch(*watch)  # type: ignore[no-untyped-call]
+                        value, writes = body(pipe)
+                        if writes is not None:
+                            pipe.multi()
+                            writes(pipe)
+                            pipe.execute()
+                        return value
+                    except WatchError:
+                        # Jitter spreads the retries of writers that collided together.
+                        time.sleep(random.uniform(0, 0.001 * min(attempt + 1, 20)))
+        keys = ", ".join(sorted(watch))
+        raise BeamError(
+            "BEM-504",
+            f"the job store is overloaded: {keys} changed under {MAX_WATCH_RETRIES} "
+            "attempts in a row to update it; try again",
+        )
+
+    @staticmethod
+    def _server_now(pipe: redis.Redis) -> datetime:
+        seconds, micros = pipe.time()
+        return datetime.fromtimestamp(seconds, UTC) + timedelta(microseconds=micros)
+
+    def _read_job(self, pipe: redis.Redis, job_id: str) -> JobRecord:
+        raw = pipe.get(self._job_key(job_id))
+        if raw is None:
+            raise JobError("BEM-500", f"no job with id {job_id!r}")
+        return JobRecord.model_validate_json(raw)
+
+    def _read_approval(self, pipe: redis.Redis, job_id: str) -> Approval | None:
+        raw = pipe.get(self._approval_key(job_id))
+        return None if raw is None else Approval.model_validate_json(raw)
+
+    def _xadd(self, target: redis.Redis, job_id: str, fields: dict[str, str]) -> Any:
+        """Append to the job's stream, trimmed to about ``events_maxlen`` entries (``~``
+        lets Redis trim whole nodes, which is much cheaper than an exact cap)."""
+        return target.xadd(
+            self._events_key(job_id),
+            dict(fields),  # type: ignore[arg-type]  # redis-py's field type is invariant
+            maxlen=self._events_maxlen,
+            approximate=True,
+        )
+
+    # jobs ------------------------------------------------------------------------------
+
+    def create(self, spec: JobSpec, *, idempotency_key: str | None = None) -> JobRecord:
+        """Store a new queued job. With an ``idempotency_key`` seen in the last 24 hours,
+        the job created then comes back and nothing new is stored; reusing a key for a
+        different request is BEM-501."""
+        idem = None if idempotency_key is None else self._idem_key(idempotency_key)
+
+        def body(pipe: Pipeline) -> tuple[JobRecord, Writes | None]:
+            if idem is not None:
+                existing = pipe.get(idem)
+                if existing is not None:
+                    return self._same_request(pipe, _text(existing), spec), None
+            job_id = self._fresh_id(pipe)
+            now = self._server_now(pipe)
+            record = JobRecord(id=job_id, spec=spec, created_at=now, updated_at=now)
+
+            def writes(tx: Pipeline) -> None:
+                tx.set(self._job_key(job_id), record.model_dump_json())
+                tx.zadd(self._jobs_key, {job_id: now.timestamp()})
+                if idem is not None:
+                    tx.set(idem, job_id, ex=IDEMPOTENCY_TTL_SECONDS)
+
+            return record, writes
+
+        return self._atomic([idem] if idem else [], body)
+
+    def _fresh_id(self, pipe: Pipeline) -> str:
+        """A new job id, watched so that a concurrent create of the same id fails ours. Ids
+        are 48 random bits: short enough for branch names, and a collision draws again."""
+        while True:
+            job_id = uuid.uuid4().hex[:12]
+            pipe.watch(self._job_key(job_id))  # type: ignore[no-untyped-call]
+            if not pipe.exists(self._job_key(job_id)):
+                return job_id
+
+    def _same_request(self, pipe: Pipeline, job_id: str, spec: JobSpec) -> JobRecord:
+        record = self._read_job(pipe, job_id)
+        if record.spec != spec:
+            raise JobError(
+                "BEM-501",
+                f"the idempotency key was already used for job {job_id} with a different "
+                "request; use a new key for a new job",
+            )
+        return record
+
+    def get(self, job_id: str) -> JobRecord:
+        with self._reachable():
+            return self._read_job(self._redis, job_id)
+
+    def is_final_or_unknown(self, job_id: str) -> bool:
+        """For workspace retention: a workspace whose job ended, or that the store no longer
+        knows, may age out."""
+        try:
+            return self.get(job_id).state.is_final
+        except JobError as exc:
+            if exc.code != "BEM-500":
+                raise
+            return True
+
+    def transition(
+        self,
+        job_id: str,
+        to: JobState,
+        *,
+        from_states: Collection[JobState],
+        expect_version: int | None = None,
+        owner: str | None = None,
+        **changes: Any,
+    ) -> JobRecord | None:
+        """Move the job to ``to`` if it is in ``from_states`` (and at ``expect_version``, and
+        held by worker ``owner``, when given); None when it is not: someone else moved it.
+        ``changes`` are other JobRecord fields to set. A move TRANSITIONS forbids, or a
+        change to a field only the store sets, is a ValueError: a programming error."""
+        _check_moves(from_states, to)
+        names = set(changes)
+        bad = sorted((names & _STORE_FIELDS) | (names - set(JobRecord.model_fields)))
+        if bad:
+            raise ValueError(f"transition cannot set {', '.join(bad)}")
+
+        def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
+            if record.state not in from_states:
+                return None
+            if expect_version is not None and record.version != expect_version:
+                return None
+            if owner is not None and record.worker != owner:
+                return None
+            return {**changes, "state": to}
+
+        return self._change_job(job_id, change)[0]
+
+    def claim(
+        self,
+        job_id: str,
+        *,
+        worker: str,
+        lease_seconds: float,
+        from_states: Collection[JobState] = (JobState.QUEUED,),
+    ) -> JobRecord | None:
+        """Make ``worker`` the job's runner: running, attempt + 1, a lease of
+        ``lease_seconds``. A running job whose lease ran out (its worker died) is taken
+        over; one whose lease is live is not, whatever ``from_states`` says. None when the
+        job cannot be claimed: a duplicate or redelivered task does nothing."""
+        _check_moves(from_states, JobState.RUNNING)
+
+        def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
+            if record.state is JobState.RUNNING:
+                if _leased(record, now):
+                    return None
+            elif record.state not in from_states:
+                return None
+            return {
+                "state": JobState.RUNNING,
+                "worker": worker,
+                "lease_until": now + timedelta(seconds=lease_seconds),
+                "attempt": record.attempt + 1,
+            }
+
+        return self._change_job(job_id, change)[0]
+
+    def claim_resume(
+        self, job_id: str, *, worker: str, lease_seconds: float
+    ) -> tuple[JobRecord, Approval] | None:
+        """Take a parked job whose approval is decided and not yet applied: the job goes to
+        running under ``worker`` and the approval is marked applied, in one transaction, so
+        exactly one resume acts on a decision. A job still waiting for a person, or whose
+        decision another resume already took, is None: the task does nothing."""
+        job_key, approval_key = self._job_key(job_id), self._approval_key(job_id)
+
+        def body(pipe: Pipeline) -> tuple[tuple[JobRecord, Approval] | None, Writes | None]:
+            record = self._read_job(pipe, job_id)
+            approval = self._read_approval(pipe, job_id)
+            decided = (ApprovalState.APPROVED, ApprovalState.REFUSED)
+            if (
+                record.state is not JobState.AWAITING_APPROVAL
+                or approval is None
+                or approval.id != record.approval_id
+                or approval.state not in decided
+                or approval.applied
+            ):
+                return None, None
+            now = self._server_now(pipe)
+            claimed = record.model_copy(
+                update={
+                    "state": JobState.RUNNING,
+                    "worker": worker,
+                    "lease_until": now + timedelta(seconds=lease_seconds),
+                    "attempt": record.attempt + 1,
+                    "version": record.version + 1,
+                    "updated_at": now,
+                }
+            )
+            applied = approval.model_copy(update={"applied": True})
+
+            def writes(tx: Pipeline) -> None:
+                tx.set(job_key, claimed.model_dump_json())
+                tx.set(approval_key, applied.model_dump_json())
+
+            return (claimed, applied), writes
+
+        return self._atomic([job_key, approval_key], body)
+
+    def renew_lease(self, job_id: str, *, worker: str, lease_seconds: float) -> bool:
+        """Extend ``worker``'s lease; False when the job is no longer running under it (it
+        was taken over or ended), and the worker must stop."""
+
+        def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
+            if record.state is not JobState.RUNNING or record.worker != worker:
+                return None
+            return {"lease_until": now + timedelta(seconds=lease_seconds)}
+
+        return self._change_job(job_id, change)[0] is not None
+
+    def request_cancel(self, job_id: str) -> JobRecord:
+        """Ask for the job to stop. A job no worker holds (queued, parked, or running under
+        a lease that ran out) is cancelled at once, its pending approval withdrawn; a running
+        one gets ``cancel_requested`` and its worker ends it between tool calls; a final job
+        comes back unchanged."""
+
+        def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
+            if record.state.is_final:
+                return None
+            if record.state is JobState.RUNNING and _leased(record, now):
+                return None if record.cancel_requested else {"cancel_requested": True}
+            error = ErrorInfo(code="BEM-506", message=f"cancelled while {record.state.value}")
+            return {"state": JobState.CANCELLED, "cancel_requested": True, "error": error}
+
+        new, current = self._change_job(job_id, change)
+        return current if new is None else new
+
+    def _change_job(
+        self, job_id: str, change: Callable[[JobRecord, datetime], dict[str, Any] | None]
+    ) -> tuple[JobRecord | None, JobRecord]:
+        """The one write path for a job: ``change`` returns the fields to set (or None to
+        leave the job as it is); the store adds version and updated_at, drops the lease when
+        the job stops running, and when the job ends writes the end event and withdraws its
+        pending approval in the same transaction. Returns (written record or None, record
+        as read)."""
+        job_key, approval_key = self._job_key(job_id), self._approval_key(job_id)
+
+        def body(pipe: Pipeline) -> tuple[tuple[JobRecord | None, JobRecord], Writes | None]:
+            record = self._read_job(pipe, job_id)
+            now = self._server_now(pipe)
+            updates = change(record, now)
+            if updates is None:
+                return (None, record), None
+            fields = {**record.model_dump(), **updates}
+            fields.update(version=record.version + 1, updated_at=now)
+            if fields["state"] is not JobState.RUNNING:
+                fields["lease_until"] = None
+            new = JobRecord.model_validate(fields)
+            ends = new.state.is_final and not record.state.is_final
+            approval = self._read_approval(pipe, job_id) if ends else None
+
+            def writes(tx: Pipeline) -> None:
+                tx.set(job_key, new.model_dump_json())
+                if ends:
+                    self._xadd(tx, job_id, {"end": new.state.value})
+                if approval is not None and approval.state is ApprovalState.PENDING:
+                    self._queue_withdrawal(tx, approval, new.state, now)
+
+            return (new, record), writes
+
+        return self._atomic([job_key, approval_key], body)
+
+    def list(
+        self,
+        *,
+        state: JobState | None = None,
+        kind: JobKind | None = None,
+        repo: str | None = None,
+        requested_by: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> tuple[builtins.list[JobRecord], str | None]:
+        """Jobs newest first, filtered; the cursor (None on the last page) continues after
+        the last job returned. It walks the creation index in pages and loads only the
+        records of each page, so a filter that matches little costs pages, not memory."""
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        after = _decode_cursor(cursor)
+
+        def wanted(record: JobRecord) -> bool:
+            return (
+                (state is None or record.state is state)
+                and (kind is None or record.spec.kind is kind)
+                and (repo is None or record.spec.repo == repo)
+                and (requested_by is None or record.spec.requested_by == requested_by)
+            )
+
+        # Unfiltered, the first page is exactly what is needed; filtered, read wide pages.
+        filtered = any(value is not None for value in (state, kind, repo, requested_by))
+        first = _SCAN_BATCH if filtered else limit + 1
+        found: builtins.list[tuple[JobRecord, float]] = []
+        with self._reachable():
+            for rows in self._index_pages(after, first=first):
+                raws = self._redis.mget([self._job_key(job_id) for job_id, _ in rows])
+                for (_, score), raw in zip(rows, raws, strict=True):
+                    record = None if raw is None else JobRecord.model_validate_json(raw)
+                    if record is not None and wanted(record):
+                        found.append((record, score))
+                if len(found) > limit:
+                    break
+        page = found[:limit]
+        cursor = _encode_cursor(*page[-1]) if len(found) > limit else None
+        return [record for record, _ in page], cursor
+
+    def _index_pages(
+        self, after: tuple[float, str] | None, *, first: int
+    ) -> Iterator[builtins.list[tuple[str, float]]]:
+        """(job id, created score) of the creation index, newest first, after the cursor's
+        job, in pages: ``first`` long, then wider ones for filters that skip most jobs."""
+        top = "+inf" if after is None else repr(after[0])
+        offset, size = 0, min(first, _SCAN_BATCH)
+        while True:
+            rows = cast(
+                builtins.list[tuple[bytes, float]],
+                self._redis.zrevrangebyscore(
+                    self._jobs_key, top, "-inf", start=offset, num=size, withscores=True
+                ),
+            )
+            offset += len(rows)
+            # Jobs created in the same microsecond as the cursor's job sort by id, in reverse;
+            # the ones up to the cursor's own id were on earlier pages.
+            yield [
+                (member.decode(), score)
+                for member, score in rows
+                if after is None or score < after[0] or member.decode() < after[1]
+            ]
+            if len(rows) < size:
+                return
+            size = _SCAN_BATCH
+
+    # run state and snapshots -----------------------------------------------------------
+
+    def save_run_state(self, job_id: str, state_json: str) -> None:
+        with self._reachable():
+            self._redis.set(self._run_key(job_id), state_json)
+
+    def load_run_state(self, job_id: str) -> str:
+        with self._reachable():
+            raw = self._redis.get(self._run_key(job_id))
+        if raw is None:
+            raise JobError(
+                "BEM-502", f"job {job_id} has no saved run state; it cannot resume (run it again)"
+            )
+        return _text(raw)
+
+    def save_snapshot(self, job_id: str, data: bytes) -> None:
+        if len(data) > self._snapshot_max_bytes:
+            raise JobError(
+                "BEM-503",
+                f"the parked workspace of job {job_id} is {len(data)} bytes; the snapshot cap "
+                f"is {self._snapshot_max_bytes} bytes (jobs.snapshot_max_bytes)",
+            )
+        with self._reachable():
+            self._redis.set(self._snapshot_key(job_id), data)
+
+    def load_snapshot(self, job_id: str) -> bytes | None:
+        with self._reachable():
+            raw = self._redis.get(self._snapshot_key(job_id))
+        return None if raw is None else _bytes(raw)
+
+    def drop_parked(self, job_id: str) -> None:
+        with self._reachable():
+            self._redis.delete(self._run_key(job_id), self._snapshot_key(job_id))
+
+    # events ----------------------------------------------------------------------------
+
+    def append_event(self, job_id: str, frame: Frame) -> str:
+        return self._append(job_id, {"frame": frame_adapter.dump_json(frame).decode()})
+
+    def end_events(self, job_id: str, state: JobState) -> str:
+        """Write the end marker. Moving a job to a final state already writes it (in the same
+        transaction), so followers never wait on a job that ended."""
+        if not state.is_final:
+            raise ValueError(f"{state.value} is not a final state")
+        return self._append(job_id, {"end": state.value})
+
+    def _append(self, job_id: str, fields: dict[str, str]) -> str:
+        with self._reachable():
+            entry: bytes = self._xadd(self._redis, job_id, fields)
+        return entry.decode()
+
+    def last_event_id(self, job_id: str) -> str:
+        """The id of the newest event in the job's stream, "0-0" when it has none: where a
+        follower that only wants what comes next starts."""
+        with self._reachable():
+            newest = cast(StreamEntries, self._redis.xrevrange(self._events_key(job_id), count=1))
+        return _text(newest[0][0]) if newest else "0-0"
+
+    def read_events(
+        self, job_id: str, *, after: str = "0-0", block_ms: int | None = None, count: int = 200
+    ) -> builtins.list[JobEvent]:
+        """Up to ``count`` events after entry id ``after`` (``"$"``: only new ones). With
+        ``block_ms`` the call waits up to that long for the first one (0: until one comes);
+        an empty list means none arrived in time."""
+        if not _STREAM_ID.match(after):
+            raise JobError("BEM-501", f"{after!r} is not an event id (like 1700000000000-0)")
+        if block_ms is not None and block_ms < 0:
+            raise ValueError("block_ms must be 0 (wait until an event comes) or more")
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        key = self._events_key(job_id)
+        deadline = None if not block_ms else time.monotonic() + block_ms / 1000
+        # "$" means "after the newest entry now"; fix it once so the slices below do not
+        # each skip what arrived in between.
+        if after == "$":
+            after = self.last_event_id(job_id)
+        with self._reachable():
+            while True:
+                block = None
+                if block_ms is not None:
+                    left = BLOCK_SLICE_MS if deadline is None else deadline - time.monotonic()
+                    block = max(1, min(BLOCK_SLICE_MS, int(left * 1000)))
+                reply = cast(StreamReply, self._redis.xread({key: after}, count=count, block=block))
+                if reply or block is None:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    return []
+        return [_event(entry_id, fields) for _, entries in reply for entry_id, fields in entries]
+
+    # approvals -------------------------------------------------------------------------
+
+    def open_approval(self, approval: Approval) -> Approval:
+        """Store the job's pending approval and queue it for reviewers. Opening the same
+        approval again (a redelivered park) returns the stored one; a new one for the job
+        replaces the previous current approval (which history already holds once decided)."""
+        if approval.state is not ApprovalState.PENDING:
+            raise ValueError("only a pending approval can be opened")
+        key = self._approval_key(approval.job_id)
+
+        def body(pipe: Pipeline) -> tuple[Approval, Writes | None]:
+            self._read_job(pipe, approval.job_id)
+            current = self._read_approval(pipe, approval.job_id)
+            if current is not None and current.id == approval.id:
+                return current, None
+
+            def writes(tx: Pipeline) -> None:
+                tx.set(key, approval.model_dump_json())
+                tx.zadd(self._pending_key, {approval.job_id: approval.created_at.timestamp()})
+
+            return approval, writes
+
+        return self._atomic([key, self._job_key(approval.job_id)], body)
+
+    def approval(self, job_id: str) -> Approval | None:
+        """The job's current approval: pending, decided or withdrawn; None if it never had
+        one."""
+        with self._reachable():
+            return self._read_approval(self._redis, job_id)
+
+    def approval_history(self, job_id: str) -> builtins.list[Approval]:
+        """Every approval of the job that was decided or withdrawn, oldest first, as it was
+        at that moment."""
+        with self._reachable():
+            raws = self._redis.lrange(self._history_key(job_id), 0, -1)
+        return [Approval.model_validate_json(raw) for raw in raws]
+
+    def pending_approvals(self, *, repo: str | None = None) -> builtins.list[Approval]:
+        """Approvals waiting for a decision, oldest first."""
+        with self._reachable():
+            job_ids = cast(builtins.list[bytes], self._redis.zrange(self._pending_key, 0, -1))
+            if not job_ids:
+                return []
+            raws = self._redis.mget([self._approval_key(_text(job_id)) for job_id in job_ids])
+        approvals = [Approval.model_validate_json(raw) for raw in raws if raw is not None]
+        return [
+            approval
+            for approval in approvals
+            if approval.state is ApprovalState.PENDING and (repo is None or approval.repo == repo)
+        ]
+
+    def decide(
+        self, job_id: str, *, approve: bool, by: str, comment: str = "", allow_self: bool = False
+    ) -> Approval:
+        """Approve or refuse the job's pending call, once: BEM-600 when nothing waits,
+        BEM-601 when someone decided first, BEM-602 when the requester approves their own
+        job and ``allow_self`` is off (refusing it is always allowed)."""
+        if not by:
+            raise ValueError("a decision needs the name of who made it")
+        key = self._approval_key(job_id)
+
+        def body(pipe: Pipeline) -> tuple[Approval, Writes | None]:
+            record = self._read_job(pipe, job_id)
+            current = _decidable(record, self._read_approval(pipe, job_id))
+            if approve and by == current.requested_by and not allow_self:
+                raise ApprovalError(
+                    "BEM-602",
+                    f"{by} requested job {job_id} and cannot approve it; another reviewer "
+                    "must decide",
+                )
+            decided = current.model_copy(
+                update={
+                    "state": ApprovalState.APPROVED if approve else ApprovalState.REFUSED,
+                    "decided_by": by,
+                    "decided_at": self._server_now(pipe),
+                    "comment": comment,
+                }
+            )
+
+            def writes(tx: Pipeline) -> None:
+                self._queue_decided(tx, decided)
+
+            return decided, writes
+
+        return self._atomic([key, self._job_key(job_id)], body)
+
+    def _queue_decided(self, tx: Pipeline, decided: Approval) -> None:
+        tx.set(self._approval_key(decided.job_id), decided.model_dump_json())
+        tx.zrem(self._pending_key, decided.job_id)
+        tx.rpush(self._history_key(decided.job_id), decided.model_dump_json())
+
+    def _queue_withdrawal(
+        self, tx: Pipeline, approval: Approval, state: JobState, now: datetime
+    ) -> None:
+        withdrawn = approval.model_copy(
+            update={
+                "state": ApprovalState.WITHDRAWN,
+                "decided_at": now,
+                "comment": f"withdrawn: the job was {state.value} before anyone decided",
+            }
+        )
+        self._queue_decided(tx, withdrawn)
+
+    # schedules -------------------------------------------------------------------------
+
+    def try_lock(self, name: str, *, ttl_seconds: float) -> str | None:
+        """Take the lock ``name`` for ``ttl_seconds``; its token, or None when it is held."""
+        token = secrets.token_hex(16)
+        with self._reachable():
+            taken = self._redis.set(
+                self._lock_key(name), token, nx=True, px=max(1, int(ttl_seconds * 1000))
+            )
+        return token if taken else None
+
+    def unlock(self, name: str, token: str) -> None:
+        """Release the lock if ``token`` still holds it; a lock that expired and was taken by
+        someone else stays theirs."""
+        key = self._lock_key(name)
+
+        def body(pipe: Pipeline) -> tuple[None, Writes | None]:
+            if pipe.get(key) != token.encode():
+                return None, None
+
+            def writes(tx: Pipeline) -> None:
+                tx.delete(key)
+
+            return None, writes
+
+        self._atomic([key], body)
+
+
+def _check_moves(from_states: Collection[JobState], to: JobState) -> None:
+    if not from_states:
+        raise ValueError("from_states is empty")
+    forbidden = sorted(state.value for state in from_states if to not in TRANSITIONS[state])
+    if forbidden:
+        raise ValueError(f"a job cannot move from {', '.join(forbidden)} to {to.value}")
+
+
+def _decidable(record: JobRecord, current: Approval | None) -> Approval:
+    """The approval a person may decide now, or the ApprovalError saying why not."""
+    job_id = record.id
+    if current is None:
+        raise ApprovalError("BEM-600", f"job {job_id} has no approval waiting")
+    if current.state is ApprovalState.WITHDRAWN:
+        raise ApprovalError(
+            "BEM-600", f"job {job_id}'s approval was withdrawn: the job is {record.state.value}"
+        )
+    if current.state is not ApprovalState.PENDING:
+        when = current.decided_at.isoformat(timespec="seconds") if current.decided_at else "?"
+        raise ApprovalError(
+            "BEM-601",
+            f"job {job_id}'s push was already {current.state.value} by "
+            f"{current.decided_by} at {when}",
+        )
+    if record.state is not JobState.AWAITING_APPROVAL or record.approval_id != current.id:
+        raise ApprovalError(
+            "BEM-600",
+            f"job {job_id} is {record.state.value}, not parked on this approval yet; "
+            "try again in a moment",
+        )
+    return current
+
+
+def _event(entry_id: bytes, fields: dict[bytes, bytes]) -> JobEvent:
+    if b"end" in fields:
+        return JobEvent(id=entry_id.decode(), end=JobState(fields[b"end"].decode()))
+    return JobEvent(id=entry_id.decode(), frame=frame_adapter.validate_json(fields[b"frame"]))
+
+
+def _leased(record: JobRecord, now: datetime) -> bool:
+    """Whether a worker holds the job: its lease has not run out."""
+    return record.lease_until is not None and record.lease_until > now
+
+
+def _encode_cursor(record: JobRecord, score: float) -> str:
+    raw = json.dumps([repr(score), record.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str | None) -> tuple[float, str] | None:
+    """(created score, id) of the last job a page returned; None for the first page."""
+    if cursor is None:
+        return None
+    try:
+        score, job_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if isinstance(score, str) and isinstance(job_id, str):
+            return float(score), job_id
+    except (binascii.Error, ValueError, TypeError):
+        pass
+    raise JobError("BEM-501", "the cursor is not one this service issued")
+
+
+def _describe(client: redis.Redis) -> str:
+    """Where the client connects, for messages: host and port (or socket path), no user
+    and no password."""
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def _text(value: bytes | str) -> str:
+    # The store's client never decodes (see __init__); str only satisfies redis-py's types.
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()

@@ -1,0 +1,278 @@
+"""The job service's operations, and the Celery tasks that run them on workers.
+
+Submitting, deciding and cancelling happen wherever the CLI or the API runs:
+
+- ``submit_job``: store the job, queue ``run_job`` on the kind's queue;
+- ``decide_job``: record a person's decision, queue ``resume_job``;
+- ``cancel_job``: a queued or parked job ends at once (its approval withdrawn); a running
+  one is stopped by its worker at the next tool or model call.
+
+On a worker, ``JobWorker`` holds what the tasks of one process share. Every task first
+claims its job with a compare-and-set in the store, so a duplicate or redelivered task finds
+the job already moved and does nothing; a task redelivered because its worker died finds the
+lease run out and takes the job over. Then ``bot.jobs.executor`` runs one segment.
+
+Two chores run on every worker host (the broadcast queue of ``bot.jobs.celery_app``):
+removing sandbox containers whose job is not running, and removing expired workspaces.
+
+Scheduled summaries (``bot.jobs.schedules``) are two tasks on the default queue: the trigger
+beat sends at a repository's cron times, which submits one summarize job per active branch,
+and its follow-up, which sends itself again with a growing countdown until the run's jobs
+have ended, then posts their summaries. Neither waits on a worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from typing import Any
+
+import docker
+from celery import Celery, Task
+
+from bot.config import Settings
+from bot.errors import BeamError
+from bot.jobs.celery_app import (
+    COLLECT_WORKSPACES,
+    DEFAULT_QUEUE,
+    FINISH_SCHEDULE_RUN,
+    REAP_SANDBOXES,
+    RESUME_JOB,
+    RESUME_PRIORITY,
+    RUN_JOB,
+    RUN_PRIORITY,
+    SCHEDULE_SUMMARIES,
+    default_app,
+    queue_for,
+)
+from bot.jobs.executor import Executor, ImageCheck
+from bot.jobs.models import Approval, JobRecord, JobSpec, JobState
+from bot.jobs.schedules import ScheduleRuns, SummarySchedule, poll_delay
+from bot.jobs.store import JobStore
+from sandbox.container.engine import connect
+from sandbox.container.reaper import reap
+from sandbox.workspace.retention import collect_workspaces
+
+log = logging.getLogger(__name__)
+
+REAP_CONNECT_TIMEOUT = 5.0
+
+
+def submit_job(
+    store: JobStore,
+    spec: JobSpec,
+    *,
+    idempotency_key: str | None = None,
+    app: Celery | None = None,
+) -> JobRecord:
+    """Store a new job and queue it. The same ``idempotency_key`` returns the job it made
+    first; while that job is still queued it is queued again, which costs nothing (a second
+    ``run_job`` finds it claimed) and recovers a submit that died between the two steps."""
+    record = store.create(spec, idempotency_key=idempotency_key)
+    if record.state is JobState.QUEUED:
+        _send(app, RUN_JOB, record, priority=RUN_PRIORITY)
+    return record
+
+
+def decide_job(
+    store: JobStore,
+    job_id: str,
+    approve: bool,
+    by: str,
+    comment: str = "",
+    *,
+    allow_self: bool = False,
+    app: Celery | None = None,
+) -> Approval:
+    """Approve or refuse the job's parked call (BEM-600/601/602 from the store), then queue
+    the resume that applies the decision on any worker."""
+    decided = store.decide(job_id, approve=approve, by=by, comment=comment, allow_self=allow_self)
+    _send(app, RESUME_JOB, store.get(job_id), priority=RESUME_PRIORITY)
+    return decided
+
+
+def cancel_job(
+    store: JobStore, job_id: str, *, docker_client: docker.DockerClient | None = None
+) -> JobRecord:
+    """Cancel the job in whatever state it is. A queued or parked job is cancelled here and
+    has no container; one found anyway (left by a worker that died) is removed when this
+    host reaches the engine, else by the reaper of the host it runs on."""
+    record = store.request_cancel(job_id)
+    if record.state is JobState.CANCELLED:
+        with contextlib.suppress(BeamError):
+            client = docker_client or connect(timeout=REAP_CONNECT_TIMEOUT)
+            reap(client, is_active=lambda other: other != job_id)
+    return record
+
+
+def send_finish(app: Celery, repo: str, run_id: str, *, poll: int, countdown: float) -> None:
+    """Queue the ``poll``-th look at a scheduled run, ``countdown`` seconds from now."""
+    app.send_task(
+        FINISH_SCHEDULE_RUN,
+        args=[repo, run_id],
+        kwargs={"poll": poll},
+        queue=DEFAULT_QUEUE,
+        countdown=countdown,
+    )
+
+
+def _send(app: Celery | None, task: str, record: JobRecord, *, priority: int) -> None:
+    (app or default_app()).send_task(
+        task, args=[record.id], queue=queue_for(record.spec.kind), priority=priority
+    )
+
+
+class JobWorker:
+    """What the tasks of one worker process share: its settings, store, engine and name."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        name: str,
+        store: JobStore | None = None,
+        docker_client: docker.DockerClient | None = None,
+    ) -> None:
+        self.settings = settings
+        self.name = name
+        self.store = store or JobStore.from_url(
+            settings.redis_url,
+            prefix=settings.jobs.prefix,
+            events_maxlen=settings.jobs.events_maxlen,
+            snapshot_max_bytes=settings.jobs.snapshot_max_bytes,
+        )
+        self._docker = docker_client
+        self._images = ImageCheck()
+        self._schedule: SummarySchedule | None = None
+
+    @property
+    def docker(self) -> docker.DockerClient:
+        if self._docker is None:
+            self._docker = connect()
+        return self._docker
+
+    def run_job(self, job_id: str) -> JobRecord | None:
+        """The first segment of a queued job; None when the job was not this task's to run
+        (already claimed, cancelled, or a duplicate message)."""
+        return self._run(self.store.claim(job_id, worker=self.name, lease_seconds=self._lease))
+
+    def resume_job(self, job_id: str) -> JobRecord | None:
+        """Apply the decision on a parked job and run on; None for a duplicate resume. The
+        claim marks the decision applied in the same transaction, so two resumes never both
+        act on it; a resume whose worker died is taken over once its lease runs out, and
+        applies the same decision again (the relay finds a pushed commit already there)."""
+        claimed = self.store.claim_resume(job_id, worker=self.name, lease_seconds=self._lease)
+        if claimed is not None:
+            return self._run(claimed[0])
+        takeover = self.store.claim(
+            job_id, worker=self.name, lease_seconds=self._lease, from_states=(JobState.RUNNING,)
+        )
+        return self._run(takeover)
+
+    @property
+    def _lease(self) -> float:
+        return self.settings.jobs.lease_seconds
+
+    def _run(self, claimed: JobRecord | None) -> JobRecord | None:
+        if claimed is None:
+            log.info("nothing to do for this task: the job already moved on")
+            return None
+        executor = Executor(
+            self.settings,
+            self.store,
+            worker=self.name,
+            docker_client=self.docker,
+            images=self._images,
+        )
+        return executor.execute(claimed)
+
+    def reap_sandboxes(self) -> list[str]:
+        """Remove this host's sandbox containers whose job is not running."""
+        return reap(self.docker, is_active=self._is_running)
+
+    def collect_workspaces(self) -> list[str]:
+        """Remove this host's workspaces whose job ended (or is unknown) past retention."""
+        return collect_workspaces(self.settings.workspaces, self.store.is_final_or_unknown)
+
+    @property
+    def schedule(self) -> SummarySchedule:
+        if self._schedule is None:
+            runs = ScheduleRuns.from_url(self.settings.redis_url, prefix=self.settings.jobs.prefix)
+            self._schedule = SummarySchedule(self.settings, self.store, runs)
+        return self._schedule
+
+    def schedule_summaries(self, repo: str, app: Celery) -> dict[str, Any]:
+        """Start a scheduled run of ``repo`` (or skip it) and queue its follow-up."""
+        started = self.schedule.trigger(repo, lambda spec: submit_job(self.store, spec, app=app))
+        if started.run is not None:
+            send_finish(app, repo, started.run, poll=0, countdown=poll_delay(0))
+        else:
+            log.info("scheduled run of %s skipped: %s", repo, started.skipped)
+        return started.model_dump(mode="json")
+
+    def finish_schedule_run(
+        self, repo: str, run_id: str, *, poll: int, claimant: str, app: Celery
+    ) -> str:
+        """One look at a scheduled run: look again later, or finish and post it."""
+        again = self.schedule.finish(repo, run_id, claimant=claimant, poll=poll)
+        if again is None:
+            return "done"
+        send_finish(app, repo, run_id, poll=poll + 1, countdown=again)
+        return "again"
+
+    def _is_running(self, job_id: str) -> bool:
+        try:
+            return self.store.get(job_id).state is JobState.RUNNING
+        except BeamError as error:
+            if error.code == "BEM-500":
+                return False
+            raise
+
+
+def register(app: Celery, settings: Settings) -> None:
+    """Register Riverbeam's tasks on ``app``; each worker process builds its ``JobWorker``
+    on first use (after the fork, so no connection is shared between processes). The tasks
+    are not ``shared``: a process that builds two apps (a test, a CLI talking to two
+    configurations) must not have each app adopt the other's task bodies when finalized."""
+    workers: dict[int, JobWorker] = {}
+
+    def worker_for(task: Task[Any, Any]) -> JobWorker:
+        pid = os.getpid()
+        if pid not in workers:
+            workers.clear()
+            host = task.request.hostname or socket.gethostname()
+            workers[pid] = JobWorker(settings, name=f"{host}:{pid}")
+        return workers[pid]
+
+    @app.task(name=RUN_JOB, bind=True, shared=False)
+    def run_job(task: Task[Any, Any], job_id: str) -> str | None:
+        record = worker_for(task).run_job(job_id)
+        return None if record is None else record.state.value
+
+    @app.task(name=RESUME_JOB, bind=True, shared=False)
+    def resume_job(task: Task[Any, Any], job_id: str) -> str | None:
+        record = worker_for(task).resume_job(job_id)
+        return None if record is None else record.state.value
+
+    @app.task(name=REAP_SANDBOXES, bind=True, shared=False)
+    def reap_sandboxes(task: Task[Any, Any]) -> list[str]:
+        return worker_for(task).reap_sandboxes()
+
+    @app.task(name=COLLECT_WORKSPACES, bind=True, shared=False)
+    def collect(task: Task[Any, Any]) -> list[str]:
+        return worker_for(task).collect_workspaces()
+
+    @app.task(name=SCHEDULE_SUMMARIES, bind=True, shared=False)
+    def schedule_summaries(task: Task[Any, Any], repo: str) -> dict[str, Any]:
+        return worker_for(task).schedule_summaries(repo, app)
+
+    @app.task(name=FINISH_SCHEDULE_RUN, bind=True, shared=False)
+    def finish_schedule_run(task: Task[Any, Any], repo: str, run_id: str, poll: int = 0) -> str:
+        # The task id names the claim on the run's delivery: a redelivered message (same id)
+        # takes its own claim again; a duplicate follow-up (another id) leaves it alone.
+        claimant = task.request.id or "unknown"
+        return worker_for(task).finish_schedule_run(
+            repo, run_id, poll=poll, claimant=claimant, app=app
+        )

@@ -1,0 +1,77 @@
+"""The configuration reference cannot drift from the code: every setting, with its default
+and its environment variable, has a row in docs/configuration.md."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from bot.config import RepositoryConfig, Settings
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+REQUIRED = object()
+
+
+def _settings(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, default) of every leaf setting; a model is walked into, a repository
+    table is ``repositories.<name>``."""
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _settings(annotation, f"{key}.")
+        elif typing.get_origin(annotation) is dict:
+            assert typing.get_args(annotation)[1] is RepositoryConfig
+            yield from _settings(RepositoryConfig, f"{key}.<name>.")
+        elif field.is_required():
+            yield key, REQUIRED
+        else:
+            yield key, field.get_default(call_default_factory=True)
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, Path)):
+        return json.dumps(str(value))
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    return str(value)
+
+
+def _shown(default: Any) -> str:
+    if default is REQUIRED:
+        return "required"
+    return "none" if default is None else f"`{_toml(default)}`"
+
+
+def _row(text: str, key: str) -> str | None:
+    found = re.search(rf"^\| `{re.escape(key)}` \|.*$", text, re.MULTILINE)
+    return found.group(0) if found else None
+
+
+def test_every_setting_has_a_row_with_its_default_and_variable() -> None:
+    text = DOC.read_text()
+    keys = list(_settings(Settings))
+    assert len(keys) > 40
+    for key, default in keys:
+        row = _row(text, key)
+        assert row is not None, f"docs/configuration.md has no row for `{key}`"
+        shown = _shown(default)
+        assert shown in row, f"the row of `{key}` should show the default {shown}: {row}"
+        variable = "RIVERBEAM_" + key.upper().replace(".", "__")
+        assert f"`{variable}`" in row, f"the row of `{key}` should name {variable}: {row}"
+
+
+def test_the_example_file_is_a_valid_configuration() -> None:
+    example = re.search(r"```toml\n(.*?)```", DOC.read_text(), re.DOTALL)
+    assert example is not None
+    settings = Settings(**tomllib.loads(example.group(1)))
+    assert settings.repositories

@@ -1,0 +1,861 @@
+"""The host tools on real trees, real bare upstreams and a real webhook receiver.
+
+search and get_page read a job's tree through the jail (hostile links included);
+review_change checks a review against the tree and hands it to the executor's collector;
+publish_docset fast-forwards a publish branch upstream to a reviewed commit and notifies
+a docs build over HTTP on loopback. Every refusal leaves the upstream's refs untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+
+from bot.config import Credentials, RepositoryConfig, Settings, WorkspaceSettings
+from bot.errors import BeamError
+from bot.input import AgentInput
+from bot.jobs.host_tools import search as search_module
+from bot.jobs.host_tools.pages import MAX_PAGE_CHARS, GetPageTool, page_title
+from bot.jobs.host_tools.publish import PublishDocsetTool, public_webhook_url
+from bot.jobs.host_tools.review import VERDICTS, ReviewChangeTool, ReviewCollector
+from bot.jobs.host_tools.search import MAX_LIMIT, SearchTool
+from bot.jobs.models import (
+    JobKind,
+    JobRecord,
+    JobResult,
+    JobSpec,
+    JobState,
+    PublishOutcome,
+    ReviewOutcome,
+)
+from bot.tools import Tool
+from sandbox.jail import SandboxRoot
+from sandbox.workspace.credentials import upstream_callbacks
+from sandbox.workspace.mirror import sync_mirror
+from sandbox.workspace.relay import publish_commit
+from tests.workspace.kit import git, is_ancestor, make_upstream, refs_and_logs, upstream_push
+
+INPUT = AgentInput.of_text("")
+
+
+def write(root: Path, files: dict[str, str | bytes]) -> None:
+    for name, body in files.items():
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(body, bytes):
+            target.write_bytes(body)
+        else:
+            target.write_text(body)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    path = tmp_path / "tree"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """Files next to the tree, which no host tool may read."""
+    path = tmp_path / "outside"
+    write(path, {"secret.md": "zebra password hunter2\n", "dir/more.md": "zebra in a dir\n"})
+    return path
+
+
+# -- search --------------------------------------------------------------------------
+
+
+def search(tree: Path, query: str, **args: Any) -> dict[str, Any]:
+    return SearchTool(SandboxRoot(tree)).search(query, **args)
+
+
+def test_search_ranks_files_by_matching_lines_and_needs_every_word_in_one_line(
+    tree: Path,
+) -> None:
+    write(
+        tree,
+        {
+            "docs/proxy.md": "# Proxy\nSet the HTTPS proxy.\nThe Proxy for HTTPS is optional.\n",
+            "docs/install.md": "Install.\nUse an https proxy if needed.\n",
+            "docs/split.md": "proxy here\nhttps there\n",
+            "README.md": "nothing relevant\n",
+        },
+    )
+
+    result = search(tree, "HTTPS proxy")
+
+    assert result["hits"] == [
+        {"path": "docs/proxy.md", "line": 2, "text": "Set the HTTPS proxy."},
+        {"path": "docs/proxy.md", "line": 3, "text": "The Proxy for HTTPS is optional."},
+        {"path": "docs/install.md", "line": 2, "text": "Use an https proxy if needed."},
+    ]
+    assert (result["total_hits"], result["files_matched"]) == (3, 2)
+    assert (result["files_searched"], result["truncated"], result["complete"]) == (4, False, True)
+    assert result["note"] is None
+
+
+def test_a_quoted_phrase_matches_as_a_whole(tree: Path) -> None:
+    write(tree, {"a.md": "connection was refused\n", "b.md": "Connection Refused by pip\n"})
+
+    assert [hit["path"] for hit in search(tree, '"connection refused" pip')["hits"]] == ["b.md"]
+    assert [hit["path"] for hit in search(tree, "connection refused")["hits"]] == ["a.md", "b.md"]
+
+
+def test_no_hit_says_how_to_search_again(tree: Path) -> None:
+    write(tree, {"a.md": "hello\n"})
+
+    result = search(tree, "kubernetes helm")
+
+    assert result["hits"] == [] and result["total_hits"] == 0
+    assert "'kubernetes', 'helm'" in result["note"] and "fewer or other words" in result["note"]
+
+
+def test_the_limit_caps_hits_and_one_long_page_does_not_crowd_out_the_rest(tree: Path) -> None:
+    write(tree, {"big.md": "term\n" * 150, "small.md": "term\n" * 2, "mid.md": "term\n" * 7})
+
+    default = search(tree, "term")
+    assert len(default["hits"]) == 20 and default["total_hits"] == 159
+    assert default["truncated"] and "showing 20 of 159 matching lines in 3 files" in default["note"]
+    per_file = {
+        path: [h["line"] for h in default["hits"] if h["path"] == path]
+        for path in ("big.md", "mid.md", "small.md")
+    }
+    # Every file gets a first share of five; the leftover slots go to the best-ranked file.
+    assert per_file == {
+        "big.md": list(range(1, 14)),
+        "mid.md": list(range(1, 6)),
+        "small.md": [1, 2],
+    }
+    assert [h["path"] for h in default["hits"]] == ["big.md"] * 13 + ["mid.md"] * 5 + [
+        "small.md"
+    ] * 2
+
+    assert len(search(tree, "term", limit=3)["hits"]) == 3
+    assert len(search(tree, "term", limit=MAX_LIMIT)["hits"]) == MAX_LIMIT
+
+
+async def test_limits_outside_the_schema_are_refused(tree: Path) -> None:
+    tool = SearchTool(SandboxRoot(tree))
+    assert isinstance(tool, Tool)
+    for args in ({"query": "x", "limit": MAX_LIMIT + 1}, {"query": "x", "limit": 0}, {}):
+        with pytest.raises(BeamError) as caught:
+            await tool.invoke(args, INPUT)
+        assert caught.value.code == "BEM-090"
+
+
+@pytest.mark.parametrize("query", ["   ", '""', " ".join(f"w{i}" for i in range(11))])
+def test_an_empty_or_wordy_query_is_bem_090(tree: Path, query: str) -> None:
+    with pytest.raises(BeamError) as caught:
+        search(tree, query)
+    assert caught.value.code == "BEM-090"
+
+
+def test_a_long_line_is_cut_around_the_match(tree: Path) -> None:
+    line = "a" * 500 + " needle " + "b" * 500
+    write(tree, {"long.md": line + "\n"})
+
+    (hit,) = search(tree, "NEEDLE")["hits"]
+
+    assert "needle" in hit["text"] and hit["text"].startswith("…") and hit["text"].endswith("…")
+    assert len(hit["text"]) <= 202
+
+
+def test_binary_and_oversized_files_are_skipped(tree: Path) -> None:
+    write(
+        tree,
+        {
+            "text.md": "zebra\n",
+            "nul.md": b"zebra\0zebra\n",
+            "latin1.md": "zebra caf\xe9\n".encode("latin-1"),
+            "image.png": "zebra in a file named like an image\n",
+            "huge.md": "zebra\n" + "x" * 5000,
+        },
+    )
+
+    result = SearchTool(SandboxRoot(tree, max_read_bytes=4000)).search("zebra")
+
+    assert [hit["path"] for hit in result["hits"]] == ["text.md"]
+    # nul, latin1 and huge were opened and skipped; the .png was never read at all.
+    assert (result["files_searched"], result["files_skipped"]) == (1, 3)
+
+
+def test_a_file_named_on_purpose_is_searched_whatever_its_extension(tree: Path) -> None:
+    write(tree, {"notes.png": "zebra\n", "other.md": "zebra\n"})
+
+    result = search(tree, "zebra", path="notes.png")
+
+    assert [hit["path"] for hit in result["hits"]] == ["notes.png"]
+
+
+def test_search_never_follows_a_link_out_of_the_tree(tree: Path, outside: Path) -> None:
+    write(tree, {"docs/page.md": "zebra at home\n"})
+    (tree / "docs" / "escape.md").symlink_to(outside / "secret.md")
+    (tree / "docs" / "relative.md").symlink_to("../../outside/secret.md")
+    (tree / "linked-dir").symlink_to(outside / "dir")
+    os.link(outside / "dir" / "more.md", tree / "hardlink.md")
+    (tree / "inside.md").symlink_to("docs/page.md")
+
+    result = search(tree, "zebra")
+
+    assert sorted(hit["path"] for hit in result["hits"]) == ["docs/page.md", "inside.md"]
+    assert "hunter2" not in json.dumps(result)
+    assert result["files_skipped"] == 4
+
+
+def test_search_skips_repository_metadata(tree: Path) -> None:
+    write(tree, {".git/config": "zebra\n", "docs/.git": "zebra\n", "page.md": "zebra\n"})
+
+    assert [hit["path"] for hit in search(tree, "zebra")["hits"]] == ["page.md"]
+
+
+def test_path_narrows_the_search_and_is_jailed(tree: Path) -> None:
+    write(tree, {"docs/a.md": "zebra\n", "blog/b.md": "zebra\n"})
+
+    assert [hit["path"] for hit in search(tree, "zebra", path="docs")["hits"]] == ["docs/a.md"]
+    assert search(tree, "zebra", path="docs/a.md")["path"] == "docs/a.md"
+    for path, code in (("nowhere", "BEM-100"), ("../outside", "BEM-302"), ("/etc", "BEM-301")):
+        with pytest.raises(BeamError) as caught:
+            search(tree, "zebra", path=path)
+        assert caught.value.code == code
+
+
+def test_a_spent_byte_budget_stops_after_the_docs_and_says_so(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tree, {"a.py": "zebra = 1\n" * 50, "docs/z.md": "zebra\n" * 50})
+    monkeypatch.setattr(search_module, "MAX_SCAN_BYTES", 100)
+
+    result = search(tree, "zebra")
+
+    # Docs are read first, so the page is searched and the code is what the budget cut.
+    assert {hit["path"] for hit in result["hits"]} == {"docs/z.md"}
+    assert result["complete"] is False and "narrow it with path" in result["note"]
+
+
+async def test_search_through_the_tool_protocol(tree: Path) -> None:
+    write(tree, {"a.md": "zebra\n"})
+    tool = SearchTool(SandboxRoot(tree))
+
+    result = await tool.invoke({"query": "zebra", "path": "", "limit": 5}, INPUT)
+
+    assert isinstance(result, dict) and result["hits"] == [
+        {"path": "a.md", "line": 1, "text": "zebra"}
+    ]
+    assert tool.spec().name == "search" and not tool.spec().confirm_required
+
+
+# -- get_page ------------------------------------------------------------------------
+
+
+def get_page(tree: Path, path: str, start_line: int = 1, **root: Any) -> dict[str, Any]:
+    return GetPageTool(SandboxRoot(tree, **root)).get_page(path, start_line)
+
+
+@pytest.mark.parametrize(
+    ("text", "title"),
+    [
+        ("intro\n\n## Install it ##\n\ntext\n", "Install it"),
+        ('---\nlayout: page\ntitle: "Front matter"\n---\n# Heading\n', "Front matter"),
+        ("+++\ntitle = 'Hugo page'\n+++\n# Heading\n", "Hugo page"),
+        ("---\nlayout: page\n---\nSetext title\n============\n", "Setext title"),
+        ("=======\nRST title\n=======\n\nbody\n", "RST title"),
+        ("Sub title\n---------\n", "Sub title"),
+        ("<html><head><title>HTML <b>page</b></title></head></html>\n", "HTML page"),
+        ("```\n# not a heading\n```\n# Real one\n", "Real one"),
+        ("just text\nno heading at all\n", None),
+        ("", None),
+    ],
+)
+def test_the_title_is_the_front_matter_title_or_the_first_heading(
+    text: str, title: str | None
+) -> None:
+    assert page_title(text) == title
+
+
+def test_get_page_returns_title_and_text(tree: Path) -> None:
+    write(tree, {"docs/install.md": "# Install\n\nRun the installer.\n"})
+
+    page = get_page(tree, "./docs//install.md")
+
+    assert page == {
+        "path": "docs/install.md",
+        "title": "Install",
+        "text": "# Install\n\nRun the installer.",
+        "start_line": 1,
+        "end_line": 3,
+        "total_lines": 3,
+        "truncated": False,
+        "note": None,
+    }
+
+
+def test_a_long_page_is_capped_and_read_on_from_the_next_line(tree: Path) -> None:
+    lines = ["# Big page"] + [f"line {n} " + "x" * 990 for n in range(2, 151)]
+    write(tree, {"big.md": "\n".join(lines) + "\n"})
+
+    first = get_page(tree, "big.md")
+    assert first["truncated"] and first["end_line"] < 150
+    assert len(first["text"]) <= MAX_PAGE_CHARS
+    assert f"start_line={first['end_line'] + 1}" in first["note"]
+
+    pieces, page = [first["text"]], first
+    while page["truncated"]:
+        page = get_page(tree, "big.md", page["end_line"] + 1)
+        assert page["title"] == "Big page"
+        pieces.append(page["text"])
+    assert "\n".join(pieces) == "\n".join(lines)
+    assert page["note"] is None and page["end_line"] == page["total_lines"] == 150
+
+
+def test_a_directory_stands_for_its_index_page(tree: Path) -> None:
+    write(tree, {"docs/install/README.md": "# Installing\n", "docs/empty/x.txt": "x\n"})
+
+    assert get_page(tree, "docs/install")["path"] == "docs/install/README.md"
+    with pytest.raises(BeamError, match="without an index page") as caught:
+        get_page(tree, "docs/empty")
+    assert caught.value.code == "BEM-100"
+
+
+def test_get_page_refusals(tree: Path, outside: Path) -> None:
+    write(tree, {"logo.md": b"\x89PNG\0\0", "big.md": "y" * 3000, "ok.md": "one\ntwo\n"})
+    (tree / "escape.md").symlink_to(outside / "secret.md")
+
+    cases = [
+        ("missing.md", 1, "BEM-100"),
+        ("logo.md", 1, "BEM-100"),
+        ("big.md", 1, "BEM-305"),
+        ("escape.md", 1, "BEM-303"),
+        ("../outside/secret.md", 1, "BEM-302"),
+        (".git/config", 1, "BEM-304"),
+        ("ok.md", 3, "BEM-090"),
+    ]
+    for path, start, code in cases:
+        with pytest.raises(BeamError) as caught:
+            get_page(tree, path, start, max_read_bytes=2000)
+        assert caught.value.code == code, (path, caught.value)
+        assert "hunter2" not in caught.value.message
+
+
+async def test_get_page_through_the_tool_protocol(tree: Path) -> None:
+    write(tree, {"a.md": "# A\nbody\n"})
+    tool = GetPageTool(SandboxRoot(tree))
+
+    result = await tool.invoke({"path": "a.md", "start_line": 2}, INPUT)
+
+    assert isinstance(result, dict) and (result["title"], result["text"]) == ("A", "body")
+    assert isinstance(tool, Tool)
+
+
+# -- review_change -------------------------------------------------------------------
+
+
+@pytest.fixture
+def review_tree(tree: Path) -> Path:
+    write(
+        tree,
+        {
+            "docs/install.md": "# Install\n\nRun it.\nThen check.\n",
+            "docs/logo.png": b"\x89PNG\0\0\0",
+        },
+    )
+    return tree
+
+
+def finding(**fields: Any) -> dict[str, Any]:
+    return {"path": "docs/install.md", "severity": "major", "note": "Unclear.", **fields}
+
+
+async def test_a_review_is_checked_and_collected(review_tree: Path) -> None:
+    collector = ReviewCollector()
+    tool = ReviewChangeTool(collector, SandboxRoot(review_tree))
+    args = {
+        "verdict": "approve_with_suggestions",
+        "summary": "  Good change.  ",
+        "findings": [
+            finding(line=3, suggestion="Run the installer."),
+            finding(severity="nit", note="Title case.", line=None, suggestion=None),
+            finding(path="./docs", severity="minor", note="Add an index."),
+        ],
+    }
+
+    result = await tool.invoke(args, INPUT)
+
+    assert result == {
+        "recorded": True,
+        "verdict": "approve_with_suggestions",
+        "findings": 3,
+        "by_severity": {"blocker": 0, "major": 1, "minor": 1, "nit": 1},
+        "replaced_previous": False,
+        "note": "review recorded; give your final answer now",
+    }
+    outcome = collector.outcome(branch="docs/fix", commit_sha="a" * 40)
+    assert (outcome.verdict, outcome.summary, outcome.branch) == (
+        "approve_with_suggestions",
+        "Good change.",
+        "docs/fix",
+    )
+    assert [(f.path, f.line, f.severity, f.suggestion) for f in outcome.findings] == [
+        ("docs/install.md", 3, "major", "Run the installer."),
+        ("docs/install.md", None, "nit", None),
+        ("docs", None, "minor", None),
+    ]
+    assert ReviewOutcome.model_validate_json(outcome.model_dump_json()) == outcome
+
+
+async def test_a_second_review_replaces_the_first_and_says_so(review_tree: Path) -> None:
+    collector = ReviewCollector()
+    tool = ReviewChangeTool(collector, SandboxRoot(review_tree))
+    await tool.invoke({"verdict": "request_changes", "summary": "No.", "findings": []}, INPUT)
+
+    result = await tool.invoke({"verdict": "approve", "summary": "Yes.", "findings": []}, INPUT)
+
+    assert isinstance(result, dict) and result["replaced_previous"] is True
+    assert "replaces the one recorded earlier" in str(result["note"])
+    assert collector.submissions == 2
+    assert collector.outcome(branch="b", commit_sha="c" * 40).verdict == "approve"
+
+
+@pytest.mark.parametrize(
+    ("bad", "code", "words"),
+    [
+        (finding(path="docs/missing.md"), "BEM-090", "does not exist in the working tree"),
+        (finding(line=5), "BEM-090", "past the end of 'docs/install.md', which has 4 lines"),
+        (finding(line=0), "BEM-090", "line"),
+        (finding(path="docs", line=1), "BEM-090", "is a directory"),
+        (finding(path="docs/logo.png", line=1), "BEM-090", "binary"),
+        (finding(severity="should fix"), "BEM-090", "severity"),
+        (finding(path="../outside/secret.md"), "BEM-302", "findings[1].path"),
+        (finding(path=".git/config"), "BEM-304", "findings[1].path"),
+        ({"path": "docs/install.md", "note": "x"}, "BEM-090", "severity"),
+    ],
+)
+async def test_a_bad_finding_fails_the_call_and_records_nothing(
+    review_tree: Path, bad: dict[str, Any], code: str, words: str
+) -> None:
+    collector = ReviewCollector()
+    tool = ReviewChangeTool(collector, SandboxRoot(review_tree))
+
+    with pytest.raises(BeamError) as caught:
+        await tool.invoke(
+            {"verdict": "approve", "summary": "Fine.", "findings": [finding(line=1), bad]}, INPUT
+        )
+
+    assert caught.value.code == code and words in caught.value.message
+    assert collector.review is None and collector.submissions == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"verdict": "lgtm", "summary": "x", "findings": []},
+        {"verdict": "approve", "summary": "", "findings": []},
+        {"verdict": "approve", "summary": "x"},
+        {"verdict": "approve", "summary": "x", "findings": [finding()] * 101},
+    ],
+)
+async def test_review_arguments_outside_the_schema_are_refused(
+    review_tree: Path, args: dict[str, Any]
+) -> None:
+    tool = ReviewChangeTool(ReviewCollector(), SandboxRoot(review_tree))
+    with pytest.raises(BeamError) as caught:
+        await tool.invoke(args, INPUT)
+    assert caught.value.code == "BEM-090"
+
+
+def test_a_finding_on_a_file_past_the_read_cap_keeps_its_line(review_tree: Path) -> None:
+    write(review_tree, {"docs/huge.md": "z" * 5000})
+    tool = ReviewChangeTool(ReviewCollector(), SandboxRoot(review_tree, max_read_bytes=1000))
+
+    review = tool.check(
+        {"verdict": "approve", "summary": "x", "findings": [finding(path="docs/huge.md", line=9)]}
+    )
+
+    assert review.findings[0].line == 9
+
+
+def test_without_a_review_the_outcome_has_no_verdict() -> None:
+    outcome = ReviewCollector().outcome(branch="b", commit_sha="c" * 40)
+    assert outcome.verdict is None and outcome.findings == []
+
+
+def test_the_verdicts_are_the_review_outcomes() -> None:
+    annotation = ReviewOutcome.model_fields["verdict"].annotation
+    choices = {value for arg in get_args(annotation) for value in get_args(arg)}
+    assert set(VERDICTS) == choices
+
+
+# -- publish_docset ------------------------------------------------------------------
+
+REPO = "docs"
+PUBLISH_REF = "docs-live"
+
+
+@dataclass
+class Receiver:
+    """A docs-build webhook on loopback that records every request it gets."""
+
+    status: int = 204
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    url: str = ""
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    state = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            state.requests.append(
+                {"path": self.path, "headers": dict(self.headers), "body": json.loads(body)}
+            )
+            self.send_response(state.status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet: the tests read ``requests``."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/build?token=s3cret"
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@dataclass
+class World:
+    """An upstream with a reviewed branch, its review job, and a publish job for it."""
+
+    upstream: Path
+    reviewed_sha: str
+    jobs: dict[str, JobRecord]
+    workspaces: WorkspaceSettings
+    receiver: Receiver
+
+    def config(self, **changes: Any) -> RepositoryConfig:
+        fields: dict[str, Any] = {
+            "upstream": str(self.upstream),
+            "publish_ref": PUBLISH_REF,
+            "docs_build_webhook": self.receiver.url,
+        }
+        return RepositoryConfig(**{**fields, **changes})
+
+    def lookup(self, job_id: str) -> JobRecord:
+        if job_id not in self.jobs:
+            raise BeamError("BEM-500", f"no job {job_id}")
+        return self.jobs[job_id]
+
+    def tool(self, review_job: str = "review-1", **changes: Any) -> PublishDocsetTool:
+        spec = JobSpec(kind=JobKind.PUBLISH, repo=REPO, review_job=review_job)
+        job = JobRecord(id="publish-1", spec=spec)
+        config = self.config(**changes)
+        return PublishDocsetTool(
+            job,
+            config,
+            lookup=self.lookup,
+            workspaces=self.workspaces,
+            callbacks=upstream_callbacks(config.credentials),
+            webhook_timeout=5.0,
+        )
+
+    def refused(self, code: str, action: Callable[[], object]) -> BeamError:
+        """``action`` fails with ``code``, nothing moves upstream and no build is notified."""
+        before = refs_and_logs(self.upstream)
+        with pytest.raises(BeamError) as caught:
+            action()
+        assert caught.value.code == code, caught.value
+        assert refs_and_logs(self.upstream) == before
+        assert self.receiver.requests == []
+        return caught.value
+
+
+def review_job(
+    job_id: str,
+    sha: str,
+    *,
+    verdict: str | None = "approve",
+    state: JobState = JobState.SUCCEEDED,
+    repo: str = REPO,
+    kind: str = "review",
+) -> JobRecord:
+    outcome = ReviewOutcome.model_validate(
+        {"branch": "docs/reviewed", "commit_sha": sha, "verdict": verdict}
+    )
+    spec = JobSpec(kind=JobKind(kind), repo=repo, branch="docs/reviewed")
+    return JobRecord(id=job_id, spec=spec, state=state, result=JobResult(outcome=outcome))
+
+
+@pytest.fixture
+def world(tmp_path: Path, receiver: Receiver) -> World:
+    upstream = make_upstream(tmp_path / "upstream.git")
+    sha = upstream_push(upstream, "docs/reviewed", {"docs/new.md": "A reviewed page.\n"}, "main")
+    jobs = {"review-1": review_job("review-1", sha)}
+    workspaces = WorkspaceSettings(root=tmp_path / "workspaces", mirrors=tmp_path / "mirrors")
+    return World(upstream, sha, jobs, workspaces, receiver)
+
+
+def test_publish_creates_the_publish_branch_at_the_reviewed_commit_and_notifies(
+    world: World,
+) -> None:
+    tool = world.tool()
+
+    result = tool.publish()
+
+    assert refs_and_logs(world.upstream)[f"refs/heads/{PUBLISH_REF}"] == world.reviewed_sha
+    assert result == {
+        "published": True,
+        "repository": REPO,
+        "publish_ref": PUBLISH_REF,
+        "sha": world.reviewed_sha,
+        "already_there": False,
+        "review_job": "review-1",
+        "webhook": {
+            "url": public_webhook_url(world.receiver.url),
+            "delivered": True,
+            "status": 204,
+            "error": None,
+        },
+        "note": "published",
+    }
+    (request,) = world.receiver.requests
+    assert request["path"] == "/hooks/build?token=s3cret"
+    assert request["headers"]["Content-Type"] == "application/json"
+    assert request["body"] == {
+        "repository": REPO,
+        "publish_ref": PUBLISH_REF,
+        "sha": world.reviewed_sha,
+        "review_job": "review-1",
+        "job": "publish-1",
+    }
+    assert "s3cret" not in json.dumps(result)
+    assert tool.outcome == PublishOutcome(
+        publish_ref=PUBLISH_REF, sha=world.reviewed_sha, webhook_status=204
+    )
+    git("-C", str(world.upstream), "fsck", "--strict", "--no-dangling")
+
+
+def test_a_second_publish_is_already_there_and_pushes_nothing(world: World) -> None:
+    world.tool().publish()
+    after_first = refs_and_logs(world.upstream)
+
+    again = world.tool().publish()
+
+    assert again["already_there"] is True and again["sha"] == world.reviewed_sha
+    assert "nothing was pushed" in again["note"]
+    assert refs_and_logs(world.upstream) == after_first
+    # Delivery is at least once: the repeat notifies again, with the same commit.
+    assert [r["body"]["sha"] for r in world.receiver.requests] == [world.reviewed_sha] * 2
+
+
+def test_publish_fast_forwards_an_existing_publish_branch_without_force(world: World) -> None:
+    main = refs_and_logs(world.upstream)["refs/heads/main"]
+    git("-C", str(world.upstream), "branch", PUBLISH_REF, main)
+
+    world.tool().publish()
+
+    state = refs_and_logs(world.upstream)
+    assert state[f"refs/heads/{PUBLISH_REF}"] == world.reviewed_sha
+    assert state["refs/heads/main"] == main
+    log = state[f"log:refs/heads/{PUBLISH_REF}"].splitlines()
+    assert [line.split()[:2] for line in log][-1] == [main, world.reviewed_sha]
+    assert is_ancestor(world.upstream, main, world.reviewed_sha)
+
+
+def test_a_publish_branch_with_commits_the_review_lacks_is_never_forced(world: World) -> None:
+    hotfix = upstream_push(world.upstream, PUBLISH_REF, {"docs/hotfix.md": "Live fix.\n"}, "main")
+
+    error = world.refused("BEM-351", world.tool().publish)
+
+    assert hotfix in error.message and world.reviewed_sha in error.message
+    assert "never forces" in error.message
+
+
+@pytest.mark.parametrize(
+    ("review", "words"),
+    [
+        (dict(verdict="request_changes"), "verdict is request_changes"),
+        (dict(verdict=None), "verdict is missing"),
+        (dict(state=JobState.FAILED), "is failed, not succeeded"),
+        (dict(state=JobState.RUNNING), "is running, not succeeded"),
+        (dict(repo="other-docs"), "reviewed the repository 'other-docs'"),
+        (dict(kind="summarize"), "is a summarize job, not a review"),
+    ],
+)
+def test_publish_refuses_a_review_that_does_not_approve(
+    world: World, review: dict[str, Any], words: str
+) -> None:
+    world.jobs["review-2"] = review_job("review-2", world.reviewed_sha, **review)
+
+    error = world.refused("BEM-360", world.tool("review-2").publish)
+
+    assert words in error.message and "nothing was published" in error.message
+
+
+def test_a_review_that_recorded_no_outcome_is_refused(world: World) -> None:
+    record = review_job("review-2", world.reviewed_sha)
+    world.jobs["review-2"] = record.model_copy(update={"result": JobResult(text="done")})
+
+    error = world.refused("BEM-360", world.tool("review-2").publish)
+    assert "without recording a review" in error.message
+
+
+def test_an_unknown_review_job_is_bem_500(world: World) -> None:
+    world.refused("BEM-500", world.tool("no-such-review").publish)
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        (dict(publish_ref=None), "has no publish_ref configured"),
+        (dict(publish_ref="main"), "is protected (it matches 'refs/heads/main')"),
+        (dict(publish_ref="Release/2"), "is protected"),
+        (
+            dict(publish_ref="docs-live", protected_refs=("main", "docs-*")),
+            "is protected (it matches 'refs/heads/docs-*')",
+        ),
+        (dict(publish_ref="+docs-live"), "not a usable branch"),
+        (dict(publish_ref="refs/tags/v1"), "not a usable branch"),
+    ],
+)
+def test_publish_refuses_an_unset_protected_or_invalid_publish_ref(
+    world: World, changes: dict[str, Any], words: str
+) -> None:
+    error = world.refused("BEM-361", world.tool(**changes).publish)
+    assert words in error.message
+
+
+def test_a_failing_webhook_is_reported_but_the_publish_stands(world: World) -> None:
+    world.receiver.status = 500
+    tool = world.tool()
+
+    result = tool.publish()
+
+    assert refs_and_logs(world.upstream)[f"refs/heads/{PUBLISH_REF}"] == world.reviewed_sha
+    webhook = result["webhook"]
+    assert result["published"] is True and webhook["delivered"] is False
+    assert webhook["status"] == 500 and webhook["error"]["code"] == "BEM-362"
+    assert "answered HTTP 500" in webhook["error"]["message"]
+    assert "publish itself is done" in webhook["error"]["message"]
+    assert "do not call publish_docset again" in result["note"]
+    assert tool.outcome is not None and tool.outcome.webhook_status == 500
+    assert tool.webhook is not None and tool.webhook.error is not None
+    assert "s3cret" not in json.dumps(result)
+
+
+def test_an_unreachable_webhook_is_reported_without_its_secret(world: World) -> None:
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://user:pw@127.0.0.1:{port}/hook?key=s3cret"
+
+    result = world.tool(docs_build_webhook=url).publish()
+
+    webhook = result["webhook"]
+    assert result["published"] is True and webhook["status"] is None
+    assert webhook["error"]["code"] == "BEM-362"
+    assert "could not be reached" in webhook["error"]["message"]
+    assert webhook["url"] == f"http://127.0.0.1:{port}/hook"
+    assert "s3cret" not in json.dumps(result) and "pw@" not in json.dumps(result)
+    assert refs_and_logs(world.upstream)[f"refs/heads/{PUBLISH_REF}"] == world.reviewed_sha
+
+
+def test_without_a_webhook_the_publish_notifies_nobody(world: World) -> None:
+    tool = world.tool(docs_build_webhook=None)
+
+    result = tool.publish()
+
+    assert result["webhook"] is None and world.receiver.requests == []
+    assert tool.outcome == PublishOutcome(publish_ref=PUBLISH_REF, sha=world.reviewed_sha)
+
+
+def test_the_plan_names_what_would_be_published_and_moves_nothing(world: World) -> None:
+    before = refs_and_logs(world.upstream)
+
+    plan = world.tool().plan()
+
+    assert (plan.sha, plan.publish_ref, plan.review_job, plan.job) == (
+        world.reviewed_sha,
+        PUBLISH_REF,
+        "review-1",
+        "publish-1",
+    )
+    assert (plan.reviewed_branch, plan.verdict) == ("docs/reviewed", "approve")
+    assert refs_and_logs(world.upstream) == before
+
+
+async def test_publish_through_the_tool_protocol_needs_confirmation(world: World) -> None:
+    tool = world.tool()
+    spec = tool.spec()
+    assert isinstance(tool, Tool) and spec.confirm_required
+    assert set(spec.parameters["properties"]) == {"note"} and spec.parameters["required"] == []
+
+    result = await tool.invoke({"note": "The reviewed install page."}, INPUT)
+
+    assert isinstance(result, dict) and result["published"] is True
+    with pytest.raises(BeamError) as caught:
+        await tool.invoke({"publish_ref": "main"}, INPUT)
+    assert caught.value.code == "BEM-090"
+
+
+def test_the_tool_is_built_from_settings(world: World) -> None:
+    settings = Settings(
+        repositories={REPO: world.config()},
+        workspaces=world.workspaces,
+    )
+    spec = JobSpec(kind=JobKind.PUBLISH, repo=REPO, review_job="review-1")
+    job = JobRecord(id="publish-1", spec=spec)
+
+    tool = PublishDocsetTool.for_job(job, settings, lookup=world.lookup)
+
+    assert tool.publish()["sha"] == world.reviewed_sha
+    with pytest.raises(ValueError, match="not a publish job"):
+        PublishDocsetTool.for_job(
+            JobRecord(id="r", spec=JobSpec(kind=JobKind.REVIEW, repo=REPO, branch="x")),
+            settings,
+            lookup=world.lookup,
+        )
+
+
+# -- publish_commit, the relay's publish path ----------------------------------------
+
+
+def test_publish_commit_rechecks_the_protected_refs(world: World) -> None:
+    config = world.config()
+    mirror = sync_mirror(REPO, config, world.workspaces, upstream_callbacks(Credentials()))
+
+    world.refused(
+        "BEM-328",
+        lambda: publish_commit(
+            mirror, world.reviewed_sha, "main", config, callbacks=upstream_callbacks(Credentials())
+        ),
+    )
+
+
+def test_publish_commit_refuses_a_commit_the_mirror_lacks(world: World) -> None:
+    config = world.config()
+    mirror = sync_mirror(REPO, config, world.workspaces, upstream_callbacks(Credentials()))
+    ghost = "1234567890abcdef1234567890abcdef12345678"
+
+    error = world.refused(
+        "BEM-363",
+        lambda: publish_commit(
+            mirror, ghost, PUBLISH_REF, config, callbacks=upstream_callbacks(Credentials())
+        ),
+    )
+    assert ghost in error.message

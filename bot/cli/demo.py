@@ -163,7 +163,7 @@ def _run(out: Console, settings: Settings, directory: Path, me: str, *, yes: boo
     with services(settings) as running:
         _step(out, "3. An author job", f"request: {REQUEST!r}")
         spec = JobSpec(kind=JobKind.AUTHOR, repo=REPO_NAME, request=REQUEST, requested_by=me)
-        job = submit_job(running.store, spec, app=running.app)
+        job = submit_job(running.store, spec, settings=settings, app=running.app)
         out.print(f"  job {job.id} queued, requested by {me}\n")
         try:
             followed = follow(running.store, job.id, renderer)

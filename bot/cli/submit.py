@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import JsonValue, ValidationError
 
 from bot.cli.common import invalid_request
-from bot.errors import BeamError, JobError
+from bot.errors import JobError
 from bot.jobs.models import JobSpec
 
 
@@ -93,13 +93,9 @@ def _submit(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     spec = job_spec(args, acting_as(args.as_name))
-    try:
-        settings.repository(spec.repo)
-    except BeamError as error:
-        raise JobError("BEM-501", f"invalid job request: {error.message}") from None
     out = console()
     with services(settings) as running:
-        record = submit_job(running.store, spec, app=running.app)
+        record = submit_job(running.store, spec, settings=settings, app=running.app)
         if not args.follow:
             print(record.id)
             return 0

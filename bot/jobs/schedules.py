@@ -224,7 +224,7 @@ class SummaryDelivery(BaseModel):
     delivered: bool
     attempts: int
     status: int | None = None
-    error: str | None = None
+    error: ErrorInfo | None = None
 
 
 class ScheduleRun(BaseModel):
@@ -521,7 +521,10 @@ def post_summaries(
     except (httpx.HTTPError, httpx.InvalidURL) as error:
         reason = str(error).replace(url, shown) or type(error).__name__
         return SummaryDelivery(
-            url=shown, delivered=False, attempts=attempts, error=f"not reached: {reason}"
+            url=shown,
+            delivered=False,
+            attempts=attempts,
+            error=ErrorInfo(code="BEM-511", message=f"{shown} not reached: {reason}"),
         )
     if not response.is_success:
         return SummaryDelivery(
@@ -529,7 +532,9 @@ def post_summaries(
             delivered=False,
             attempts=attempts,
             status=response.status_code,
-            error=f"answered HTTP {response.status_code}",
+            error=ErrorInfo(
+                code="BEM-511", message=f"{shown} answered HTTP {response.status_code}"
+            ),
         )
     return SummaryDelivery(
         url=shown, delivered=True, attempts=attempts, status=response.status_code

@@ -64,12 +64,19 @@ def submit_job(
     store: JobStore,
     spec: JobSpec,
     *,
+    settings: Settings,
     idempotency_key: str | None = None,
     app: Celery | None = None,
 ) -> JobRecord:
-    """Store a new job and queue it. The same ``idempotency_key`` returns the job it made
-    first; while that job is still queued it is queued again, which costs nothing (a second
-    ``run_job`` finds it claimed) and recovers a submit that died between the two steps."""
+    """Store a new job and queue it; a repository ``settings`` does not register is BEM-501
+    and nothing is stored. The same ``idempotency_key`` returns the job it made first; while
+    that job is still queued it is queued again, which costs nothing (a second ``run_job``
+    finds it claimed) and recovers a submit that died between the two steps."""
+    if spec.repo not in settings.repositories:
+        known = ", ".join(sorted(settings.repositories)) or "none"
+        raise BeamError(
+            "BEM-501", f"invalid job request: no repository named {spec.repo!r} (known: {known})"
+        )
     record = store.create(spec, idempotency_key=idempotency_key)
     if record.state is JobState.QUEUED:
         _send(app, RUN_JOB, record, priority=RUN_PRIORITY)
@@ -205,7 +212,9 @@ class JobWorker:
 
     def schedule_summaries(self, repo: str, app: Celery) -> dict[str, Any]:
         """Start a scheduled run of ``repo`` (or skip it) and queue its follow-up."""
-        started = self.schedule.trigger(repo, lambda spec: submit_job(self.store, spec, app=app))
+        started = self.schedule.trigger(
+            repo, lambda spec: submit_job(self.store, spec, settings=self.settings, app=app)
+        )
         if started.run is not None:
             send_finish(app, repo, started.run, poll=0, countdown=poll_delay(0))
         else:

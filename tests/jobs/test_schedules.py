@@ -337,6 +337,7 @@ def test_one_follow_up_posts_a_run_and_a_failed_post_passes_to_the_next(
     failed = runs.get(REPO, "r1")
     assert failed is not None and failed.posting is None and failed.delivery is not None
     assert (failed.delivery.delivered, failed.delivery.status) == (False, 500)
+    assert failed.delivery.error is not None and failed.delivery.error.code == "BEM-511"
     # A duplicate follow-up B takes the delivery over and delivers; nobody posts again.
     assert schedule.finish(REPO, "r1", claimant="B", poll=0) is None
     assert schedule.finish(REPO, "r1", claimant="A", poll=2) is None

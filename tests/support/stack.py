@@ -199,7 +199,7 @@ class Stack:
     def submit(self, kind: JobKind, playbook: str, *, repo: str = REPO, **fields: Any) -> JobRecord:
         metadata = {"playbook": playbook, **fields.pop("metadata", {})}
         spec = JobSpec(kind=kind, repo=repo, requested_by=REQUESTER, metadata=metadata, **fields)
-        return submit_job(self.store, spec, app=self.app)
+        return submit_job(self.store, spec, settings=self.settings, app=self.app)
 
     def decide(
         self, job_id: str, *, approve: bool, by: str = REVIEWER, comment: str = ""

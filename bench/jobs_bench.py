@@ -39,52 +39,44 @@ submit → park of at most 1.5 s. Figures are printed, never asserted.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import shutil
 import statistics
-import tempfile
 import time
 from collections import defaultdict
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
 
+from bench._jobs import (
+    JOB_TIMEOUT_SECONDS,
+    MODEL_FACTORY,
+    PLAYBOOK,
+    POLL_SECONDS,
+    Floor,
+    JobTimes,
+    approve,
+    row,
+    run_floor,
+    run_one,
+    submit,
+)
 from bench._jobs_model import PREFIX as MODEL_PREFIX
-from bot.clients.playbook import PlaybookClient
 from bot.errors import BeamError
-from bot.frames import Frame, ResultStatus, ToolFrame
-from bot.input import AgentContext, AgentInput
-from bot.jobs.models import JobKind, JobRecord, JobState
-from bot.jobs.tasks import decide_job
+from bot.frames import ToolFrame
+from bot.jobs.models import JobState
 from bot.jobs.timings import PREFIX as TIMINGS_PREFIX
-from bot.runner.loop import ToolLoopAgent
-from bot.runner.state import Decision, RunState
-from sandbox.identity import Identity
-from sandbox.jail import SandboxRoot
-from sandbox.tools import sandbox_tools
-from sandbox.worktree import WorkingTree
-from tests.support.playbooks import PLAYBOOKS, seed_upstream
 from tests.support.stack import REPO, Stack, job_stack
-from tests.workspace.kit import git
 
-PLAYBOOK = "author-fix-install"
-REQUEST = "Fix the broken links and typos on the install page"
-APPROVER = "bench-reviewer"
 TARGET_JOBS_PER_MINUTE = 60.0
 TARGET_PARK_SECONDS = 1.5
-POLL_SECONDS = 0.02
 # Finished jobs are looked for less often: their times come from the records, so a late look
 # costs nothing but this process's CPU, which the workers share on a small machine.
 PUSHED_POLL_SECONDS = 0.25
-JOB_TIMEOUT_SECONDS = 60.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     options = _arguments(argv)
     floor = run_floor(options.latency_jobs)
-    with job_stack(lease_seconds=30.0, model_factory="bench._jobs_model:for_job") as stack:
+    with job_stack(lease_seconds=30.0, model_factory=MODEL_FACTORY) as stack:
         for index in range(options.workers):
             stack.start_worker(f"w{index}", concurrency=options.concurrency)
         # The first jobs pay once for what every later one reuses: each worker's mirror,
@@ -114,68 +106,10 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-# -- one job's times ---------------------------------------------------------------------
-
-
-@dataclass
-class JobTimes:
-    """One job's moments on the Redis server's clock (epoch seconds)."""
-
-    job_id: str
-    submitted: float
-    parked: float = 0.0
-    approved: float = 0.0
-    pushed: float = 0.0
-
-    @property
-    def to_park(self) -> float:
-        return self.parked - self.submitted
-
-    @property
-    def to_push(self) -> float:
-        return self.pushed - self.approved
-
-
-def _submit(stack: Stack) -> JobTimes:
-    record = stack.submit(JobKind.AUTHOR, PLAYBOOK, request=REQUEST)
-    return JobTimes(record.id, submitted=record.created_at.timestamp())
-
-
-def _approve(stack: Stack, times: JobTimes, parked: JobRecord) -> None:
-    times.parked = parked.updated_at.timestamp()
-    decided = decide_job(stack.store, times.job_id, True, APPROVER, app=stack.app)
-    times.approved = _stamp(decided.decided_at)
-
-
-def _stamp(moment: datetime | None) -> float:
-    if moment is None:
-        raise AssertionError("a decided approval has a decision time")
-    return moment.timestamp()
-
-
-def run_one(stack: Stack) -> JobTimes:
-    """One job alone: submit, wait for the park, approve, wait for the push."""
-    times = _submit(stack)
-    _approve(stack, times, _wait(stack, times.job_id, JobState.AWAITING_APPROVAL))
-    times.pushed = _wait(stack, times.job_id, JobState.SUCCEEDED).updated_at.timestamp()
-    return times
-
-
-def _wait(stack: Stack, job_id: str, state: JobState) -> JobRecord:
-    deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
-    while True:
-        record = stack.store.get(job_id)
-        if record.state is state:
-            return record
-        if record.state.is_final or time.monotonic() > deadline:
-            raise AssertionError(f"job {job_id} is {record.state.value}, not {state.value}")
-        time.sleep(POLL_SECONDS)
-
-
 def run_burst(stack: Stack, jobs: int) -> tuple[list[JobTimes], float]:
     """``jobs`` jobs submitted at once, each approved as soon as it parks; returns their
     times and the seconds from the first submit to the last push."""
-    submitted = {times.job_id: times for times in (_submit(stack) for _ in range(jobs))}
+    submitted = {times.job_id: times for times in (submit(stack) for _ in range(jobs))}
     waiting = set(submitted)
     pushing: set[str] = set()
     deadline = time.monotonic() + JOB_TIMEOUT_SECONDS + jobs * 5.0
@@ -187,7 +121,7 @@ def run_burst(stack: Stack, jobs: int) -> tuple[list[JobTimes], float]:
             if approval.job_id in waiting:
                 parked = stack.store.get(approval.job_id)
                 try:
-                    _approve(stack, submitted[approval.job_id], parked)
+                    approve(stack, submitted[approval.job_id], parked)
                 except BeamError:
                     continue  # the approval opened a moment before the job parked on it
                 waiting.discard(approval.job_id)
@@ -252,78 +186,7 @@ def _tool_ms(stack: Stack, job_id: str, before: float) -> float:
     return total
 
 
-# -- the floor ---------------------------------------------------------------------------
-
-
-@dataclass
-class Floor:
-    to_park: list[float]
-    to_push: list[float]
-
-
-def run_floor(runs: int) -> Floor:
-    """The author playbook in this process on in-process tools: no Celery, Redis or
-    container. The clone each run works on is made before the clock starts."""
-    scratch = Path(tempfile.mkdtemp(prefix="riverbeam-jobs-bench-"))
-    try:
-        upstream = seed_upstream(scratch / "upstream.git")
-        asyncio.run(_floor_once(upstream, scratch / "warm-up"))
-        samples = [asyncio.run(_floor_once(upstream, scratch / f"run-{n}")) for n in range(runs)]
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return Floor([park for park, _ in samples], [push for _, push in samples])
-
-
-async def _floor_once(upstream: Path, work: Path) -> tuple[float, float]:
-    branch = f"riverbeam/{work.name}"
-    git("clone", "-q", "--branch", "main", str(upstream), str(work))
-    git("-C", str(work), "checkout", "-q", "-b", branch)
-    tree = WorkingTree(SandboxRoot(work), ("main", "release/*"), identity=Identity())
-    tree.add_origin(str(upstream))
-    agent = ToolLoopAgent.for_skill(
-        "author",
-        PlaybookClient(PLAYBOOKS[PLAYBOOK]()),
-        sandbox_tools(tree),
-        prompt_values={
-            "repository": REPO,
-            "branch": branch,
-            "base": "main",
-            "protected_refs": ["main", "release/*"],
-            "style_notes": [],
-        },
-    )
-    started = time.perf_counter()
-    state = agent.start(AgentInput.of_text(REQUEST), AgentContext())
-    await _drain(agent.run(state))
-    parked = time.perf_counter()
-    if state.status is not ResultStatus.INTERRUPTED or state.pending is None:
-        raise AssertionError(f"the floor run did not stop at the push: {state.status}")
-    resumed = time.perf_counter()
-    saved = RunState.load(state.model_dump_json())  # what a park and a resume cost at least
-    decision = Decision(call_id=saved.pending.id if saved.pending else "", approved=True)
-    await _drain(agent.resume(saved, decision))
-    pushed = time.perf_counter()
-    if git("-C", str(upstream), "rev-parse", branch) != tree.head_sha():
-        raise AssertionError("the floor run did not push")
-    return parked - started, pushed - resumed
-
-
-async def _drain(frames: AsyncGenerator[Frame, None]) -> None:
-    async for _ in frames:
-        pass
-
-
 # -- the report --------------------------------------------------------------------------
-
-
-def _p95(samples: Sequence[float]) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-
-
-def _row(label: str, seconds: Sequence[float]) -> str:
-    median, p95 = statistics.median(seconds), _p95(seconds)
-    return f"  {label:<34}{median * 1000:>8.0f} ms {p95 * 1000:>8.0f} ms"
 
 
 @dataclass
@@ -345,14 +208,14 @@ class Report:
             f"{o.concurrency}, real Redis, Celery, containers and relay",
             f"{'':36}{'median':>11} {'p95':>11}",
             f"unloaded: {len(self.unloaded)} jobs one at a time",
-            _row("submit -> park", [t.to_park for t in self.unloaded]),
-            _row("approve -> pushed", [t.to_push for t in self.unloaded]),
+            row("submit -> park", [t.to_park for t in self.unloaded]),
+            row("approve -> pushed", [t.to_push for t in self.unloaded]),
             f"under load: {len(self.loaded)} jobs submitted at once",
-            _row("submit -> park (queue included)", [t.to_park for t in self.loaded]),
-            _row("approve -> pushed (queue included)", [t.to_push for t in self.loaded]),
+            row("submit -> park (queue included)", [t.to_park for t in self.loaded]),
+            row("approve -> pushed (queue included)", [t.to_push for t in self.loaded]),
             f"floor, in process (no Celery, Redis, container): {len(self.floor.to_park)} runs",
-            _row("start -> park", self.floor.to_park),
-            _row("resume -> pushed (local bare repo)", self.floor.to_push),
+            row("start -> park", self.floor.to_park),
+            row("resume -> pushed (local bare repo)", self.floor.to_push),
             f"cold start: the first {len(self.cold)} jobs took "
             + ", ".join(f"{t.to_park * 1000:.0f}" for t in self.cold)
             + " ms to park (not counted above)",

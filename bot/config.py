@@ -117,6 +117,45 @@ class JobSettings(BaseModel):
     webhook_timeout_seconds: float = 10.0
 
 
+Role = Literal["submitter", "reviewer", "ci", "admin"]
+
+
+class TokenConfig(BaseModel):
+    """One bearer token of the HTTP API. Only its SHA-256 is stored: ``riverbeam tokens new``
+    prints a fresh token and the entry to paste here."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(
+        min_length=1, max_length=200, description="who holds it; recorded on jobs and decisions"
+    )
+    role: Role
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="hex SHA-256 of the token")
+    repos: tuple[str, ...] | None = Field(
+        default=None, description="repositories it may use (default: all)"
+    )
+
+
+class ApiSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    tokens: tuple[TokenConfig, ...] = ()
+    session_hours: float = Field(default=12.0, gt=0, description="web sign-in lifetime")
+    secure_cookies: bool = Field(
+        default=False, description="mark cookies Secure: set it when served over HTTPS"
+    )
+    sse_keepalive_seconds: float = Field(default=15.0, gt=0)
+
+    @model_validator(mode="after")
+    def _unique(self) -> ApiSettings:
+        digests = [token.sha256 for token in self.tokens]
+        if len(set(digests)) != len(digests):
+            raise ValueError("two api.tokens entries have the same sha256")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="RIVERBEAM_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -129,6 +168,7 @@ class Settings(BaseSettings):
     workspaces: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
     model: ModelSettings = Field(default_factory=ModelSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
 
     @classmethod
     def settings_customise_sources(

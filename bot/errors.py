@@ -17,6 +17,7 @@ what to do next. The tree groups codes by the part of the system that raises the
     ├── ContainerError        BEM-40x            the per-job sandbox container
     ├── JobError              BEM-50x            jobs, the store and the workers
     ├── ApprovalError         BEM-60x            approvals of parked calls
+    ├── AccessError           BEM-70x            the HTTP API and web pages: tokens, roles, requests
     └── ConfigError           BEM-90x            configuration
 
 ``BeamError(code, message)`` builds the right family from the code, so a code travelling as
@@ -111,6 +112,10 @@ class JobError(BeamError):
 
 class ApprovalError(BeamError):
     """An approval cannot be decided or applied."""
+
+
+class AccessError(BeamError):
+    """An HTTP request is unauthenticated, not allowed, or malformed."""
 
 
 class ConfigError(BeamError):
@@ -208,6 +213,16 @@ _TABLE = [
     Code("BEM-601", ApprovalError, "the approval has already been decided"),
     Code("BEM-602", ApprovalError, "a requester cannot approve their own job here"),
     Code("BEM-603", ApprovalError, "the parked call no longer matches what was approved"),
+    Code("BEM-700", AccessError, "no bearer token, or a malformed one"),
+    Code("BEM-701", AccessError, "the token is not recognised"),
+    Code("BEM-702", AccessError, "the token's role does not allow this"),
+    Code("BEM-703", AccessError, "the repository is outside the token's scope"),
+    Code("BEM-704", AccessError, "the form's CSRF token is missing or wrong"),
+    Code("BEM-705", AccessError, "the request does not match the API schema"),
+    Code("BEM-706", AccessError, "no such endpoint or page"),
+    Code("BEM-707", AccessError, "the endpoint does not allow this HTTP method"),
+    Code("BEM-708", AccessError, "the sign-in session expired or was signed out"),
+    Code("BEM-709", AccessError, "the server failed unexpectedly while answering"),
     Code("BEM-900", ConfigError, "configuration is missing or invalid"),
 ]
 

@@ -14,13 +14,16 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from pathlib import Path
 
+from bot.cli.api import add_api_command
 from bot.cli.approvals import add_approvals_commands
+from bot.cli.ci import add_ci_commands
 from bot.cli.demo import add_demo_command
 from bot.cli.jobs import add_jobs_commands
 from bot.cli.sandbox import add_sandbox_commands
 from bot.cli.service import add_service_commands
 from bot.cli.skills import add_skills_commands
 from bot.cli.submit import add_submit_command
+from bot.cli.tokens import add_tokens_commands
 from bot.cli.up import add_up_command
 from bot.errors import BeamError
 
@@ -47,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_jobs_commands(commands)
     add_approvals_commands(commands)
     add_service_commands(commands)
+    add_api_command(commands)
+    add_tokens_commands(commands)
+    add_ci_commands(commands)
     add_skills_commands(commands)
     add_sandbox_commands(commands)
     return parser

@@ -10,11 +10,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
 from rich.console import Console
 
 from bot.config import Settings, load_settings
-from bot.errors import JobError
 
 if TYPE_CHECKING:
     # Celery and redis load only when a command talks to the service.
@@ -66,24 +64,9 @@ def services(settings: Settings | None = None) -> Iterator[Services]:
     from bot.jobs.store import JobStore
 
     settings = settings or load_settings()
-    store = JobStore.from_url(
-        settings.redis_url,
-        prefix=settings.jobs.prefix,
-        events_maxlen=settings.jobs.events_maxlen,
-        snapshot_max_bytes=settings.jobs.snapshot_max_bytes,
-    )
+    store = JobStore.for_settings(settings)
     app = create_app(settings)
     try:
         yield Services(settings, store, app)
     finally:
         app.close()
-
-
-def invalid_request(error: ValidationError) -> JobError:
-    """BEM-501 naming each field pydantic refused, in words a person can act on."""
-    problems = []
-    for item in error.errors()[:5]:
-        where = ".".join(str(part) for part in item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
-        problems.append(f"{where}: {message}" if where else message)
-    return JobError("BEM-501", f"invalid job request: {'; '.join(problems)}")

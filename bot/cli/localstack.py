@@ -18,8 +18,9 @@ only this process, which stops them in order) and, on Linux, get SIGTERM if this
 dies. ``stop`` ends them in reverse order: SIGTERM, a bounded wait (a worker's warm
 shutdown lets its current job segment finish), then SIGKILL of the whole process group.
 
-The HTTP API will be one more service: a ``_api`` step after ``_beat`` in ``start``, found
-by its ``/healthz`` on loopback and started as ``riverbeam api``, like the worker.
+With ``api`` on (``riverbeam up``; the demo works without it), the HTTP API and web pages
+come last: anything answering HTTP at ``api.host:api.port`` is reused, else ``riverbeam
+api`` is started there and is ready when its OpenAPI document answers.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ REDIS_FALLBACK_OPTIONS = (
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 READY_SECONDS = 60.0
 PING_SECONDS = 1.0
-STOP_SECONDS = {"redis": 30.0, "worker": 60.0, "beat": 15.0}
+STOP_SECONDS = {"redis": 30.0, "worker": 60.0, "beat": 15.0, "api": 10.0}
 LOG_TAIL_LINES = 30
 
 
@@ -139,6 +140,7 @@ class LocalStack:
     out: Console
     concurrency: int | None = None
     strict: bool = False
+    api: bool = False
     started: list[Started] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
 
@@ -164,6 +166,8 @@ class LocalStack:
             for started, name, line in filter(None, starting):
                 self._wait_ready(started, functools.partial(self._pings, name))
                 self._said(line)
+            if self.api:
+                self._ensure_api()
         except BaseException:
             self.stop()
             raise
@@ -251,7 +255,26 @@ class LocalStack:
         name = node_name("beat", self.settings, started.process.pid)
         return started, name, f"beat {name} ({_where(started)})"
 
+    def _ensure_api(self) -> None:
+        url = f"http://{self.settings.api.host}:{self.settings.api.port}"
+        if self._api_answers(url):
+            self._reuse(f"api at {url}")
+            return
+        command = [sys.executable, "-m", "bot.cli", "api"]
+        started = self._spawn("api", command, self._log(f"api-{fingerprint(self.settings)}"))
+        self._wait_ready(started, functools.partial(self._api_answers, url))
+        self._said(f"api and web pages at {url} ({_where(started)})")
+
     # -- probes -------------------------------------------------------------------------
+
+    @staticmethod
+    def _api_answers(url: str) -> bool:
+        import httpx
+
+        try:
+            return httpx.get(f"{url}/openapi.json", timeout=1.0).status_code == 200
+        except httpx.TransportError:
+            return False
 
     def _redis_answers(self) -> bool:
         client = redis.Redis.from_url(

@@ -12,9 +12,8 @@ from typing import Any
 
 from pydantic import JsonValue, ValidationError
 
-from bot.cli.common import invalid_request
 from bot.errors import JobError
-from bot.jobs.models import JobSpec
+from bot.jobs.models import JobSpec, invalid_request
 
 
 def add_submit_command(commands: Any) -> None:
@@ -66,7 +65,7 @@ def job_spec(args: argparse.Namespace, requested_by: str) -> JobSpec:
         "range": args.range,
         "review_job": args.review_job,
         "requested_by": requested_by,
-        "metadata": _metadata(args.meta),
+        "metadata": metadata_pairs(args.meta),
     }
     try:
         return JobSpec(**fields)
@@ -74,7 +73,7 @@ def job_spec(args: argparse.Namespace, requested_by: str) -> JobSpec:
         raise invalid_request(error) from None
 
 
-def _metadata(pairs: list[str]) -> dict[str, JsonValue]:
+def metadata_pairs(pairs: list[str]) -> dict[str, JsonValue]:
     metadata: dict[str, JsonValue] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")

@@ -9,10 +9,11 @@ from typing import Any
 def add_up_command(commands: Any) -> None:
     up = commands.add_parser(
         "up",
-        help="run Redis, a worker and beat on this machine, reusing what runs",
+        help="run Redis, a worker, beat and the API on this machine, reusing what runs",
         description="Start what is missing of the local stack for this configuration: "
         "Redis on loopback (append-only file on, data in the state directory), the sandbox "
-        "image, a worker and beat. What already runs is reused. Ctrl-C stops what it "
+        "image, a worker, beat, and the HTTP API with the web pages on api.host:api.port. "
+        "What already runs is reused. Ctrl-C stops what it "
         "started. State: $RIVERBEAM_STATE_DIR or ~/.local/state/riverbeam.",
     )
     up.add_argument(
@@ -29,7 +30,7 @@ def _up(args: argparse.Namespace) -> int:
     out = console()
     settings = load_settings()
     out.print(f"riverbeam up: {config_path()}, state in {state_dir()}")
-    stack = LocalStack(settings, out, concurrency=args.concurrency)
+    stack = LocalStack(settings, out, concurrency=args.concurrency, api=True)
     stack.start()
     if not stack.started:
         out.print("everything already runs; nothing to start")

@@ -16,9 +16,12 @@ or stopped worker cost a retry, never a job:
   container; the hard one kills the process, and the reaper removes what it left.
 - JSON only, in and out: no pickle crosses the broker.
 - priorities: a resume (a person's decision) is served before new jobs (``RUN_PRIORITY``).
-- ``beat_schedule``: the per-host chores every five minutes, and for each repository with a
-  ``summary_schedule`` its cron entry (``bot.jobs.schedules``). An invalid cron expression is
-  BEM-900 when the app is built, so neither beat nor a worker starts on it.
+- ``beat_schedule``: the per-host chores every five minutes, the recovery sweep every minute
+  (``riverbeam.recover_jobs``: a running job whose lease ran out is queued again, so a job
+  whose worker died is taken over within about a minute, not after the visibility timeout),
+  and for each repository with a ``summary_schedule`` its cron entry (``bot.jobs.schedules``).
+  An invalid cron expression is BEM-900 when the app is built, so neither beat nor a worker
+  starts on it.
 
 A worker shut down with SIGTERM (warm shutdown) stops taking messages and lets its current
 task finish; a task never waits for a person, so that is at most one job segment (up to the
@@ -55,8 +58,13 @@ REAP_SANDBOXES: Final = "riverbeam.reap_sandboxes"
 COLLECT_WORKSPACES: Final = "riverbeam.collect_workspaces"
 SCHEDULE_SUMMARIES: Final = "riverbeam.schedule_summaries"
 FINISH_SCHEDULE_RUN: Final = "riverbeam.finish_schedule_run"
+RECOVER_JOBS: Final = "riverbeam.recover_jobs"
 
 CHORE_INTERVAL_SECONDS: Final = 300.0
+# A job whose worker died waits for this sweep (at most this long after its lease ran out),
+# not for Redis to redeliver the dead worker's message (the visibility timeout, 30 minutes
+# with the default limits).
+RECOVER_INTERVAL_SECONDS: Final = 60.0
 # Redis serves priority 0 first (kombu keeps one list per step: 0, 3, 6, 9). A new job is
 # queued at 6 and a decided push (its resume) at 0, so an approved push never waits behind a
 # backlog of jobs that have not started: whoever approved it sees it land in seconds.
@@ -137,6 +145,11 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
             ("collect-workspaces", COLLECT_WORKSPACES),
         )
     }
+    chores["recover-jobs"] = {
+        "task": RECOVER_JOBS,
+        "schedule": RECOVER_INTERVAL_SECONDS,
+        "options": {"queue": DEFAULT_QUEUE},
+    }
     summaries = {
         f"summarize-{repo}": {
             "task": SCHEDULE_SUMMARIES,
@@ -152,6 +165,11 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
 def send_schedule(app: Celery, repo: str) -> None:
     """Trigger a scheduled summary run of ``repo`` now (what beat sends at its cron times)."""
     app.send_task(SCHEDULE_SUMMARIES, args=[repo], queue=DEFAULT_QUEUE)
+
+
+def send_recover(app: Celery) -> None:
+    """Sweep for jobs whose worker died now (what beat sends every minute)."""
+    app.send_task(RECOVER_JOBS, queue=DEFAULT_QUEUE)
 
 
 def send_chore(app: Celery, task: str) -> None:

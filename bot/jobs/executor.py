@@ -269,6 +269,9 @@ class Executor:
                 identity=settings.identity,
                 compare_to=segment.compare.sha if segment.compare else None,
                 compare_label=segment.compare.label if segment.compare else None,
+                # This worker holds the job: a container of it on this engine was left by
+                # an attempt whose worker died (kill -9, a lost Redis connection).
+                replace_leftover=True,
             )
 
     def _publish_target(self, segment: _Segment, repo: RepositoryConfig) -> PublishTarget:

@@ -10,8 +10,17 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from bot.errors import JobError
 from bot.frames import ErrorInfo, Frame, Usage
 
 
@@ -94,6 +103,11 @@ class JobSpec(BaseModel):
         default=None,
         pattern=_NAME,
         description="publish: the completed review job whose approved commit is published",
+    )
+    pages: tuple[
+        Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f]+$")], ...
+    ] = Field(
+        default=(), max_length=20, description="pages the request concerns (paths in the tree)"
     )
     requested_by: str = Field(default="anonymous", min_length=1, max_length=200)
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
@@ -273,3 +287,13 @@ class JobEvent(BaseModel):
     id: str
     frame: Frame | None = None
     end: JobState | None = None
+
+
+def invalid_request(error: ValidationError) -> JobError:
+    """BEM-501 naming each field pydantic refused, in words a person can act on."""
+    problems = []
+    for item in error.errors()[:5]:
+        where = ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return JobError("BEM-501", f"invalid job request: {'; '.join(problems)}")

@@ -72,10 +72,11 @@ def compare_point(plan: TreePlan, workspace: Workspace) -> ComparePoint | None:
 
 
 def request_text(spec: JobSpec, plan: TreePlan | None) -> str:
-    """The user message: the job's request, or a plain one for kinds that need none."""
-    if spec.request.strip():
-        return spec.request
-    template = _DEFAULT_REQUESTS.get(spec.kind, "")
-    if plan is None:
-        return template
-    return template.format(branch=plan.branch, base=plan.base)
+    """The user message: the job's request, or a plain one for kinds that need none, and the
+    pages it concerns."""
+    text = spec.request if spec.request.strip() else _DEFAULT_REQUESTS.get(spec.kind, "")
+    if not spec.request.strip() and plan is not None:
+        text = text.format(branch=plan.branch, base=plan.base)
+    if spec.pages:
+        text += "\n\nPages this concerns: " + ", ".join(spec.pages)
+    return text

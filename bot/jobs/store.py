@@ -15,6 +15,7 @@ import binascii
 import builtins
 import hashlib
 import json
+import math
 import random
 import re
 import secrets
@@ -33,6 +34,7 @@ from redis.exceptions import ResponseError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from bot.config import Settings
 from bot.errors import ApprovalError, BeamError, JobError
 from bot.frames import ErrorInfo, Frame, frame_adapter
 from bot.jobs.models import (
@@ -102,6 +104,16 @@ class JobStore:
         )
         return cls(client, **kw)
 
+    @classmethod
+    def for_settings(cls, settings: Settings) -> JobStore:
+        """The store the configuration names, with its key prefix and caps."""
+        return cls.from_url(
+            settings.redis_url,
+            prefix=settings.jobs.prefix,
+            events_maxlen=settings.jobs.events_maxlen,
+            snapshot_max_bytes=settings.jobs.snapshot_max_bytes,
+        )
+
     # keys ------------------------------------------------------------------------------
 
     def _job_key(self, job_id: str) -> str:
@@ -119,6 +131,10 @@ class JobStore:
 
     def _events_key(self, job_id: str) -> str:
         return f"{self._prefix}:events:{job_id}"
+
+    @property
+    def _leases_key(self) -> str:
+        return f"{self._prefix}:leases"
 
     def _approval_key(self, job_id: str) -> str:
         return f"{self._prefix}:approval:{job_id}"
@@ -376,6 +392,7 @@ class JobStore:
             def writes(tx: Pipeline) -> None:
                 tx.set(job_key, claimed.model_dump_json())
                 tx.set(approval_key, applied.model_dump_json())
+                self._index_lease(tx, claimed)
 
             return (claimed, applied), writes
 
@@ -435,6 +452,7 @@ class JobStore:
 
             def writes(tx: Pipeline) -> None:
                 tx.set(job_key, new.model_dump_json())
+                self._index_lease(tx, new)
                 if ends:
                     self._xadd(tx, job_id, {"end": new.state.value})
                 if approval is not None and approval.state is ApprovalState.PENDING:
@@ -444,6 +462,28 @@ class JobStore:
 
         return self._atomic([job_key, approval_key], body)
 
+    def _index_lease(self, tx: Pipeline, record: JobRecord) -> None:
+        """Keep the lease index in step with the record: a running job is there under its
+        lease's end, any other job is not."""
+        if record.state is JobState.RUNNING and record.lease_until is not None:
+            tx.zadd(self._leases_key, {record.id: record.lease_until.timestamp()})
+        else:
+            tx.zrem(self._leases_key, record.id)
+
+    def expired_leases(self, *, limit: int = 100) -> builtins.list[str]:
+        """Running jobs whose lease ran out (their worker died or lost Redis), oldest
+        first: what ``recover_jobs`` hands to a live worker. Reads the lease index only,
+        whatever the number of jobs."""
+        with self._reachable():
+            now = self._server_now(self._redis).timestamp()
+            found = self._redis.zrangebyscore(self._leases_key, "-inf", now, start=0, num=limit)
+        return [_text(cast(bytes, job_id)) for job_id in found]
+
+    def forget_lease(self, job_id: str) -> None:
+        """Drop a job the store no longer has from the lease index."""
+        with self._reachable():
+            self._redis.zrem(self._leases_key, job_id)
+
     def list(
         self,
         *,
@@ -451,12 +491,14 @@ class JobStore:
         kind: JobKind | None = None,
         repo: str | None = None,
         requested_by: str | None = None,
+        repos: Collection[str] | None = None,
         cursor: str | None = None,
         limit: int = 50,
     ) -> tuple[builtins.list[JobRecord], str | None]:
-        """Jobs newest first, filtered; the cursor (None on the last page) continues after
-        the last job returned. It walks the creation index in pages and loads only the
-        records of each page, so a filter that matches little costs pages, not memory."""
+        """Jobs newest first, filtered (``repos``: any of these repositories); the cursor
+        (None on the last page) continues after the last job returned. It walks the creation
+        index in pages and loads only the records of each page, so a filter
+        that matches little costs pages, not memory."""
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
         after = _decode_cursor(cursor)
@@ -467,10 +509,11 @@ class JobStore:
                 and (kind is None or record.spec.kind is kind)
                 and (repo is None or record.spec.repo == repo)
                 and (requested_by is None or record.spec.requested_by == requested_by)
+                and (repos is None or record.spec.repo in repos)
             )
 
         # Unfiltered, the first page is exactly what is needed; filtered, read wide pages.
-        filtered = any(value is not None for value in (state, kind, repo, requested_by))
+        filtered = any(value is not None for value in (state, kind, repo, requested_by, repos))
         first = _SCAN_BATCH if filtered else limit + 1
         found: builtins.list[tuple[JobRecord, float]] = []
         with self._reachable():
@@ -787,7 +830,7 @@ def _decode_cursor(cursor: str | None) -> tuple[float, str] | None:
         return None
     try:
         score, job_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        if isinstance(score, str) and isinstance(job_id, str):
+        if isinstance(score, str) and isinstance(job_id, str) and math.isfinite(float(score)):
             return float(score), job_id
     except (binascii.Error, ValueError, TypeError):
         pass

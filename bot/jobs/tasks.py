@@ -13,7 +13,8 @@ the job already moved and does nothing; a task redelivered because its worker di
 lease run out and takes the job over. Then ``bot.jobs.executor`` runs one segment.
 
 Two chores run on every worker host (the broadcast queue of ``bot.jobs.celery_app``):
-removing sandbox containers whose job is not running, and removing expired workspaces.
+removing sandbox containers whose job is not running, and removing expired workspaces. One
+sweep runs on any one worker: queueing again the running jobs whose lease ran out.
 
 Scheduled summaries (``bot.jobs.schedules``) are two tasks on the default queue: the trigger
 beat sends at a repository's cron times, which submits one summarize job per active branch,
@@ -39,6 +40,7 @@ from bot.jobs.celery_app import (
     DEFAULT_QUEUE,
     FINISH_SCHEDULE_RUN,
     REAP_SANDBOXES,
+    RECOVER_JOBS,
     RESUME_JOB,
     RESUME_PRIORITY,
     RUN_JOB,
@@ -144,12 +146,7 @@ class JobWorker:
     ) -> None:
         self.settings = settings
         self.name = name
-        self.store = store or JobStore.from_url(
-            settings.redis_url,
-            prefix=settings.jobs.prefix,
-            events_maxlen=settings.jobs.events_maxlen,
-            snapshot_max_bytes=settings.jobs.snapshot_max_bytes,
-        )
+        self.store = store or JobStore.for_settings(settings)
         self._docker = docker_client
         self._images = ImageCheck()
         self._schedule: SummarySchedule | None = None
@@ -194,6 +191,29 @@ class JobWorker:
             images=self._images,
         )
         return executor.execute(claimed)
+
+    def recover_jobs(self, app: Celery) -> list[str]:
+        """Queue again every running job whose lease ran out: its worker died (``kill -9``,
+        OOM, a lost host or a lost Redis connection) and the broker would redeliver that
+        worker's message only after its visibility timeout. The task that gets it takes the
+        job over (``claim`` accepts an expired lease); a job that moved on meanwhile makes it
+        a no-op, so a sweep that runs twice costs nothing."""
+        queued = []
+        for job_id in self.store.expired_leases():
+            try:
+                record = self.store.get(job_id)
+            except BeamError as error:
+                if error.code != "BEM-500":
+                    raise
+                self.store.forget_lease(job_id)
+                continue
+            if record.approval_id is None:
+                _send(app, RUN_JOB, record, priority=RUN_PRIORITY)
+            else:
+                _send(app, RESUME_JOB, record, priority=RESUME_PRIORITY)
+            log.warning("job %s lost its worker %s: queued again", job_id, record.worker)
+            queued.append(job_id)
+        return queued
 
     def reap_sandboxes(self) -> list[str]:
         """Remove this host's sandbox containers whose job is not running."""
@@ -268,6 +288,10 @@ def register(app: Celery, settings: Settings) -> None:
     @app.task(name=REAP_SANDBOXES, bind=True, shared=False)
     def reap_sandboxes(task: Task[Any, Any]) -> list[str]:
         return worker_for(task).reap_sandboxes()
+
+    @app.task(name=RECOVER_JOBS, bind=True, shared=False)
+    def recover_jobs(task: Task[Any, Any]) -> list[str]:
+        return worker_for(task).recover_jobs(app)
 
     @app.task(name=COLLECT_WORKSPACES, bind=True, shared=False)
     def collect(task: Task[Any, Any]) -> list[str]:

@@ -17,6 +17,7 @@ from bot.clients.base import Message, ToolCall
 from bot.errors import BeamError
 from bot.frames import ErrorInfo, ToolCallRecord
 from bot.runner.hooks import Hooks
+from bot.runner.interrupts import INTERRUPTS
 from bot.runner.state import RunState
 from bot.tools import Tool, ToolSpec, validate_arguments
 
@@ -88,6 +89,8 @@ async def invoke(checked: CheckedCall, state: RunState, hooks: Hooks) -> ToolCal
         result = _as_json(checked.spec, await checked.tool.invoke(checked.args, state.input))
     except BeamError as error:
         return failed_record(checked.call, error, _since(started))
+    except INTERRUPTS:
+        raise
     except Exception as error:
         failure = BeamError(
             "BEM-100", f"{checked.spec.name} raised {type(error).__name__}: {error}"

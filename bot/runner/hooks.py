@@ -24,6 +24,7 @@ from pydantic import JsonValue
 from bot.clients.base import Completion, Message, ToolCall
 from bot.errors import BeamError
 from bot.frames import AgentResult, Frame, ToolCallRecord
+from bot.runner.interrupts import INTERRUPTS
 from bot.runner.state import RunState
 from bot.tools import ToolSpec
 
@@ -101,6 +102,8 @@ class Hooks:
                 await fn(state, call, args)
             except BeamError as refusal:
                 return refusal
+            except INTERRUPTS:
+                raise
             except Exception as error:
                 raise _hook_bug("before_tool", fn, error) from error
         return None
@@ -131,6 +134,8 @@ async def _guard(kind: str, fn: Callable[..., Awaitable[_Result]], *args: object
     try:
         return await fn(*args)
     except BeamError:
+        raise
+    except INTERRUPTS:
         raise
     except Exception as error:
         raise _hook_bug(kind, fn, error) from error

@@ -46,6 +46,7 @@ from bot.runner.calls import (
     tool_message,
 )
 from bot.runner.hooks import Hooks
+from bot.runner.interrupts import INTERRUPTS
 from bot.runner.state import Decision, RunState, specs_digest
 from bot.tools import Tool, ToolSpec
 from skills.loader import Skill, skill_by_name
@@ -341,6 +342,8 @@ class ToolLoopAgent:
             else:
                 yield await self._client.complete(messages, specs)
         except BeamError:
+            raise
+        except INTERRUPTS:
             raise
         except Exception as error:
             # Clients report failures as BeamErrors (BEM-06x); anything else is a client bug,

@@ -34,7 +34,7 @@ from typing import Any, Literal, NoReturn
 
 import docker
 import requests
-from docker.errors import DockerException, NotFound
+from docker.errors import APIError, DockerException, NotFound
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from bot.config import SandboxLimits
@@ -114,12 +114,16 @@ class ContainerSandbox:
         identity: Identity | None = None,
         compare_to: str | None = None,
         compare_label: str | None = None,
+        replace_leftover: bool = False,
     ) -> None:
         """Create, attach, start and wait for the ready line (``limits.ready_timeout``).
 
         ``compare_to`` (a commit sha the workspace holds) and its ``compare_label`` make
         git_diff and git_log show the change since that commit; a bad one fails the start
-        (BEM-402, with the server's reason).
+        (BEM-402, with the server's reason). A second container for the same job is a name
+        conflict (BEM-402), unless ``replace_leftover``: a caller that holds the job (its
+        claim in the job store) knows that such a container is what an earlier attempt left
+        when its worker died, and has it removed first.
         """
         job = SandboxJob(
             job_id=job_id,
@@ -136,15 +140,26 @@ class ContainerSandbox:
             if self._container_id is not None:
                 raise BeamError("BEM-402", f"this sandbox already runs {self._container_id[:12]}")
             self._limits = limits
-            api = self._client.api
             with engine_errors("BEM-402", f"creating the sandbox container for job {job_id}"):
-                created = api.create_container(**create_arguments(api, self._image, job))
+                created = self._create(job, replace_leftover)
             self._container_id = created["Id"]
             try:
                 self._attach_and_start()
             except BaseException:
                 self._discard()
                 raise
+
+    def _create(self, job: SandboxJob, replace_leftover: bool) -> Any:
+        api = self._client.api
+        arguments = create_arguments(api, self._image, job)
+        try:
+            return api.create_container(**arguments)
+        except APIError as error:
+            if not (replace_leftover and error.status_code == 409):
+                raise
+        log.warning("removing the container an earlier attempt at job %s left", job.job_id)
+        api.remove_container(arguments["name"], force=True)
+        return api.create_container(**arguments)
 
     def call(self, tool: str, args: dict[str, Any], timeout: float | None = None) -> JsonValue:
         """Run one tool in the container and return its JSON result; a tool's refusal is

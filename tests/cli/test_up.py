@@ -21,7 +21,9 @@ def _config(tmp_path: Path, redis_url: str) -> Path:
         f'redis_url = "{redis_url}"\n\n'
         "[workspaces]\n"
         f'root = "{tmp_path / "workspaces"}"\n'
-        f'mirrors = "{tmp_path / "mirrors"}"\n'
+        f'mirrors = "{tmp_path / "mirrors"}"\n\n'
+        "[api]\n"
+        f"port = {free_port()}\n"
     )
     return config
 
@@ -40,8 +42,9 @@ def test_up_starts_redis_worker_and_beat_and_stops_them_on_ctrl_c(tmp_path: Path
         assert f"started  redis at 127.0.0.1:{port}" in output
         assert "started  worker riverbeam-worker-" in output
         assert "started  beat riverbeam-beat-" in output
+        assert "started  api and web pages at http://127.0.0.1:" in output
         pids = started_pids(output)
-        assert len(pids) == 3 and all(alive(pid) for pid in pids)
+        assert len(pids) == 4 and all(alive(pid) for pid in pids)
         # Redis keeps its data under the state directory, with the append-only file on.
         assert _setting(port, "appendonly") == "yes"
         assert _setting(port, "dir") == str(tmp_path / "state" / f"redis-{port}")
@@ -49,13 +52,15 @@ def test_up_starts_redis_worker_and_beat_and_stops_them_on_ctrl_c(tmp_path: Path
         with Background(["--config", str(config), "up"], env) as again:
             assert again.finish() == 0
         for line in (f"reusing  redis at 127.0.0.1:{port}", "reusing  worker riverbeam-worker-",
-                     "reusing  beat riverbeam-beat-", "everything already runs"):  # fmt: skip
+                     "reusing  beat riverbeam-beat-", "reusing  api at http://127.0.0.1:",
+                     "everything already runs"):  # fmt: skip
             assert line in again.output, again.output
         assert "started" not in again.output
 
         up.process.send_signal(signal.SIGINT)
         assert up.finish() == 0, up.output
-    for line in ("stopping: SIGINT received", "stopped  beat", "stopped  worker", "stopped  redis"):
+    stops = ("stopping: SIGINT received", "stopped  api", "stopped  beat", "stopped  worker")
+    for line in (*stops, "stopped  redis"):
         assert line in up.output, up.output
     assert_all_gone(pids)
 
@@ -68,7 +73,7 @@ def test_up_reuses_a_running_redis_and_leaves_it_running(tmp_path: Path) -> None
             output = up.wait_for("ready on")
             assert f"reusing  redis at 127.0.0.1:{server.port}" in output
             pids = started_pids(output)
-            assert len(pids) == 2
+            assert len(pids) == 3
             up.process.send_signal(signal.SIGTERM)
             assert up.finish() == 0, up.output
         assert "stopped  redis" not in up.output

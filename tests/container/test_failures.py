@@ -170,3 +170,20 @@ def test_one_job_runs_one_container_at_a_time(
     assert failed.value.code == "BEM-402"
     assert "Conflict" in failed.value.message or "already in use" in failed.value.message
     assert sandbox.call("list_tree", {})
+
+
+def test_a_container_an_earlier_attempt_left_is_replaced_by_the_jobs_holder(
+    sandbox: ContainerSandbox, docker_client: docker.DockerClient, image: ImageInfo, tmp_path: Path
+) -> None:
+    # ``sandbox`` stands for the container of a worker that died holding job-1.
+    left = sandbox.container_id
+    assert left is not None
+    other = make_workspace(tmp_path / "again")
+    second = ContainerSandbox(docker_client, image.ref)
+    second.start(
+        "job-1", other.path, PROTECTED, SandboxLimits(), deadline=deadline(), replace_leftover=True
+    )
+    with second:
+        assert second.call("list_tree", {})
+        assert not container_exists(docker_client, left)
+        assert second.container_id != left

@@ -19,6 +19,7 @@ from bot.jobs.celery_app import (
     HOSTS_EXCHANGE,
     HOSTS_QUEUE,
     REAP_SANDBOXES,
+    RECOVER_JOBS,
     celery_config,
     queue_for,
     worker_queues,
@@ -149,8 +150,13 @@ def test_celery_settings_make_a_lost_worker_cost_a_retry_not_a_job() -> None:
     # The per-host chores fan out to every worker, also when beat sends them.
     for task in (REAP_SANDBOXES, COLLECT_WORKSPACES):
         assert config["task_routes"][task]["exchange_type"] == "fanout"
-    for entry in config["beat_schedule"].values():
-        assert entry["options"]["declare"] == [HOSTS_EXCHANGE]
+    beat = config["beat_schedule"]
+    for name in ("reap-sandboxes", "collect-workspaces"):
+        assert beat[name]["options"]["declare"] == [HOSTS_EXCHANGE]
+    # A job whose worker died is queued again by one sweep a minute, on any one worker.
+    assert beat["recover-jobs"]["task"] == RECOVER_JOBS
+    assert beat["recover-jobs"]["options"] == {"queue": "default"}
+    assert beat["recover-jobs"]["schedule"] < timeout
 
 
 # -- the relayed git_push --------------------------------------------------------------------

@@ -306,6 +306,27 @@ def test_an_expired_lease_is_taken_over_and_the_old_worker_is_locked_out(
     assert late is None
 
 
+def test_expired_leases_lists_only_running_jobs_whose_worker_stopped_renewing(
+    store: JobStore,
+) -> None:
+    dead, alive, done = (store.create(author()).id for _ in range(3))
+    for job_id in (dead, alive, done):
+        store.claim(job_id, worker="w1", lease_seconds=0.2)
+    store.transition(done, JobState.SUCCEEDED, from_states={JobState.RUNNING})
+    waiting = parked(store)
+    time.sleep(0.3)
+    assert store.renew_lease(alive, worker="w1", lease_seconds=30)
+    assert store.expired_leases() == [dead]
+    # Taken over: the new lease is live, so the job is off the list.
+    assert store.claim(dead, worker="w2", lease_seconds=30) is not None
+    assert store.expired_leases() == []
+    # A resume holds a lease too; it runs out when its worker dies.
+    store.decide(waiting.id, approve=True, by="bob")
+    assert store.claim_resume(waiting.id, worker="w3", lease_seconds=0.2) is not None
+    time.sleep(0.3)
+    assert store.expired_leases() == [waiting.id]
+
+
 def test_renew_lease_extends_only_the_holders_lease(store: JobStore) -> None:
     record = store.create(author())
     claimed = store.claim(record.id, worker="w1", lease_seconds=1)
@@ -687,7 +708,11 @@ def test_list_pages_through_jobs_created_in_the_same_instant(
     assert seen == sorted((record.id for record in made), reverse=True)
 
 
-@pytest.mark.parametrize("cursor", ["garbage", "W10", "WyIxIiwgMV0"])
+# The last three: NaN and infinite scores, which Redis would refuse mid-query.
+@pytest.mark.parametrize(
+    "cursor",
+    ["garbage", "W10", "WyIxIiwgMV0", "WyJuYW4iLCAieCJd", "WyJpbmYiLCAieCJd", "WyItaW5mIiwgIngiXQ"],
+)
 def test_a_forged_cursor_is_a_bad_request(store: JobStore, cursor: str) -> None:
     assert code_of(lambda: store.list(cursor=cursor)) == "BEM-501"
 

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
+import pytest
+from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import JsonValue
 
-from bot.clients.base import ToolCall
+from bot.clients.base import Completion, Message, ToolCall
 from bot.clients.scripted import ScriptedClient
 from bot.errors import BeamError
 from bot.frames import AgentResult, ResultStatus, ToolFrame
 from bot.input import AgentContext
 from bot.runner import ToolLoopAgent
-from bot.tools import Tool
+from bot.tools import Tool, ToolSpec
 from tests.runner.kit import (
     FnTool,
     call,
@@ -195,3 +198,28 @@ async def test_a_failed_call_has_a_tool_frame_too() -> None:
     assert len(tool_frames) == 1
     assert tool_frames[0].record.error is not None
     assert tool_frames[0].record.error.code == "BEM-089"
+
+
+class _TimedOutClient:
+    """A model call under way when the worker's soft time limit fires."""
+
+    model = "timed-out"
+
+    async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
+        raise SoftTimeLimitExceeded()
+
+
+async def test_a_soft_time_limit_in_a_model_call_stops_the_run_instead_of_failing_it() -> None:
+    # Not BEM-096 ("the model client has a bug"): the run is stopped from outside, and the
+    # job's worker reports it as its time limit (BEM-505).
+    agent = ToolLoopAgent("helper", _TimedOutClient(), [echo_tool()])
+    with pytest.raises(SoftTimeLimitExceeded):
+        await collect(agent.stream(request(), AgentContext()))
+
+
+async def test_a_soft_time_limit_in_a_tool_call_stops_the_run_not_just_the_call() -> None:
+    # Not a failed call handed back to the model: the run must not go on past its limit.
+    client = ScriptedClient([calls(call("flaky", "c1", path="docs/install.md")), "Done."])
+    with pytest.raises(SoftTimeLimitExceeded):
+        await run(client, [failing_tool(SoftTimeLimitExceeded())])
+    assert len(client.requests) == 1

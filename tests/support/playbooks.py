@@ -61,6 +61,7 @@ def seed_upstream(path: Path) -> Path:
 
 
 SLOW_SECONDS = 3.0
+HUGE_FILE = "huge.bin"
 SLOW_BRANCH_PREFIX = "slow/"
 REVIEW_SUMMARY = "The fix is correct: both typos and the broken link are fixed."
 CHANGES_SUMMARY = "The link still points at a page that does not exist."
@@ -117,6 +118,27 @@ def _author_fix_install() -> list[PlaybookStep]:
         calls(("git_push", {})),
         _after_push,
     ]
+
+
+def _author_fix_slowly() -> list[PlaybookStep]:
+    """The install-page fix, thinking for a few seconds before it reads the page: a run
+    still going, for a fault to hit mid-run."""
+    steps = _author_fix_install()
+    steps[1] = _slowly(SLOW_SECONDS, calls(("read_file", {"path": "docs/install.md"})))
+    return steps
+
+
+def _after_read(messages: Sequence[Message]) -> str:
+    result = last_tool_result(messages)
+    if isinstance(result, dict) and "error" in result:
+        return f"The read failed: {result['error']}"
+    return "Read it."
+
+
+def _author_read_huge() -> list[PlaybookStep]:
+    """Reads ``huge.bin`` whole (a page the branch under ``base`` must hold), then answers
+    with what happened: for a container's memory limit."""
+    return [calls(("read_file", {"path": HUGE_FILE})), _after_read]
 
 
 def _author_push_main() -> list[PlaybookStep]:
@@ -238,6 +260,8 @@ PLAYBOOKS: dict[str, Callable[[], list[PlaybookStep]]] = {
     "author-fix-install": _author_fix_install,
     "author-push-main": _author_push_main,
     "author-slow": _author_slow,
+    "author-fix-slowly": _author_fix_slowly,
+    "author-read-huge": _author_read_huge,
     "review-approve": _review_approve,
     "review-fix-finding": _review_fix_finding,
     "review-request-changes": _review_request_changes,

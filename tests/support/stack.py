@@ -15,15 +15,21 @@ containers, a real bare upstream. Only the model is scripted (``tests.support.pl
 registering it, and builds the sandbox image if the code changed. Each worker is a
 ``python -m celery ... worker`` process in its own session, with its own workspace root and
 mirror cache (``RIVERBEAM_WORKSPACES__ROOT``/``__MIRRORS``), so two workers behave like two
-hosts. ``stop_worker`` sends SIGTERM (a warm shutdown) and waits; ``kill_worker`` sends
-SIGKILL to the worker's whole process group, as a crashed host would.
+hosts; ``start_worker(name, host=H)`` puts workers on one simulated host H instead (they
+share its workspace root and mirrors). ``stop_worker`` sends SIGTERM (a warm shutdown) and
+waits; ``kill_worker`` sends SIGKILL to the worker's whole process group, as a crashed host
+would.
 
 For the other kinds: ``push_branch`` puts a branch with one commit upstream (what review,
 summarize and commit-notes read), and the repository's ``publish_ref`` is ``PUBLISH_REF``.
 The playbooks ``review-approve``, ``summarize``, ``commit-notes`` and ``publish`` drive
 them. ``job_stack(repositories={...})`` adds keys to the ``docs`` repository's table (a
 ``summary_schedule``, a ``summary_webhook``) or registers more repositories on the same
-upstream; ``submit(..., repo=NAME)`` names one. ``worker(name)`` is an in-process
+upstream; ``submit(..., repo=NAME)`` names one. ``job_stack(more_config={"jobs": {...}})`` adds
+keys to other tables of the config; ``redis_config`` starts Redis with that file (say
+``docker/redis.conf``), and ``stack.redis`` can stop, crash and start it again;
+``serve_upstream=True`` registers the upstream over smart HTTP (``tests.support.git_http``),
+where its hooks run. ``worker(name)`` is an in-process
 ``JobWorker`` (call task bodies directly); ``wait_for`` fails with the workers' log tails
 when a job ends elsewhere.
 """
@@ -56,8 +62,9 @@ from bot.jobs.tasks import JobWorker, decide_job, submit_job
 from sandbox.container.engine import connect
 from sandbox.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
 from sandbox.image.build import build_image
+from tests.support.git_http import GitHttpServer
 from tests.support.playbooks import seed_upstream
-from tests.support.redis_server import redis_server
+from tests.support.redis_server import RedisServer, running_redis
 from tests.workspace.kit import commit_all, git, write_files
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +103,9 @@ class Stack:
     settings: Settings
     store: JobStore
     app: Celery
+    redis: RedisServer
     workers: dict[str, WorkerProcess] = field(default_factory=dict)
+    hosts: dict[str, str] = field(default_factory=dict)
 
     # -- workers ------------------------------------------------------------------------
 
@@ -108,12 +117,16 @@ class Stack:
         pool: str = "prefork",
         concurrency: int = 1,
         env: Mapping[str, str] | None = None,
+        host: str | None = None,
     ) -> WorkerProcess:
         """Start a worker process (``concurrency`` pool processes) and wait until it
-        consumes; its workspace root and mirror cache are its own (``<base>/<name>/``)."""
-        root = self.base / name
+        consumes; its workspace root and mirror cache are its own (``<base>/<name>/``), or
+        those of simulated ``host`` (``<base>/<host>/``) shared with the host's other
+        workers."""
+        self.hosts[name] = host or name
+        root = self.base / self.hosts[name]
         root.mkdir(mode=0o711, exist_ok=True)
-        log = root / "worker.log"
+        log = root / f"{name}.log"
         own = self.worker_settings(name).workspaces
         environment = {
             **_clean_environment(),
@@ -181,8 +194,8 @@ class Stack:
         worker.process.wait()
 
     def worker_settings(self, name: str) -> Settings:
-        """The settings worker ``name`` runs with: its own workspace root and mirrors."""
-        root = self.base / name
+        """The settings worker ``name`` runs with: its host's workspace root and mirrors."""
+        root = self.base / self.hosts.get(name, name)
         workspaces = self.settings.workspaces.model_copy(
             update={"root": root / "workspaces", "mirrors": root / "mirrors"}
         )
@@ -271,23 +284,33 @@ def job_stack(
     lease_seconds: float = 10.0,
     repositories: Mapping[str, Mapping[str, str]] | None = None,
     model_factory: str = "tests.support.playbooks:for_job",
+    more_config: Mapping[str, Mapping[str, object]] | None = None,
+    redis_config: Path | None = None,
+    serve_upstream: bool = False,
 ) -> Iterator[Stack]:
     """Redis, a seeded upstream, a config and a Celery app; no worker runs until
     ``start_worker``. Everything started here is stopped on the way out. ``repositories``:
     more keys for ``docs``, or more repositories (on the same upstream unless they say);
-    ``model_factory``: the workers' ``model.factory``."""
+    ``model_factory``: the workers' ``model.factory``; ``more_config``: keys for other tables
+    (``jobs``, ``sandbox``); ``redis_config``: the file Redis starts with;
+    ``serve_upstream``: reach the upstream over HTTP instead of its path."""
     base = Path(tempfile.mkdtemp(prefix="riverbeam-stack-"))
     # Workspaces are mounted into containers that run as the sandbox uid: it must traverse.
     base.chmod(0o711)
     with ExitStack() as cleanup:
         cleanup.callback(shutil.rmtree, base, ignore_errors=True)
         (base / "redis").mkdir()
-        redis_url = cleanup.enter_context(redis_server(base / "redis"))
+        redis = cleanup.enter_context(running_redis(base / "redis", config=redis_config))
+        redis_url = redis.url
         upstream = seed_upstream(base / "upstream.git")
+        tables = {name: dict(keys) for name, keys in (repositories or {}).items()}
+        if serve_upstream:
+            served = cleanup.enter_context(GitHttpServer(base))
+            tables.setdefault(REPO, {})["upstream"] = served.url_for(upstream)
         config = base / "riverbeam.toml"
         config.write_text(
             _config_text(
-                redis_url, upstream, base, lease_seconds, repositories or {}, model_factory
+                redis_url, upstream, base, lease_seconds, tables, model_factory, more_config or {}
             )
         )
         settings = Settings(**tomllib.loads(config.read_text()))
@@ -301,6 +324,7 @@ def job_stack(
             settings=settings,
             store=store,
             app=create_app(settings),
+            redis=redis,
         )
         cleanup.callback(_stop_all, stack)
         yield stack
@@ -313,11 +337,16 @@ def _config_text(
     lease_seconds: float,
     repositories: Mapping[str, Mapping[str, str]],
     model_factory: str,
+    more: Mapping[str, Mapping[str, object]],
 ) -> str:
     tables = {REPO: {"upstream": str(upstream), "publish_ref": PUBLISH_REF}}
     for name, keys in repositories.items():
         tables.setdefault(name, {"upstream": str(upstream)}).update(keys)
     # JSON strings are valid TOML basic strings.
+    jobs = {"prefix": "rbtest", "lease_seconds": lease_seconds, **more.get("jobs", {})}
+    others = {
+        name: keys for name, keys in more.items() if name not in ("jobs", "workspaces", "model")
+    }
     registered = "".join(
         f"[repositories.{name}]\n"
         + "".join(f"{key} = {json.dumps(value)}\n" for key, value in keys.items())
@@ -332,10 +361,13 @@ def _config_text(
         f'mirrors = "{base / "mirrors"}"\n\n'
         "[model]\n"
         f'factory = "{model_factory}"\n\n'
-        "[jobs]\n"
-        'prefix = "rbtest"\n'
-        f"lease_seconds = {lease_seconds}\n"
+        + "".join(_table(name, keys) for name, keys in {"jobs": jobs, **others}.items())
     )
+
+
+def _table(name: str, keys: Mapping[str, object]) -> str:
+    # JSON strings, numbers and booleans are valid TOML values.
+    return f"[{name}]\n" + "".join(f"{key} = {json.dumps(v)}\n" for key, v in keys.items()) + "\n"
 
 
 def _stop_all(stack: Stack) -> None:

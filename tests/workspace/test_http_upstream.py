@@ -12,31 +12,29 @@ from bot.errors import BeamError
 from sandbox.workspace.credentials import upstream_callbacks
 from sandbox.workspace.prepare import prepare_workspace
 from sandbox.workspace.relay import relay_push
+from tests.support.git_http import GitHttpServer, basic
 from tests.workspace.conftest import TOKEN_ENV, assert_secret_absent
-from tests.workspace.http_git import _Server, basic, serve_git, url
 from tests.workspace.kit import git, refs_and_logs, sandbox_push
 
 USER = "riverbeam-bot"
 
 
 @pytest.fixture
-def server(upstream: Path, token: str) -> Iterator[_Server]:
-    # git-http-backend serves the upstream only with this flag; pushes need REMOTE_USER.
-    git("-C", str(upstream), "config", "http.receivepack", "true")
-    with serve_git(upstream.parent, USER, token) as running:
+def server(upstream: Path, token: str) -> Iterator[GitHttpServer]:
+    with GitHttpServer(upstream.parent, authorization=basic(USER, token)) as running:
         yield running
 
 
 @pytest.fixture
-def http_config(server: _Server, upstream: Path) -> RepositoryConfig:
+def http_config(server: GitHttpServer, upstream: Path) -> RepositoryConfig:
     return RepositoryConfig(
-        upstream=url(server, upstream.name),
+        upstream=server.url_for(upstream),
         credentials=Credentials(token_env=TOKEN_ENV, username=USER),
     )
 
 
 def test_the_token_reaches_the_server_and_no_file(
-    server: _Server,
+    server: GitHttpServer,
     upstream: Path,
     token: str,
     http_config: RepositoryConfig,
@@ -60,7 +58,7 @@ def test_the_token_reaches_the_server_and_no_file(
 
 
 def test_a_wrong_token_is_bem_340_and_the_message_carries_no_secret(
-    server: _Server,
+    server: GitHttpServer,
     token: str,
     http_config: RepositoryConfig,
     settings: WorkspaceSettings,
@@ -77,7 +75,7 @@ def test_a_wrong_token_is_bem_340_and_the_message_carries_no_secret(
 
 
 def test_a_push_the_server_refuses_is_bem_353(
-    server: _Server,
+    server: GitHttpServer,
     upstream: Path,
     http_config: RepositoryConfig,
     settings: WorkspaceSettings,
@@ -104,7 +102,7 @@ def test_a_push_the_server_refuses_is_bem_353(
 
 
 def test_a_push_that_races_another_is_bem_351(
-    server: _Server,
+    server: GitHttpServer,
     upstream: Path,
     http_config: RepositoryConfig,
     settings: WorkspaceSettings,

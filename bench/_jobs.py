@@ -1,0 +1,167 @@
+"""What the job benchmarks share: one author job's moments on the Redis server's clock,
+submitting and approving through the real service, and the in-process floor.
+
+``bench.jobs_bench`` (latency, one burst) and ``bench.load_bench`` (200 jobs, several worker
+layouts) both drive the end-to-end test stack (``tests.support.stack``) with the
+``author-fix-install`` playbook and compare with the same floor: the playbook in this
+process on in-process tools, no Celery, no Redis, no container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from bot.clients.playbook import PlaybookClient
+from bot.frames import Frame, ResultStatus
+from bot.input import AgentContext, AgentInput
+from bot.jobs.models import JobKind, JobRecord, JobState
+from bot.jobs.tasks import decide_job
+from bot.runner.loop import ToolLoopAgent
+from bot.runner.state import Decision, RunState
+from sandbox.identity import Identity
+from sandbox.jail import SandboxRoot
+from sandbox.tools import sandbox_tools
+from sandbox.worktree import WorkingTree
+from tests.support.playbooks import PLAYBOOKS, seed_upstream
+from tests.support.stack import REPO, Stack
+from tests.workspace.kit import git
+
+PLAYBOOK = "author-fix-install"
+REQUEST = "Fix the broken links and typos on the install page"
+APPROVER = "bench-reviewer"
+MODEL_FACTORY = "bench._jobs_model:for_job"
+POLL_SECONDS = 0.02
+JOB_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass
+class JobTimes:
+    """One job's moments on the Redis server's clock (epoch seconds)."""
+
+    job_id: str
+    submitted: float
+    parked: float = 0.0
+    approved: float = 0.0
+    pushed: float = 0.0
+
+    @property
+    def to_park(self) -> float:
+        return self.parked - self.submitted
+
+    @property
+    def to_push(self) -> float:
+        return self.pushed - self.approved
+
+
+def submit(stack: Stack) -> JobTimes:
+    record = stack.submit(JobKind.AUTHOR, PLAYBOOK, request=REQUEST)
+    return JobTimes(record.id, submitted=record.created_at.timestamp())
+
+
+def approve(stack: Stack, times: JobTimes, parked: JobRecord) -> None:
+    times.parked = parked.updated_at.timestamp()
+    decided = decide_job(stack.store, times.job_id, True, APPROVER, app=stack.app)
+    times.approved = _stamp(decided.decided_at)
+
+
+def _stamp(moment: datetime | None) -> float:
+    if moment is None:
+        raise AssertionError("a decided approval has a decision time")
+    return moment.timestamp()
+
+
+def run_one(stack: Stack) -> JobTimes:
+    """One job alone: submit, wait for the park, approve, wait for the push."""
+    times = submit(stack)
+    approve(stack, times, wait_for(stack, times.job_id, JobState.AWAITING_APPROVAL))
+    times.pushed = wait_for(stack, times.job_id, JobState.SUCCEEDED).updated_at.timestamp()
+    return times
+
+
+def wait_for(stack: Stack, job_id: str, state: JobState) -> JobRecord:
+    deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
+    while True:
+        record = stack.store.get(job_id)
+        if record.state is state:
+            return record
+        if record.state.is_final or time.monotonic() > deadline:
+            raise AssertionError(f"job {job_id} is {record.state.value}, not {state.value}")
+        time.sleep(POLL_SECONDS)
+
+
+@dataclass
+class Floor:
+    to_park: list[float]
+    to_push: list[float]
+
+
+def run_floor(runs: int) -> Floor:
+    """The author playbook in this process on in-process tools: no Celery, Redis or
+    container. The clone each run works on is made before the clock starts."""
+    scratch = Path(tempfile.mkdtemp(prefix="riverbeam-jobs-bench-"))
+    try:
+        upstream = seed_upstream(scratch / "upstream.git")
+        asyncio.run(_floor_once(upstream, scratch / "warm-up"))
+        samples = [asyncio.run(_floor_once(upstream, scratch / f"run-{n}")) for n in range(runs)]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return Floor([park for park, _ in samples], [push for _, push in samples])
+
+
+async def _floor_once(upstream: Path, work: Path) -> tuple[float, float]:
+    branch = f"riverbeam/{work.name}"
+    git("clone", "-q", "--branch", "main", str(upstream), str(work))
+    git("-C", str(work), "checkout", "-q", "-b", branch)
+    tree = WorkingTree(SandboxRoot(work), ("main", "release/*"), identity=Identity())
+    tree.add_origin(str(upstream))
+    agent = ToolLoopAgent.for_skill(
+        "author",
+        PlaybookClient(PLAYBOOKS[PLAYBOOK]()),
+        sandbox_tools(tree),
+        prompt_values={
+            "repository": REPO,
+            "branch": branch,
+            "base": "main",
+            "protected_refs": ["main", "release/*"],
+            "style_notes": [],
+        },
+    )
+    started = time.perf_counter()
+    state = agent.start(AgentInput.of_text(REQUEST), AgentContext())
+    await _drain(agent.run(state))
+    parked = time.perf_counter()
+    if state.status is not ResultStatus.INTERRUPTED or state.pending is None:
+        raise AssertionError(f"the floor run did not stop at the push: {state.status}")
+    resumed = time.perf_counter()
+    saved = RunState.load(state.model_dump_json())  # what a park and a resume cost at least
+    decision = Decision(call_id=saved.pending.id if saved.pending else "", approved=True)
+    await _drain(agent.resume(saved, decision))
+    pushed = time.perf_counter()
+    if git("-C", str(upstream), "rev-parse", branch) != tree.head_sha():
+        raise AssertionError("the floor run did not push")
+    return parked - started, pushed - resumed
+
+
+async def _drain(frames: AsyncGenerator[Frame, None]) -> None:
+    async for _ in frames:
+        pass
+
+
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    """The sample at ``fraction`` of the way up (0.95: the 95th percentile), nearest rank."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def row(label: str, seconds: Sequence[float]) -> str:
+    """``label``, then the median and p95 of ``seconds`` in milliseconds."""
+    median, p95 = statistics.median(seconds), percentile(seconds, 0.95)
+    return f"  {label:<34}{median * 1000:>8.0f} ms {p95 * 1000:>8.0f} ms"

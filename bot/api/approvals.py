@@ -1,0 +1,96 @@
+"""``/v1/approvals``: the pushes waiting for a person, and their decisions."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Query
+from pydantic import BaseModel, Field
+
+from bot.api.access import Principal
+from bot.api.deps import PrincipalDep, ServiceDep
+from bot.api.jobs import JobId
+from bot.api.operations import Service
+from bot.api.problems import problem_responses
+from bot.api.schemas import ApprovalList, ApprovalView, Decision
+
+router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
+
+DECISION_PROBLEMS = problem_responses(401, 403, 404, 409, 422, 503)
+
+
+class ApprovalDetail(BaseModel):
+    current: ApprovalView = Field(description="the job's latest approval, whatever its state")
+    history: list[ApprovalView] = Field(
+        description="every decided or withdrawn approval of the job, oldest first"
+    )
+
+
+@router.get(
+    "",
+    response_model=ApprovalList,
+    summary="Pushes waiting for a decision, oldest first",
+    responses=problem_responses(401, 403, 422, 503),
+)
+def pending(
+    service: ServiceDep,
+    who: PrincipalDep,
+    repo: Annotated[str | None, Query(max_length=100)] = None,
+) -> ApprovalList:
+    """Only the repositories the token may use."""
+    return ApprovalList(items=[ApprovalView.of(a) for a in service.approvals(who, repo=repo)])
+
+
+@router.get(
+    "/{job_id}",
+    response_model=ApprovalDetail,
+    summary="A job's approval and its history",
+    responses=problem_responses(401, 403, 404, 409, 422, 503),
+)
+def detail(job_id: JobId, service: ServiceDep, who: PrincipalDep) -> ApprovalDetail:
+    current = service.approval(who, job_id)
+    history = service.store.approval_history(job_id)
+    return ApprovalDetail(
+        current=ApprovalView.of(current), history=[ApprovalView.of(a) for a in history]
+    )
+
+
+@router.post(
+    "/{job_id}/approve",
+    response_model=ApprovalView,
+    summary="Approve a parked push",
+    responses=DECISION_PROBLEMS,
+)
+def approve(
+    job_id: JobId,
+    service: ServiceDep,
+    who: PrincipalDep,
+    decision: Annotated[Decision | None, Body()] = None,
+) -> ApprovalView:
+    """Reviewers and admins; never one's own job unless the repository allows it. The
+    job resumes on a worker and pushes exactly what was shown."""
+    return _decide(service, who, job_id, decision, approve=True)
+
+
+@router.post(
+    "/{job_id}/refuse",
+    response_model=ApprovalView,
+    summary="Refuse a parked push",
+    responses=DECISION_PROBLEMS,
+)
+def refuse(
+    job_id: JobId,
+    service: ServiceDep,
+    who: PrincipalDep,
+    decision: Annotated[Decision | None, Body()] = None,
+) -> ApprovalView:
+    """Reviewers and admins, one's own job included. The job resumes and the agent is
+    told the push was refused."""
+    return _decide(service, who, job_id, decision, approve=False)
+
+
+def _decide(
+    service: Service, who: Principal, job_id: str, decision: Decision | None, *, approve: bool
+) -> ApprovalView:
+    comment = decision.comment if decision else ""
+    return ApprovalView.of(service.decide(who, job_id, approve=approve, comment=comment))

@@ -1,0 +1,33 @@
+"""FastAPI dependencies: the shared ``Service`` and the ``Principal`` behind a bearer token."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from bot.api.access import Principal
+from bot.api.operations import Service
+from bot.errors import BeamError
+
+# auto_error off: a missing token is our BEM-700 problem document, not FastAPI's 403.
+_bearer = HTTPBearer(auto_error=False, description="a Riverbeam API token (rb_...)")
+
+
+def get_service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+def get_principal(
+    service: Annotated[Service, Depends(get_service)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    if credentials is None:
+        raise BeamError("BEM-700", "send the header 'Authorization: Bearer <token>'")
+    return service.tokens.authenticate(credentials.credentials)
+
+
+ServiceDep = Annotated[Service, Depends(get_service)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]

@@ -1,0 +1,114 @@
+"""``/v1/jobs``: submit a job, list and read jobs, cancel one. The event stream of a job is
+in ``bot.api.events``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path, Query, Response
+
+from bot.api.deps import PrincipalDep, ServiceDep
+from bot.api.problems import problem_responses
+from bot.api.schemas import JobPage, JobRequest, JobView
+from bot.errors import BeamError
+from bot.jobs.models import JobKind, JobState
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+MAX_PAGE = 100
+
+JobId = Annotated[str, Path(min_length=1, max_length=100, description="the job's id")]
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=JobView,
+    summary="Submit a job",
+    responses={
+        201: {
+            "headers": {"Location": {"description": "the job's URL", "schema": {"type": "string"}}}
+        },
+        **problem_responses(401, 403, 422, 503),
+    },
+)
+def submit(
+    body: JobRequest,
+    response: Response,
+    service: ServiceDep,
+    who: PrincipalDep,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            max_length=200,
+            description="repeat the key on a retry: the same body returns the same job, "
+            "a different body is BEM-501",
+        ),
+    ] = None,
+) -> JobView:
+    """Queue a job for the token's holder. ``metadata.confirm`` is dropped: only the
+    approval endpoints release a parked push."""
+    record = service.submit(who, body, idempotency_key=idempotency_key)
+    response.headers["Location"] = f"{router.prefix}/{record.id}"
+    return JobView.of(record)
+
+
+@router.get(
+    "",
+    response_model=JobPage,
+    summary="List jobs, newest first",
+    responses=problem_responses(401, 403, 422, 503),
+)
+def list_jobs(
+    service: ServiceDep,
+    who: PrincipalDep,
+    state: JobState | None = None,
+    kind: JobKind | None = None,
+    repo: Annotated[str | None, Query(max_length=100)] = None,
+    requested_by: Annotated[str | None, Query(max_length=200)] = None,
+    mine: Annotated[bool, Query(description="only the token holder's own jobs")] = False,
+    cursor: Annotated[
+        str | None, Query(max_length=400, description="next_cursor of the previous page")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+) -> JobPage:
+    """The jobs of the repositories the token may use, filtered; ``next_cursor`` is null on
+    the last page."""
+    if mine:
+        if requested_by not in (None, who.name):
+            raise BeamError("BEM-705", "mine=true and requested_by name different people")
+        requested_by = who.name
+    records, next_cursor = service.jobs(
+        who,
+        state=state,
+        kind=kind,
+        repo=repo,
+        requested_by=requested_by,
+        cursor=cursor,
+        limit=limit,
+    )
+    return JobPage(items=[JobView.of(record) for record in records], next_cursor=next_cursor)
+
+
+@router.get(
+    "/{job_id}",
+    response_model=JobView,
+    summary="Read a job",
+    responses=problem_responses(401, 403, 404, 422, 503),
+)
+def read_job(job_id: JobId, service: ServiceDep, who: PrincipalDep) -> JobView:
+    return JobView.of(service.job(who, job_id))
+
+
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobView,
+    summary="Cancel a job",
+    responses=problem_responses(401, 403, 404, 422, 503),
+)
+def cancel(job_id: JobId, service: ServiceDep, who: PrincipalDep) -> JobView:
+    """A queued or parked job is cancelled at once; a running one gets
+    ``cancel_requested`` and its worker stops it between tool calls; a finished one comes
+    back unchanged. Its requester or an admin may cancel it."""
+    return JobView.of(service.cancel(who, job_id))

@@ -1,0 +1,134 @@
+"""What the API and the web pages do, once: each operation checks the caller's role and
+scope, then calls the job service (``bot.jobs.tasks``) and its store."""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass
+
+from celery import Celery
+from pydantic import ValidationError
+
+from bot.api.access import Principal, TokenRegistry
+from bot.api.schemas import JobRequest
+from bot.config import Settings
+from bot.errors import BeamError
+from bot.jobs.models import (
+    Approval,
+    JobEvent,
+    JobKind,
+    JobRecord,
+    JobState,
+    invalid_request,
+)
+from bot.jobs.store import JobStore
+from bot.jobs.tasks import cancel_job, decide_job, submit_job
+
+MAX_IDEMPOTENCY_KEY_CHARS = 200
+
+
+@dataclass
+class Service:
+    """What every request handler shares: settings, the store, the Celery app, the tokens."""
+
+    settings: Settings
+    store: JobStore
+    celery: Celery
+    tokens: TokenRegistry
+
+    def submit(
+        self, who: Principal, body: JobRequest, *, idempotency_key: str | None = None
+    ) -> JobRecord:
+        """Queue a job for ``who``. A retry with the same idempotency key (per token
+        holder) returns the job the first call made, and makes none."""
+        who.check_submit(body.kind, body.repo)
+        try:
+            spec = body.to_spec(requested_by=who.name)
+        except ValidationError as error:
+            raise invalid_request(error) from None
+        key = None
+        if idempotency_key is not None:
+            key = f"{who.name}\n{_checked_key(idempotency_key)}"
+        return submit_job(
+            self.store, spec, settings=self.settings, idempotency_key=key, app=self.celery
+        )
+
+    def job(self, who: Principal, job_id: str) -> JobRecord:
+        record = self.store.get(job_id)
+        who.check_repo(record.spec.repo)
+        return record
+
+    def jobs(
+        self,
+        who: Principal,
+        *,
+        state: JobState | None = None,
+        kind: JobKind | None = None,
+        repo: str | None = None,
+        requested_by: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> tuple[builtins.list[JobRecord], str | None]:
+        if repo is not None:
+            who.check_repo(repo)
+        try:
+            return self.store.list(
+                state=state,
+                kind=kind,
+                repo=repo,
+                requested_by=requested_by,
+                repos=who.repos,
+                cursor=cursor,
+                limit=limit,
+            )
+        except ValueError as error:
+            raise BeamError("BEM-705", str(error)) from None
+
+    def events(
+        self, who: Principal, job_id: str, *, after: str, block_ms: int | None
+    ) -> builtins.list[JobEvent]:
+        self.job(who, job_id)
+        return self.store.read_events(job_id, after=after, block_ms=block_ms)
+
+    def cancel(self, who: Principal, job_id: str) -> JobRecord:
+        who.check_cancel(self.store.get(job_id))
+        return cancel_job(self.store, job_id)
+
+    def approvals(self, who: Principal, *, repo: str | None = None) -> builtins.list[Approval]:
+        """Pending approvals in the caller's scope, oldest first."""
+        if repo is not None:
+            who.check_repo(repo)
+        return [a for a in self.store.pending_approvals(repo=repo) if who.sees(a.repo)]
+
+    def approval(self, who: Principal, job_id: str) -> Approval:
+        """The job's current approval (pending, decided or withdrawn)."""
+        record = self.job(who, job_id)
+        approval = self.store.approval(record.id)
+        if approval is None:
+            raise BeamError("BEM-600", f"job {job_id} has never waited for an approval")
+        return approval
+
+    def decide(self, who: Principal, job_id: str, *, approve: bool, comment: str) -> Approval:
+        """Approve or refuse the job's parked push as ``who``: reviewers and admins only,
+        never one's own job unless the repository allows it; the resume is queued."""
+        record = self.store.get(job_id)
+        who.check_decide(record.spec.repo)
+        allow_self = self.settings.repository(record.spec.repo).allow_self_approval
+        return decide_job(
+            self.store,
+            job_id,
+            approve,
+            who.name,
+            comment,
+            allow_self=allow_self,
+            app=self.celery,
+        )
+
+
+def _checked_key(key: str) -> str:
+    if not key or len(key) > MAX_IDEMPOTENCY_KEY_CHARS or not key.isprintable():
+        raise BeamError(
+            "BEM-705",
+            f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} printable characters",
+        )
+    return key

@@ -1,0 +1,307 @@
+"""``riverbeam ci commit-notes|summarize|review``: one job through the HTTP API, for a CI
+pipeline step.
+
+The command submits the job with a ``ci`` token (``$RIVERBEAM_TOKEN``) to the API at
+``$RIVERBEAM_API_URL`` (or ``--api-url``), waits for it with a bounded ``--timeout``, and
+prints the draft on standard output: nothing else goes there, so a pipeline can redirect it
+into a file. Progress and errors go to standard error.
+
+The submit carries an ``Idempotency-Key`` derived from the CI run (``--idempotency-key``,
+else the run's id from the CI environment plus the arguments, else a random one), so a
+retried pipeline step returns the job the first attempt made and waits on it, instead of
+making a second one. The command itself retries a submit that failed in transit with the
+same key.
+
+Exit codes: 0 the draft is printed; 1 the job failed, was refused or was cancelled; 2 the
+API refused the request (the BEM code of its problem document), could not be reached, or
+the command was used wrongly; 3 the job did not finish within ``--timeout`` (it goes on;
+a retry with the same key waits for it again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import secrets
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from bot.api.schemas import JobRequest, JobView
+from bot.cli.submit import metadata_pairs
+from bot.errors import CODES, BeamError
+from bot.jobs.models import (
+    CommitNotesOutcome,
+    JobState,
+    ReviewOutcome,
+    SummaryOutcome,
+    invalid_request,
+)
+
+TOKEN_ENV = "RIVERBEAM_TOKEN"
+URL_ENV = "RIVERBEAM_API_URL"
+DEFAULT_TIMEOUT_SECONDS = 600.0
+POLL_SECONDS = 1.0
+REQUEST_TIMEOUT_SECONDS = 30.0
+SUBMIT_ATTEMPTS = 3
+EXIT_JOB_FAILED = 1
+EXIT_REFUSED = 2
+EXIT_TIMEOUT = 3
+# What names one run of a pipeline step across its retries: (run variable, step variable).
+# A retried step keeps both (GitHub's re-run keeps GITHUB_RUN_ID and only bumps
+# GITHUB_RUN_ATTEMPT; GitLab's retry keeps the pipeline and the job name).
+CI_RUNS: tuple[tuple[str, str | None], ...] = (
+    ("GITHUB_RUN_ID", "GITHUB_JOB"),
+    ("CI_PIPELINE_ID", "CI_JOB_NAME"),
+    ("BUILD_TAG", None),
+)
+# The statuses worth a second try of the same request: the API or a proxy in front of it
+# was briefly unavailable.
+TRANSIENT_STATUSES = frozenset({502, 503, 504})
+
+
+class CiFailure(Exception):
+    """The command ran and must report a failure: a message and an exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def add_ci_commands(commands: Any) -> None:
+    ci = commands.add_parser(
+        "ci",
+        help="run a commit-notes, summarize or review job through the API (for CI)",
+        description="Submit a job through the HTTP API with a ci token ($RIVERBEAM_TOKEN), "
+        "wait for it, and print the draft on standard output. See docs/ci.md.",
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--repo", required=True, help="a repository registered with the service")
+    common.add_argument(
+        "--api-url", metavar="URL", help=f"the API's base URL (default: ${URL_ENV})"
+    )
+    common.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help=f"how long to wait for the job (default: {DEFAULT_TIMEOUT_SECONDS:g})",
+    )
+    common.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help="the submit's Idempotency-Key (default: derived from the CI run and the arguments)",
+    )
+    common.add_argument("--request", metavar="TEXT", help="more instructions, in words")
+    # Stored with the job; the test suite's scripted model reads its playbook from it.
+    common.add_argument("--metadata", action="append", default=[], help=argparse.SUPPRESS)
+    kinds = ci.add_subparsers(dest="ci_kind", required=True, metavar="KIND")
+    notes = kinds.add_parser(
+        "commit-notes",
+        parents=[common],
+        help="draft a commit message for a range of commits",
+        description="Print a commit message for the commits A..B: subject, blank line, body.",
+    )
+    notes.add_argument("--range", required=True, metavar="A..B", help="the commits to describe")
+    summarize = kinds.add_parser(
+        "summarize",
+        parents=[common],
+        help="summarize what a branch changed",
+        description="Print a summary of what BRANCH changed since it left BASE.",
+    )
+    summarize.add_argument("--branch", required=True, help="the branch to summarize")
+    summarize.add_argument("--base", help="compare with this branch (default: the repository's)")
+    review = kinds.add_parser(
+        "review",
+        parents=[common],
+        help="review a branch",
+        description="Print a review of BRANCH: the verdict, a summary and the findings.",
+    )
+    review.add_argument("--branch", required=True, help="the branch to review")
+    review.add_argument("--base", help="compare with this branch (default: the repository's)")
+    for parser in (notes, summarize, review):
+        parser.set_defaults(handler=_ci)
+
+
+def job_request(args: argparse.Namespace) -> JobRequest:
+    fields: dict[str, Any] = {
+        "kind": args.ci_kind,
+        "repo": args.repo,
+        "request": args.request or "",
+        "range": getattr(args, "range", None),
+        "branch": getattr(args, "branch", None),
+        "base": getattr(args, "base", None),
+        "metadata": metadata_pairs(args.metadata),
+    }
+    try:
+        return JobRequest(**fields)
+    except ValidationError as error:
+        raise invalid_request(error) from None
+
+
+def idempotency_key(given: str | None, body: JobRequest, env: Mapping[str, str]) -> str:
+    """``given``; else one key per CI run, step and request; else a random one (still
+    making the command's own retries of the submit safe)."""
+    if given:
+        return given
+    for run_variable, step_variable in CI_RUNS:
+        run = env.get(run_variable)
+        if run:
+            step = env.get(step_variable, "") if step_variable else ""
+            identity = {"run": [run_variable, run, step], "request": body.model_dump(mode="json")}
+            digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+            return f"ci-{digest[:40]}"
+    return f"cli-{secrets.token_hex(20)}"
+
+
+class ApiClient:
+    """The two calls the command makes, with errors turned into BEM errors or failures."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            timeout=REQUEST_TIMEOUT_SECONDS,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def submit(self, body: JobRequest, key: str) -> JobView:
+        payload = body.model_dump(mode="json", exclude_none=True)
+        attempt = 1
+        while True:
+            try:
+                reply = self._http.post("/v1/jobs", json=payload, headers={"Idempotency-Key": key})
+                if reply.status_code not in TRANSIENT_STATUSES or attempt == SUBMIT_ATTEMPTS:
+                    return self._job(reply)
+            except httpx.TransportError as error:
+                if attempt == SUBMIT_ATTEMPTS:
+                    raise self._unreachable(error) from None
+            # The same key makes the retry safe: a job the lost attempt made comes back.
+            time.sleep(POLL_SECONDS * attempt)
+            attempt += 1
+
+    def job(self, job_id: str) -> JobView | None:
+        """The job, or None when the API is briefly unavailable (the caller polls on)."""
+        try:
+            reply = self._http.get(f"/v1/jobs/{job_id}")
+        except httpx.TransportError:
+            return None
+        if reply.status_code in TRANSIENT_STATUSES:
+            return None
+        return self._job(reply)
+
+    def _job(self, reply: httpx.Response) -> JobView:
+        if reply.is_success:
+            return JobView.model_validate(reply.json())
+        raise _problem(reply)
+
+    def _unreachable(self, error: httpx.TransportError) -> CiFailure:
+        return CiFailure(f"cannot reach the Riverbeam API at {self.url}: {error}", EXIT_REFUSED)
+
+
+def _problem(reply: httpx.Response) -> Exception:
+    """The BEM error of a problem document; a failure naming the status for any other
+    answer (a proxy's error page)."""
+    try:
+        document = reply.json()
+    except ValueError:
+        document = None
+    if isinstance(document, dict):
+        code, detail = document.get("code"), document.get("detail")
+        if isinstance(code, str) and code in CODES and isinstance(detail, str):
+            return BeamError(code, detail)
+    text = reply.text.strip().splitlines()[:1] or ["(no body)"]
+    return CiFailure(f"the API answered HTTP {reply.status_code}: {text[0][:200]}", EXIT_REFUSED)
+
+
+def wait(client: ApiClient, job: JobView, timeout: float) -> JobView:
+    """The job once it is final; EXIT_TIMEOUT when ``timeout`` runs out first."""
+    deadline = time.monotonic() + timeout
+    while not job.state.is_final:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise CiFailure(
+                f"job {job.id} did not finish within {timeout:g} s (it is {job.state.value}); "
+                "it goes on: a retry with the same idempotency key waits for it again",
+                EXIT_TIMEOUT,
+            )
+        time.sleep(min(POLL_SECONDS, left))
+        job = client.job(job.id) or job
+    return job
+
+
+def draft(job: JobView) -> str:
+    """What the job produced, as the pipeline wants it on standard output."""
+    result = job.result
+    if result is None:
+        return ""
+    outcome = result.outcome
+    if isinstance(outcome, CommitNotesOutcome):
+        return outcome.subject + (f"\n\n{outcome.body}" if outcome.body else "")
+    if isinstance(outcome, SummaryOutcome) and outcome.summary:
+        return outcome.summary
+    if isinstance(outcome, ReviewOutcome):
+        return _review(outcome)
+    return result.text
+
+
+def _review(outcome: ReviewOutcome) -> str:
+    lines = [f"verdict: {outcome.verdict or 'none'}"]
+    if outcome.summary:
+        lines += ["", outcome.summary]
+    if outcome.findings:
+        lines += ["", "findings:"]
+    for finding in outcome.findings:
+        where = finding.path if finding.line is None else f"{finding.path}:{finding.line}"
+        lines.append(f"- {finding.severity} {where}: {finding.note}")
+        if finding.suggestion:
+            lines.append(f"  suggestion: {finding.suggestion}")
+    return "\n".join(lines)
+
+
+def _settings_from(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[str, str]:
+    token = env.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise BeamError("BEM-700", f"set {TOKEN_ENV} to a ci token (`riverbeam tokens new`)")
+    url = args.api_url or env.get(URL_ENV, "").strip()
+    if not url:
+        raise BeamError("BEM-900", f"set {URL_ENV} or pass --api-url with the API's base URL")
+    if args.timeout <= 0:
+        raise BeamError("BEM-900", "--timeout must be more than 0 seconds")
+    return url, token
+
+
+def _ci(args: argparse.Namespace) -> int:
+    url, token = _settings_from(args, os.environ)
+    body = job_request(args)
+    key = idempotency_key(args.idempotency_key, body, os.environ)
+    client = ApiClient(url, token)
+    try:
+        job = client.submit(body, key)
+        _note(f"job {job.id} ({body.kind.value} on {body.repo}) is {job.state.value}")
+        done = wait(client, job, args.timeout)
+    except CiFailure as failure:
+        _note(str(failure))
+        return failure.exit_code
+    finally:
+        client.close()
+    if done.state is not JobState.SUCCEEDED:
+        reason = f": {done.error.code}: {done.error.message}" if done.error else ""
+        _note(f"job {done.id} {done.state.value}{reason}")
+        return EXIT_JOB_FAILED
+    _note(f"job {done.id} succeeded")
+    print(draft(done))
+    return 0
+
+
+def _note(text: str) -> None:
+    print(f"riverbeam: {text}", file=sys.stderr)

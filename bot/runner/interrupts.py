@@ -1,0 +1,17 @@
+"""Exceptions that stop a run from outside: not failures of a model call, a tool or a hook.
+
+The runner turns a model client's, a tool's or a hook's unexpected exception into a BEM
+code (BEM-096, BEM-100, BEM-095) so a bug there does not crash the worker; a tool's is even
+handed back to the model, and the run goes on. An interrupt must do neither: Celery's soft
+time limit raises ``SoftTimeLimitExceeded`` (an ``Exception``) wherever the worker happens
+to be, and the job must end with BEM-505, not carry on as if one call had failed. The
+runner lets these through untouched, to whoever drives the run.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from celery.exceptions import SoftTimeLimitExceeded
+
+INTERRUPTS: Final[tuple[type[BaseException], ...]] = (SoftTimeLimitExceeded,)

@@ -1,0 +1,308 @@
+"""The reviewers' pages: sign in and out, the approval queue with its decision forms, the jobs
+list with filters, and the job page whose log follows the job live.
+
+Every page calls the same operations as the API (``bot.api.operations.Service``), so roles,
+repository scopes and the self-approval rule hold here exactly as they do there. Handlers
+are plain functions: the store speaks blocking Redis, and FastAPI runs them in its threads.
+"""
+
+from __future__ import annotations
+
+import builtins
+from enum import StrEnum
+from typing import Annotated, Literal, TypeVar
+
+from fastapi import APIRouter, Form, Query, Request, Response
+from fastapi.responses import RedirectResponse
+from pydantic import ValidationError
+
+from bot.api.access import Principal, token_digest
+from bot.api.deps import ServiceDep
+from bot.api.events import checked_event_id, open_event_stream
+from bot.api.operations import Service
+from bot.api.schemas import Decision
+from bot.errors import BeamError
+from bot.jobs.models import Approval, ApprovalState, JobEvent, JobKind, JobRecord, JobState
+from bot.web.outcome import describe
+from bot.web.present import diff_lines, frame_lines
+from bot.web.rendering import WebRoute, page, safe_next
+from bot.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE, SIGN_IN_SECONDS, new_secret
+from bot.web.visitors import FormVisitorDep, SessionsDep, Visitor, VisitorDep, same_secret
+
+PAGE_SIZE = 25
+MayDecide = Literal["yes", "own", "role", "decided"]
+PageSize = Annotated[int, Query(ge=1, le=100)]
+E = TypeVar("E", bound=StrEnum)
+
+router = APIRouter(route_class=WebRoute, include_in_schema=False)
+
+
+def visible_repos(service: Service, who: Principal) -> builtins.list[str]:
+    """The registered repositories the visitor's token may use."""
+    return sorted(name for name in service.settings.repositories if who.sees(name))
+
+
+def see_other(path: str) -> RedirectResponse:
+    return RedirectResponse(path, status_code=303)
+
+
+def _secure(request: Request) -> bool:
+    """Whether cookies say Secure: set ``api.secure_cookies`` when served over HTTPS."""
+    secure: bool = request.app.state.service.settings.api.secure_cookies
+    return secure
+
+
+# -- signing in and out ----------------------------------------------------------------------
+
+
+@router.get("/")
+def home(visitor: VisitorDep) -> Response:
+    return see_other("/approvals" if visitor.who.may_decide else "/mine")
+
+
+@router.get("/sign-in")
+def sign_in_form(request: Request, next: str = "/") -> Response:
+    return _sign_in_page(request, safe_next(next), error=None)
+
+
+def _sign_in_page(request: Request, next_path: str, *, error: str | None) -> Response:
+    secret = new_secret()
+    context = {"visitor": None, "csrf": secret, "next": next_path, "error": error}
+    response = page(request, "sign_in.html", context, status_code=200 if error is None else 401)
+    response.set_cookie(
+        SIGN_IN_COOKIE,
+        secret,
+        max_age=SIGN_IN_SECONDS,
+        samesite="strict",
+        path="/sign-in",
+        httponly=True,
+        secure=_secure(request),
+    )
+    return response
+
+
+@router.post("/sign-in")
+def sign_in(
+    request: Request,
+    service: ServiceDep,
+    sessions: SessionsDep,
+    token: Annotated[str, Form()] = "",
+    csrf: Annotated[str, Form()] = "",
+    next: Annotated[str, Form()] = "/",
+) -> Response:
+    expected = request.cookies.get(SIGN_IN_COOKIE, "")
+    if not expected or not same_secret(csrf, expected):
+        raise BeamError("BEM-704", "the sign-in form is out of date; open it again")
+    token = token.strip()
+    try:
+        service.tokens.authenticate(token)
+    except BeamError:
+        return _sign_in_page(request, safe_next(next), error="That token is not recognised.")
+    # A fresh session id at every sign-in: an id planted before it is worth nothing.
+    old = request.cookies.get(SESSION_COOKIE)
+    if old:
+        sessions.delete(old)
+    session = sessions.create(token_digest(token))
+    response = see_other(safe_next(next))
+    response.set_cookie(
+        SESSION_COOKIE,
+        session.id,
+        max_age=sessions.lifetime_seconds,
+        samesite="lax",
+        httponly=True,
+        secure=_secure(request),
+    )
+    response.delete_cookie(SIGN_IN_COOKIE, path="/sign-in")
+    return response
+
+
+@router.post("/sign-out")
+def sign_out(request: Request, visitor: FormVisitorDep, sessions: SessionsDep) -> Response:
+    sessions.delete(visitor.session.id)
+    response = see_other("/sign-in")
+    response.delete_cookie(SESSION_COOKIE, httponly=True, secure=_secure(request))
+    return response
+
+
+# -- approvals ----------------------------------------------------------------------------
+
+
+@router.get("/approvals")
+def approval_queue(request: Request, visitor: VisitorDep, service: ServiceDep) -> Response:
+    items = [_approval_item(service, visitor, a) for a in service.approvals(visitor.who)]
+    return page(request, "approvals.html", {"visitor": visitor, "items": items})
+
+
+def _approval_item(service: Service, visitor: Visitor, approval: Approval) -> dict[str, object]:
+    return {
+        "approval": approval,
+        "diff": diff_lines(approval.diff),
+        "decide": _may_decide(service, visitor.who, approval),
+    }
+
+
+def _may_decide(service: Service, who: Principal, approval: Approval) -> MayDecide:
+    """Whether the visitor gets the decision form ("yes"), or why not, shown instead. The
+    server decides again when the form is posted; this only spares a pointless form."""
+    if approval.state is not ApprovalState.PENDING:
+        return "decided"
+    if not who.may_decide:
+        return "role"
+    allow_self = service.settings.repository(approval.repo).allow_self_approval
+    if approval.requested_by == who.name and not allow_self:
+        return "own"
+    return "yes"
+
+
+@router.post("/approvals/{job_id}")
+def decide(
+    job_id: str,
+    visitor: FormVisitorDep,
+    service: ServiceDep,
+    decision: Annotated[str, Form()] = "",
+    comment: Annotated[str, Form()] = "",
+) -> Response:
+    if decision not in ("approve", "refuse"):
+        raise BeamError("BEM-705", "choose Approve or Refuse")
+    try:
+        checked = Decision(comment=comment)
+    except ValidationError:
+        raise BeamError("BEM-705", "the comment is over 4000 characters") from None
+    service.decide(visitor.who, job_id, approve=decision == "approve", comment=checked.comment)
+    return see_other(f"/jobs/{job_id}")
+
+
+# -- jobs ---------------------------------------------------------------------------------
+
+
+def _choice(kind: type[E], value: str) -> E | None:
+    """A filter from a query string: empty means any; anything else must be a known value."""
+    if not value:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(item.value for item in kind)
+        raise BeamError("BEM-705", f"{value!r} is not one of: {allowed}") from None
+
+
+@router.get("/jobs")
+def jobs(
+    request: Request,
+    visitor: VisitorDep,
+    service: ServiceDep,
+    state: str = "",
+    kind: str = "",
+    repo: str = "",
+    cursor: str = "",
+    limit: PageSize = PAGE_SIZE,
+) -> Response:
+    filters = {"state": state, "kind": kind, "repo": repo}
+    return _job_list(request, visitor, service, filters, cursor=cursor, limit=limit, mine=False)
+
+
+@router.get("/mine")
+def my_requests(
+    request: Request,
+    visitor: VisitorDep,
+    service: ServiceDep,
+    state: str = "",
+    repo: str = "",
+    cursor: str = "",
+    limit: PageSize = PAGE_SIZE,
+) -> Response:
+    filters = {"state": state, "kind": "", "repo": repo}
+    return _job_list(request, visitor, service, filters, cursor=cursor, limit=limit, mine=True)
+
+
+def _job_list(
+    request: Request,
+    visitor: Visitor,
+    service: Service,
+    filters: dict[str, str],
+    *,
+    cursor: str,
+    limit: int,
+    mine: bool,
+) -> Response:
+    """The jobs list, newest first, ``limit`` a page; "My requests" is the same list limited
+    to what the visitor asked for."""
+    records, next_cursor = service.jobs(
+        visitor.who,
+        state=_choice(JobState, filters["state"]),
+        kind=_choice(JobKind, filters["kind"]),
+        repo=filters["repo"] or None,
+        requested_by=visitor.who.name if mine else None,
+        cursor=cursor or None,
+        limit=limit,
+    )
+    shown = {key: value for key, value in filters.items() if value}
+    if limit != PAGE_SIZE:
+        shown["limit"] = str(limit)
+    context = {
+        "visitor": visitor,
+        "mine": mine,
+        "records": records,
+        "filters": filters,
+        "next_query": {**shown, "cursor": next_cursor},
+        "has_next": next_cursor is not None,
+        "repos": visible_repos(service, visitor.who),
+        "states": list(JobState),
+        "kinds": list(JobKind),
+    }
+    return page(request, "jobs.html", context)
+
+
+def _all_events(
+    service: Service, who: Principal, job_id: str, *, after: str = "0"
+) -> builtins.list[JobEvent]:
+    events: builtins.list[JobEvent] = []
+    while True:
+        more = service.events(who, job_id, after=events[-1].id if events else after, block_ms=None)
+        if not more:
+            return events
+        events.extend(more)
+
+
+@router.get("/jobs/{job_id}")
+def job_page(request: Request, job_id: str, visitor: VisitorDep, service: ServiceDep) -> Response:
+    record: JobRecord = service.job(visitor.who, job_id)
+    events = _all_events(service, visitor.who, job_id)
+    approval = service.store.approval(record.id)
+    context = {
+        "visitor": visitor,
+        "job": record,
+        "outcome": describe(record, approval),
+        "approval": approval,
+        "diff": diff_lines(approval.diff) if approval is not None else [],
+        "decide": _may_decide(service, visitor.who, approval) if approval else "decided",
+        "lines": frame_lines(events),
+        "last_event_id": events[-1].id if events else "0",
+    }
+    return page(request, "job.html", context)
+
+
+@router.get("/jobs/{job_id}/events")
+async def job_events(
+    request: Request, job_id: str, visitor: VisitorDep, service: ServiceDep, after: str = "0"
+) -> Response:
+    """The job page's live feed: the API's event stream, signed in by the session cookie."""
+    resume = request.headers.get("last-event-id") or after
+    return await open_event_stream(service, visitor.who, job_id, after=resume)
+
+
+@router.get("/jobs/{job_id}/log")
+def job_log(
+    request: Request, job_id: str, visitor: VisitorDep, service: ServiceDep, after: str = "0"
+) -> Response:
+    """The log lines after event ``after`` and the job's state, rendered as on the job page:
+    the live script fetches this when the event stream says something happened, so each
+    frame is rendered once, here, whether the page is live or not."""
+    record = service.job(visitor.who, job_id)
+    events = _all_events(service, visitor.who, job_id, after=checked_event_id(after))
+    context = {
+        "job": record,
+        "lines": frame_lines(events),
+        "last_event_id": events[-1].id if events else after,
+    }
+    return page(request, "log.html", context)

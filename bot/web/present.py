@@ -1,0 +1,110 @@
+"""Diffs and frames turned into lines the templates show as text.
+
+Everything here is plain data that the templates autoescape; the live script inserts the
+lines the server rendered, never text of its own. Diffs, requests and frames carry
+repository and model text, which is hostile until shown otherwise, so nothing on these
+pages is ever marked safe.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Literal
+
+from pydantic import BaseModel
+
+from bot.frames import (
+    ChunkFrame,
+    DoneFrame,
+    ErrorFrame,
+    Frame,
+    PlaceholderFrame,
+    ResultStatus,
+    ThinkingFrame,
+    ToolFrame,
+)
+from bot.jobs.models import JobEvent
+
+MAX_ARGUMENT_CHARS = 300
+
+DiffKind = Literal["file", "hunk", "add", "del", "ctx"]
+
+
+class DiffLine(BaseModel):
+    kind: DiffKind
+    text: str
+
+
+def diff_lines(diff: str) -> list[DiffLine]:
+    """A unified diff, each line classed: file headers, hunk headers, added, removed, context."""
+    lines = []
+    for text in diff.splitlines():
+        kind: DiffKind = "ctx"
+        if text.startswith(("diff --git ", "+++ ", "--- ", "index ", "new file", "deleted file")):
+            kind = "file"
+        elif text.startswith("@@"):
+            kind = "hunk"
+        elif text.startswith("+"):
+            kind = "add"
+        elif text.startswith("-"):
+            kind = "del"
+        lines.append(DiffLine(kind=kind, text=text))
+    return lines
+
+
+class FrameLine(BaseModel):
+    """One line of a job's live log: what kind of frame, a short title, and its text."""
+
+    type: str
+    title: str
+    body: str = ""
+    failed: bool = False
+
+
+def frame_line(frame: Frame) -> FrameLine:
+    match frame:
+        case ToolFrame(record=record):
+            arguments = json.dumps(record.arguments, ensure_ascii=False)
+            if len(arguments) > MAX_ARGUMENT_CHARS:
+                arguments = arguments[:MAX_ARGUMENT_CHARS] + "…"
+            body = arguments
+            if record.error is not None:
+                body += f"\n{record.error.code}: {record.error.message}"
+            verb = "ran" if record.ok else "failed"
+            return FrameLine(
+                type="tool", title=f"{record.name} {verb}", body=body, failed=not record.ok
+            )
+        case ChunkFrame(text=text):
+            return FrameLine(type="chunk", title="Answer", body=text)
+        case ThinkingFrame(text=text):
+            return FrameLine(type="thinking", title="Thinking", body=text)
+        case DoneFrame(result=result):
+            titles = {
+                ResultStatus.COMPLETED: "Run finished",
+                ResultStatus.INTERRUPTED: "Paused: a reviewer must approve the next step",
+                ResultStatus.FAILED: "Run failed",
+            }
+            body = "" if result.error is None else f"{result.error.code}: {result.error.message}"
+            failed = result.status is ResultStatus.FAILED
+            return FrameLine(type="done", title=titles[result.status], body=body, failed=failed)
+        case ErrorFrame(error=error):
+            return FrameLine(type="error", title=error.code, body=error.message, failed=True)
+        case PlaceholderFrame(text=text):
+            return FrameLine(type="placeholder", title="Working", body=text)
+    raise AssertionError(f"unknown frame {frame!r}")
+
+
+def frame_lines(events: Iterable[JobEvent]) -> list[FrameLine]:
+    """The log so far. A streaming model sends its answer a few tokens per frame: consecutive
+    answer frames make one line, as the live script joins them too."""
+    lines: list[FrameLine] = []
+    for event in events:
+        if event.frame is None:
+            continue
+        line = frame_line(event.frame)
+        if line.type == "chunk" and lines and lines[-1].type == "chunk":
+            lines[-1] = lines[-1].model_copy(update={"body": lines[-1].body + line.body})
+        else:
+            lines.append(line)
+    return lines

@@ -1,0 +1,101 @@
+"""``/healthz``: green with the whole service up; red (503), naming the failed check, when
+Redis is unreachable or silent, or the sandbox image is missing.
+
+The red cases run the same app in this process on settings that break one thing, so the
+shared Redis and image stay as they are for the rest of the module.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+
+from bot.api.app import create_app
+from bot.config import Settings
+from tests.support.api_server import ApiServer
+from tests.support.stack import Stack
+
+CHECKS = {"redis", "broker", "docker", "image"}
+
+
+async def _probe(settings: Settings) -> tuple[int, dict[str, Any]]:
+    transport = httpx.ASGITransport(app=create_app(settings))
+    async with httpx.AsyncClient(transport=transport, base_url="http://riverbeam") as client:
+        reply = await client.get("/healthz")
+    return reply.status_code, reply.json()
+
+
+def _failing(body: dict[str, Any]) -> dict[str, str | None]:
+    return {
+        name: check["code"]
+        for name, check in body["checks"].items()
+        if check["status"] == "failing"
+    }
+
+
+@contextmanager
+def _silent_port() -> Iterator[int]:
+    """A port whose listener accepts connections and never answers: a hung Redis."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield listener.getsockname()[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_everything_up_is_200_with_every_check_ok_and_needs_no_token(api: ApiServer) -> None:
+    reply = httpx.get(f"{api.url}/healthz", timeout=30)
+
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["status"] == "ok"
+    assert set(body["checks"]) == CHECKS
+    assert _failing(body) == {}
+    assert "answered PING" in body["checks"]["redis"]["detail"]
+    assert "riverbeam-sandbox:" in body["checks"]["image"]["detail"]
+    assert reply.headers["cache-control"] == "no-store"
+
+
+async def test_a_missing_image_is_503_naming_the_image_check(stack: Stack) -> None:
+    sandbox = stack.settings.sandbox.model_copy(update={"image": "riverbeam-sandbox-absent"})
+    status, body = await _probe(stack.settings.model_copy(update={"sandbox": sandbox}))
+
+    assert status == 503
+    assert body["status"] == "failing"
+    assert _failing(body) == {"image": "BEM-401"}
+    assert "riverbeam-sandbox-absent:" in body["checks"]["image"]["detail"]
+    assert "riverbeam sandbox build" in body["checks"]["image"]["detail"]
+
+
+async def test_an_unreachable_redis_is_503_naming_redis_and_the_broker(stack: Stack) -> None:
+    port = _free_port()
+    status, body = await _probe(
+        stack.settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{port}/0"})
+    )
+
+    assert status == 503
+    assert _failing(body) == {"redis": "BEM-504", "broker": "BEM-504"}
+    assert f"127.0.0.1:{port}" in body["checks"]["redis"]["detail"]
+    assert body["checks"]["docker"]["status"] == "ok"
+
+
+async def test_a_redis_that_never_answers_fails_its_check_instead_of_hanging(stack: Stack) -> None:
+    with _silent_port() as port:
+        url = f"redis://127.0.0.1:{port}/0"
+        status, body = await _probe(stack.settings.model_copy(update={"redis_url": url}))
+
+    assert status == 503
+    assert set(_failing(body)) == {"redis", "broker"}
+    for name in ("redis", "broker"):
+        detail = body["checks"][name]["detail"]
+        assert "Timeout" in detail or "no answer within" in detail, detail

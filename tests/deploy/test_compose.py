@@ -1,0 +1,94 @@
+"""``docker/compose.yaml`` as Debian's ``docker-compose`` (v1.29) reads it: the file is valid,
+and the deployment keeps its security properties. Missing ``docker-compose`` fails the test
+(``docker/provision --dev`` installs it)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker" / "compose.yaml"
+SOCKET = "/var/run/docker.sock"
+PASSWORD = "compose-test-password"
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.fail("docker-compose is not installed; run docker/provision --dev")
+    environment = {**os.environ, "REDIS_PASSWORD": PASSWORD}
+    done = subprocess.run(
+        [binary, "-f", str(COMPOSE), "config"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    parsed: dict[str, Any] = yaml.safe_load(done.stdout)
+    return parsed
+
+
+def _sources(service: dict[str, Any]) -> list[str]:
+    return [str(volume).split(":")[0] for volume in service.get("volumes", [])]
+
+
+def test_the_deployment_has_redis_api_worker_and_beat(config: dict[str, Any]) -> None:
+    services = config["services"]
+    assert set(services) == {"redis", "api", "worker", "beat"}
+    assert services["api"]["command"][:2] == ["riverbeam", "api"]
+    assert services["worker"]["command"][:2] == ["riverbeam", "worker"]
+    assert services["beat"]["command"][:2] == ["riverbeam", "beat"]
+    assert services["api"]["ports"] == ["127.0.0.1:8000:8000/tcp"]
+    for name in ("api", "worker", "beat"):
+        service = services[name]
+        assert service["build"]["dockerfile"] == "docker/Dockerfile"
+        assert service["environment"]["RIVERBEAM_REDIS_URL"] == f"redis://:{PASSWORD}@redis:6379/0"
+        assert service["restart"] == "unless-stopped"
+
+
+def test_only_the_worker_reaches_the_docker_engine(config: dict[str, Any]) -> None:
+    services = config["services"]
+    with_socket = {name for name, service in services.items() if SOCKET in _sources(service)}
+    assert with_socket == {"worker"}
+    for name, service in services.items():
+        assert not service.get("privileged"), name
+        assert "DOCKER_HOST" not in service.get("environment", {}), name
+    # The engine mounts workspaces by host path: the worker sees them at the same path.
+    assert "/var/lib/riverbeam:/var/lib/riverbeam:rw" in services["worker"]["volumes"]
+
+
+def test_redis_persists_to_an_append_only_file_behind_a_password(config: dict[str, Any]) -> None:
+    redis = config["services"]["redis"]
+    command = redis["command"]
+    assert command[command.index("--appendonly") + 1] == "yes"
+    assert command[command.index("--requirepass") + 1] == PASSWORD
+    assert "ports" not in redis  # reachable on the compose network only
+    conf = ROOT / "docker" / "redis.conf"
+    assert f"{conf}:/usr/local/etc/redis/redis.conf:ro" in redis["volumes"]
+    settings = [line.split() for line in conf.read_text().splitlines() if line.strip()]
+    assert ["appendonly", "yes"] in settings
+    assert ["maxmemory-policy", "noeviction"] in settings
+    assert any(volume.endswith(":/data:rw") for volume in redis["volumes"])
+
+
+def test_a_deployment_without_a_redis_password_is_refused() -> None:
+    environment = {k: v for k, v in os.environ.items() if k != "REDIS_PASSWORD"}
+    done = subprocess.run(
+        ["docker-compose", "-f", str(COMPOSE), "config"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0 and "set REDIS_PASSWORD" in done.stderr

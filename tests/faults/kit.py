@@ -1,0 +1,73 @@
+"""Helpers the fault tests share: waiting for a job to reach a tool call, letting the
+recovery sweep find a job whose worker died, making the upstream slow."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from bot.frames import ToolFrame
+from bot.jobs.celery_app import send_recover
+from bot.jobs.models import Approval, JobKind, JobRecord, JobState
+from tests.support.stack import Stack, wait_until
+
+REQUEST = "Fix the broken links and typos on the install page"
+TOOL_SECONDS = 30.0
+
+
+def tool_called(stack: Stack, job_id: str, name: str) -> None:
+    """Wait until the job's event stream shows a ``name`` tool frame."""
+
+    def called() -> bool:
+        events = stack.store.read_events(job_id, count=10_000)
+        return any(
+            isinstance(event.frame, ToolFrame) and event.frame.record.name == name
+            for event in events
+        )
+
+    wait_until(called, TOOL_SECONDS, lambda: f"job {job_id} never called {name}")
+
+
+def park(stack: Stack, playbook: str = "author-fix-install") -> tuple[JobRecord, Approval]:
+    """Submit an author job and wait for it to park on its push."""
+    job = stack.submit(JobKind.AUTHOR, playbook, request=REQUEST)
+    parked = stack.wait_for(job.id, JobState.AWAITING_APPROVAL, timeout=60)
+    approval = stack.store.approval(job.id)
+    assert approval is not None and approval.commit_sha is not None
+    return parked, approval
+
+
+def recover(stack: Stack, job_id: str, *, timeout: float = 30.0) -> None:
+    """Once the job's lease has run out (its worker is dead), send the recovery sweep as
+    beat does every minute."""
+    wait_until(
+        lambda: job_id in stack.store.expired_leases(),
+        timeout,
+        lambda: f"job {job_id}'s lease never ran out: {stack.store.get(job_id)}",
+    )
+    send_recover(stack.app)
+
+
+def slow_upstream(upstream: Path, marker: Path, seconds: float) -> None:
+    """A ``pre-receive`` hook on the bare upstream: it touches ``marker`` (the push is in
+    flight) and sleeps before it lets the push through. Runs only for pushes over HTTP
+    (``job_stack(serve_upstream=True)``)."""
+    hook = upstream / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\ncat >/dev/null\ntouch '{marker}'\nsleep {seconds}\n")
+    hook.chmod(hook.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+@contextmanager
+def paused(stack: Stack, name: str) -> Iterator[None]:
+    """The worker's whole process group stopped (SIGSTOP) for the block, then continued:
+    whatever happens meanwhile happens between two of its steps."""
+    group = stack.workers[name].process.pid
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(group, signal.SIGCONT)

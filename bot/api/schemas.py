@@ -56,6 +56,19 @@ class JobRequest(BaseModel):
         )
 
 
+_RECORD_FIELDS = {
+    "id",
+    "state",
+    "created_at",
+    "updated_at",
+    "attempt",
+    "approval_id",
+    "cancel_requested",
+    "result",
+    "error",
+}
+
+
 class JobView(BaseModel):
     id: str
     kind: JobKind
@@ -79,28 +92,10 @@ class JobView(BaseModel):
 
     @classmethod
     def of(cls, record: JobRecord) -> JobView:
-        spec = record.spec
-        return cls(
-            id=record.id,
-            kind=spec.kind,
-            repo=spec.repo,
-            state=record.state,
-            requested_by=spec.requested_by,
-            request=spec.request,
-            base=spec.base,
-            branch=spec.branch,
-            range=spec.range,
-            review_job=spec.review_job,
-            pages=list(spec.pages),
-            job_branch=record.branch,
-            created_at=record.created_at,
-            updated_at=record.updated_at,
-            attempt=record.attempt,
-            approval_id=record.approval_id,
-            cancel_requested=record.cancel_requested,
-            result=record.result,
-            error=record.error,
-        )
+        # The spec's fields, then the record's; the record's own branch is ``job_branch``.
+        fields = record.spec.model_dump(exclude={"metadata"})
+        fields.update(record.model_dump(include=_RECORD_FIELDS), job_branch=record.branch)
+        return cls.model_validate(fields)
 
 
 class JobPage(BaseModel):

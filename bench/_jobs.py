@@ -16,26 +16,24 @@ import tempfile
 import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
+from bench import percentile
 from bot.clients.playbook import PlaybookClient
 from bot.frames import Frame, ResultStatus
 from bot.input import AgentContext, AgentInput
 from bot.jobs.models import JobKind, JobRecord, JobState
-from bot.jobs.tasks import decide_job
 from bot.runner.loop import ToolLoopAgent
 from bot.runner.state import Decision, RunState
 from sandbox.identity import Identity
 from sandbox.jail import SandboxRoot
 from sandbox.tools import sandbox_tools
 from sandbox.worktree import WorkingTree
-from tests.support.playbooks import PLAYBOOKS, seed_upstream
+from tests.support.playbooks import AUTHOR_REQUEST, PLAYBOOKS, seed_upstream
 from tests.support.stack import REPO, Stack
 from tests.workspace.kit import git
 
 PLAYBOOK = "author-fix-install"
-REQUEST = "Fix the broken links and typos on the install page"
 APPROVER = "bench-reviewer"
 MODEL_FACTORY = "bench._jobs_model:for_job"
 POLL_SECONDS = 0.02
@@ -62,39 +60,32 @@ class JobTimes:
 
 
 def submit(stack: Stack) -> JobTimes:
-    record = stack.submit(JobKind.AUTHOR, PLAYBOOK, request=REQUEST)
+    record = stack.submit(JobKind.AUTHOR, PLAYBOOK, request=AUTHOR_REQUEST)
     return JobTimes(record.id, submitted=record.created_at.timestamp())
 
 
 def approve(stack: Stack, times: JobTimes, parked: JobRecord) -> None:
     times.parked = parked.updated_at.timestamp()
-    decided = decide_job(stack.store, times.job_id, True, APPROVER, app=stack.app)
-    times.approved = _stamp(decided.decided_at)
+    times.approved = decide(stack, times.job_id)
 
 
-def _stamp(moment: datetime | None) -> float:
-    if moment is None:
+def decide(stack: Stack, job_id: str) -> float:
+    """Approve the job's parked push as the benchmark; returns the decision's time (the
+    Redis server's clock)."""
+    decided = stack.decide(job_id, approve=True, by=APPROVER)
+    if decided.decided_at is None:
         raise AssertionError("a decided approval has a decision time")
-    return moment.timestamp()
+    return decided.decided_at.timestamp()
 
 
 def run_one(stack: Stack) -> JobTimes:
     """One job alone: submit, wait for the park, approve, wait for the push."""
     times = submit(stack)
-    approve(stack, times, wait_for(stack, times.job_id, JobState.AWAITING_APPROVAL))
-    times.pushed = wait_for(stack, times.job_id, JobState.SUCCEEDED).updated_at.timestamp()
+    parked = stack.wait_for(times.job_id, JobState.AWAITING_APPROVAL, timeout=JOB_TIMEOUT_SECONDS)
+    approve(stack, times, parked)
+    pushed = stack.wait_for(times.job_id, JobState.SUCCEEDED, timeout=JOB_TIMEOUT_SECONDS)
+    times.pushed = pushed.updated_at.timestamp()
     return times
-
-
-def wait_for(stack: Stack, job_id: str, state: JobState) -> JobRecord:
-    deadline = time.monotonic() + JOB_TIMEOUT_SECONDS
-    while True:
-        record = stack.store.get(job_id)
-        if record.state is state:
-            return record
-        if record.state.is_final or time.monotonic() > deadline:
-            raise AssertionError(f"job {job_id} is {record.state.value}, not {state.value}")
-        time.sleep(POLL_SECONDS)
 
 
 @dataclass
@@ -135,7 +126,7 @@ async def _floor_once(upstream: Path, work: Path) -> tuple[float, float]:
         },
     )
     started = time.perf_counter()
-    state = agent.start(AgentInput.of_text(REQUEST), AgentContext())
+    state = agent.start(AgentInput.of_text(AUTHOR_REQUEST), AgentContext())
     await _drain(agent.run(state))
     parked = time.perf_counter()
     if state.status is not ResultStatus.INTERRUPTED or state.pending is None:
@@ -153,12 +144,6 @@ async def _floor_once(upstream: Path, work: Path) -> tuple[float, float]:
 async def _drain(frames: AsyncGenerator[Frame, None]) -> None:
     async for _ in frames:
         pass
-
-
-def percentile(samples: Sequence[float], fraction: float) -> float:
-    """The sample at ``fraction`` of the way up (0.95: the 95th percentile), nearest rank."""
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def row(label: str, seconds: Sequence[float]) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 import docker
 import pygit2
 
+from bench import percentile
 from bench._repo import bench_repository
 from bot.config import SandboxLimits, Settings
 from sandbox.container.engine import connect
@@ -67,8 +68,7 @@ class Timing:
 
     @property
     def p99(self) -> float:
-        ordered = sorted(self.samples)
-        return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+        return percentile(self.samples, 0.99)
 
 
 def measure(action: Callable[[], object], runs: int, warmup: int = 3) -> Timing:

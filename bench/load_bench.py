@@ -39,20 +39,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench._jobs import (
-    APPROVER,
-    MODEL_FACTORY,
-    PLAYBOOK,
-    REQUEST,
-    Floor,
-    percentile,
-    run_floor,
-    run_one,
-)
+from bench import percentile
+from bench._jobs import MODEL_FACTORY, PLAYBOOK, Floor, decide, run_floor, run_one
 from bot.jobs.models import JobKind, JobRecord, JobState
-from bot.jobs.tasks import decide_job
 from sandbox.container.engine import connect
 from sandbox.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
+from tests.support.playbooks import AUTHOR_REQUEST
 from tests.support.stack import Stack, job_stack
 
 TARGET_JOBS_PER_MINUTE = 60.0
@@ -230,13 +222,15 @@ def run_scenario(name: str, layout: dict[str, str], jobs: int) -> Outcome:
             stack.start_worker(worker, host=host)
         for _ in range(WARM_JOBS_PER_WORKER * len(layout)):
             run_one(stack)
-        ids = [stack.submit(JobKind.AUTHOR, PLAYBOOK, request=REQUEST).id for _ in range(jobs)]
+        ids = [
+            stack.submit(JobKind.AUTHOR, PLAYBOOK, request=AUTHOR_REQUEST).id for _ in range(jobs)
+        ]
         sampler = Sampler(stack, set(ids))
         sampler.start()
         try:
             parked = _wait_all(stack, ids, {JobState.AWAITING_APPROVAL})
             waiting = [i for i in ids if parked[i].state is JobState.AWAITING_APPROVAL]
-            approved_at = _approve_all(stack, waiting)
+            approved_at = {job_id: decide(stack, job_id) for job_id in waiting}
             records = _wait_all(stack, ids, {JobState.SUCCEEDED})
         finally:
             sampler.stop()
@@ -266,14 +260,6 @@ def _wait_all(stack: Stack, ids: list[str], states: set[JobState]) -> dict[str, 
                 found.setdefault(record.id, record)
         time.sleep(POLL_SECONDS)
     return found
-
-
-def _approve_all(stack: Stack, ids: list[str]) -> dict[str, float]:
-    approved: dict[str, float] = {}
-    for job_id in ids:
-        decided = decide_job(stack.store, job_id, True, APPROVER, app=stack.app)
-        approved[job_id] = decided.decided_at.timestamp() if decided.decided_at else time.time()
-    return approved
 
 
 if __name__ == "__main__":

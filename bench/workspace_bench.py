@@ -36,10 +36,8 @@ a median of at most 2 s for ``prepare_workspace``; results are printed, never as
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
-import struct
 import subprocess
 import tempfile
 import time
@@ -53,10 +51,10 @@ from sandbox.workspace.credentials import upstream_callbacks
 from sandbox.workspace.mirror import sync_mirror
 from sandbox.workspace.prepare import SANDBOX_UID, prepare_workspace
 from sandbox.worktree import WorkingTree
+from tests.workspace.kit import as_sandbox
 
 TARGET_SECONDS = 2.0
 REPO = "bench"
-_SECONDS = struct.Struct("d")
 
 # A method makes one tree; it returns the repository to time a status in, or None.
 Method = Callable[[], Path | None]
@@ -147,37 +145,19 @@ def _status_as_sandbox(tree: Path) -> float:
     """Seconds of a first ``WorkingTree.status()`` in ``tree``, run as the sandbox uid.
 
     A forked child switches uid, as the container runs; the bench has no other threads, so
-    the fork is safe. The child reports ``+`` and the time, or ``-`` and what went wrong.
+    the fork is safe.
     """
-    readable, writable = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(readable)
-        try:
-            os.setgroups([])
-            os.setgid(SANDBOX_UID)
-            os.setuid(SANDBOX_UID)
-            working = WorkingTree(SandboxRoot(tree))
-            started = time.perf_counter()
-            clean = working.status().clean
-            elapsed = time.perf_counter() - started
-            report = b"+" + _SECONDS.pack(elapsed) if clean else b"-the tree is not clean"
-        except BaseException as error:
-            report = b"-" + repr(error).encode()
-        try:
-            os.write(writable, report)
-        finally:
-            # Never back into the bench's own loop from a copy of the bench.
-            os._exit(0)
-    os.close(writable)
-    with open(readable, "rb") as pipe:
-        report = pipe.read()
-    os.waitpid(pid, 0)
-    if not report.startswith(b"+"):
-        problem = report[1:].decode(errors="replace") or "the child died"
-        raise RuntimeError(f"status as uid {SANDBOX_UID} in {tree} failed: {problem}")
-    (seconds,) = _SECONDS.unpack(report[1:])
-    return float(seconds)
+
+    def timed() -> float:
+        working = WorkingTree(SandboxRoot(tree))
+        started = time.perf_counter()
+        clean = working.status().clean
+        elapsed = time.perf_counter() - started
+        if not clean:
+            raise RuntimeError(f"the tree {tree} is not clean")
+        return elapsed
+
+    return as_sandbox(timed)
 
 
 def _git(*args: str) -> None:

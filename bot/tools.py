@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
@@ -11,13 +11,16 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from bot.errors import BeamError
 from bot.input import AgentInput
 
+TOOL_NAME_PATTERN: Final = r"^[a-zA-Z0-9_-]{1,64}$"
+"""What a tool may be called: 1 to 64 letters, digits, '_' or '-'."""
+
 
 class ToolSpec(BaseModel):
     """What the model sees of a tool. ``parameters`` is a JSON Schema object."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
     description: str
     confirm_required: bool = False
     parameters: dict[str, Any] = Field(default_factory=lambda: json_params({}, []))

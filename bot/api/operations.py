@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
+from typing import Literal
 
 from celery import Celery
 from pydantic import ValidationError
@@ -15,6 +16,7 @@ from bot.config import Settings
 from bot.errors import BeamError
 from bot.jobs.models import (
     Approval,
+    ApprovalState,
     JobEvent,
     JobKind,
     JobRecord,
@@ -25,6 +27,8 @@ from bot.jobs.store import JobStore
 from bot.jobs.tasks import cancel_job, decide_job, submit_job
 
 MAX_IDEMPOTENCY_KEY_CHARS = 200
+# Whether a person may decide an approval now ("yes"), or why not.
+MayDecide = Literal["yes", "own", "role", "decided"]
 
 
 @dataclass
@@ -84,11 +88,16 @@ class Service:
         except ValueError as error:
             raise BeamError("BEM-705", str(error)) from None
 
-    def events(
-        self, who: Principal, job_id: str, *, after: str, block_ms: int | None
-    ) -> builtins.list[JobEvent]:
-        self.job(who, job_id)
-        return self.store.read_events(job_id, after=after, block_ms=block_ms)
+    def log(
+        self, who: Principal, job_id: str, *, after: str = "0"
+    ) -> tuple[JobRecord, builtins.list[JobEvent]]:
+        """The job and every event stored after entry ``after``, read a page at a time;
+        the scope is checked once, not per page."""
+        record = self.job(who, job_id)
+        events: builtins.list[JobEvent] = []
+        while more := self.store.read_events(job_id, after=events[-1].id if events else after):
+            events.extend(more)
+        return record, events
 
     def cancel(self, who: Principal, job_id: str) -> JobRecord:
         who.check_cancel(self.store.get(job_id))
@@ -123,6 +132,20 @@ class Service:
             allow_self=allow_self,
             app=self.celery,
         )
+
+    def may_decide(self, who: Principal, approval: Approval) -> MayDecide:
+        """Whether ``who`` may decide ``approval`` now ("yes"), or why not: it is no longer
+        pending, their role may not decide, or it is their own job and its repository does
+        not allow self-approval. ``decide`` checks again; this only lets a page offer the
+        decision where it can succeed."""
+        if approval.state is not ApprovalState.PENDING:
+            return "decided"
+        if not who.may_decide:
+            return "role"
+        allow_self = self.settings.repository(approval.repo).allow_self_approval
+        if approval.requested_by == who.name and not allow_self:
+            return "own"
+        return "yes"
 
 
 def _checked_key(key: str) -> str:

@@ -34,7 +34,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import httpx
 from pydantic import SecretStr
@@ -85,9 +85,6 @@ _HINTS: Final[Mapping[int, str]] = {
 _log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
-
-
-_T = TypeVar("_T")
 
 
 class OpenAiCompatible:
@@ -177,8 +174,15 @@ class OpenAiCompatible:
     async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
         self._refuse_remote_when_disabled()
         body = self._body(messages, tools, stream=False)
+        failures = 0
         async with self._http() as http:
-            response = await self._retrying(lambda: self._post(http, body))
+            while True:
+                try:
+                    response = await self._post(http, body)
+                    break
+                except RetryableFailure as failure:
+                    failures += 1
+                    await self._back_off(failure, failures)
         return self._parse_json_reply(response)
 
     async def stream(
@@ -314,12 +318,18 @@ class OpenAiCompatible:
                 if not reply.is_success:
                     await reply.aread()
                     self._check_status(reply)
-                if _media_type(reply) == "application/json":
+                media_type = _media_type(reply)
+                if media_type == "application/json":
                     # Some OpenAI-compatible servers ignore "stream": true and answer whole.
                     for item in await self._whole_reply(reply):
                         yield item
                     return
-                self._require_event_stream(reply)
+                if media_type != "text/event-stream":
+                    raise malformed_reply(
+                        f"a streamed reply has content-type {media_type or 'none'!r}, not"
+                        " text/event-stream; the base URL may not point at an OpenAI-compatible"
+                        " API"
+                    )
                 events = read_event_stream(reply, self._model, self._quote)
                 async with contextlib.aclosing(events):
                     async for item in events:
@@ -329,14 +339,6 @@ class OpenAiCompatible:
         await reply.aread()
         completion = self._parse_json_reply(reply)
         return [TextDelta(text=completion.text), completion] if completion.text else [completion]
-
-    def _require_event_stream(self, reply: httpx.Response) -> None:
-        media_type = _media_type(reply)
-        if media_type != "text/event-stream":
-            raise malformed_reply(
-                f"a streamed reply has content-type {media_type or 'none'!r}, not"
-                " text/event-stream; the base URL may not point at an OpenAI-compatible API"
-            )
 
     @contextlib.contextmanager
     def _translated_errors(self) -> Iterator[None]:
@@ -388,15 +390,6 @@ class OpenAiCompatible:
         return parse_completion(payload, self._model, self._quote)
 
     # -- retries -----------------------------------------------------------------------
-
-    async def _retrying(self, attempt: Callable[[], Awaitable[_T]]) -> _T:
-        failures = 0
-        while True:
-            try:
-                return await attempt()
-            except RetryableFailure as failure:
-                failures += 1
-                await self._back_off(failure, failures)
 
     async def _back_off(self, failure: RetryableFailure, failures: int) -> None:
         """Wait before the next attempt, or raise the final error when none is left."""

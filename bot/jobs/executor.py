@@ -282,12 +282,14 @@ class Executor:
         tool = PublishDocsetTool.for_job(
             record, settings, lookup=self._store.get, callbacks=callbacks
         )
-        tool.plan()
+        plan = tool.plan()
         approval = segment.approval
         if approval is not None and approval.state is ApprovalState.APPROVED:
-            check_publish_still_bound(approval, tool)
+            check_publish_still_bound(approval, plan)
         mirror = sync_mirror(record.spec.repo, repo, settings.workspaces, callbacks)
-        return PublishTarget(tool=tool, mirror=mirror, diff_max_chars=settings.jobs.diff_max_chars)
+        return PublishTarget(
+            tool=tool, plan=plan, mirror=mirror, diff_max_chars=settings.jobs.diff_max_chars
+        )
 
     def _workspace(
         self, record: JobRecord, plan: TreePlan, repo: RepositoryConfig, approval: Approval | None
@@ -413,7 +415,7 @@ class Executor:
             "publish_ref": repo.publish_ref or "",
         }
         if segment.publish is not None:
-            publish = segment.publish.tool.plan()
+            publish = segment.publish.plan
             values["target_ref"] = f"{publish.reviewed_branch} at {publish.sha}"
             values["publish_ref"] = publish.publish_ref
         if plan is not None:
@@ -501,7 +503,7 @@ class Executor:
         kind, plan, workspace = segment.record.spec.kind, segment.plan, segment.workspace
         if segment.publish is not None:
             published = segment.publish.tool.outcome
-            return published or PublishOutcome(publish_ref=segment.publish.tool.plan().publish_ref)
+            return published or PublishOutcome(publish_ref=segment.publish.plan.publish_ref)
         if plan is None or workspace is None:
             return None
         if kind is JobKind.AUTHOR:

@@ -7,9 +7,9 @@ a protected or malformed target (the BEM code of ``ProtectedRefs.check_branch``)
 other than the job's own (BEM-326: the tree has no other), or nothing committed (BEM-321).
 
 A ``publish_docset`` is bound to the reviewed commit and the publish branch its tool's plan
-names, with the diff from where that branch stands in the mirror; a plan that fails its
-checks (BEM-360, BEM-361) is refused by policy. Any other parked call (under a confirm-first
-skill) is bound to its tool and arguments.
+names (checked when the segment began: a plan that fails BEM-360 or BEM-361 fails the job
+before the model runs), with the diff from where that branch stands in the mirror. Any other
+parked call (under a confirm-first skill) is bound to its tool and arguments.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from bot.errors import BeamError
 from bot.frames import PendingCall
 from bot.jobs.changes import Change, branch_tip, read_change, read_objects_change
-from bot.jobs.host_tools.publish import PublishDocsetTool
+from bot.jobs.host_tools.publish import PublishDocsetTool, PublishPlan
 from bot.jobs.models import Approval, JobRecord
 from bot.runner.state import Decision
 from sandbox.refs import ProtectedRefs
@@ -44,9 +44,11 @@ class PushTarget:
 
 @dataclass(frozen=True)
 class PublishTarget:
-    """A publish job's tool, and the repository's mirror (fetched when the segment began)."""
+    """A publish job's tool, its plan (checked when the segment began) and the repository's
+    mirror (fetched then)."""
 
     tool: PublishDocsetTool
+    plan: PublishPlan
     mirror: Path
     diff_max_chars: int
 
@@ -109,7 +111,7 @@ def _bind_push(approval: Approval, pending: PendingCall, target: PushTarget) -> 
 
 
 def _bind_publish(approval: Approval, target: PublishTarget) -> Approval:
-    plan = target.tool.plan()
+    plan = target.plan
     current = outbox_branch(target.mirror, plan.publish_ref)
     bound = approval.model_copy(
         update={"commit_sha": plan.sha, "target_ref": plan.publish_ref, "base_sha": current}
@@ -150,10 +152,9 @@ def check_still_bound(approval: Approval, workspace: Workspace) -> None:
         )
 
 
-def check_publish_still_bound(approval: Approval, tool: PublishDocsetTool) -> None:
-    """BEM-603 unless the publish would still move the approved branch to the approved
-    commit (the review job or the configuration changed since the decision)."""
-    plan = tool.plan()
+def check_publish_still_bound(approval: Approval, plan: PublishPlan) -> None:
+    """BEM-603 unless the publish (as ``plan`` says now) would still move the approved branch
+    to the approved commit (the review job or the configuration changed since the decision)."""
     if (plan.sha, plan.publish_ref) != (approval.commit_sha, approval.target_ref):
         raise BeamError(
             "BEM-603",

@@ -37,28 +37,23 @@ from __future__ import annotations
 import logging
 import re
 import secrets
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final, cast
 
-import httpx
 import pygit2
-import redis
 from celery.schedules import ParseException, crontab
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pygit2.enums import RepositoryOpenFlag
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.exceptions import WatchError
+from redis.client import Pipeline
 
 from bot.config import RepositoryConfig, Settings
 from bot.errors import BeamError
 from bot.frames import ErrorInfo
-from bot.jobs.host_tools.publish import public_webhook_url
 from bot.jobs.models import JobKind, JobRecord, JobSpec, JobState, SummaryOutcome
-from bot.jobs.store import JobStore
+from bot.jobs.store import JobStore, Writes
+from bot.jobs.webhooks import post_json, public_webhook_url
 from sandbox.refs import HEADS, ProtectedRefs, branch_name
 from sandbox.workspace.credentials import upstream_callbacks
 from sandbox.workspace.mirror import mirror_lock, sync_mirror
@@ -253,16 +248,18 @@ class ScheduleRun(BaseModel):
 
 
 class ScheduleRuns:
-    """The scheduled runs of every repository, in Redis beside the jobs."""
+    """The scheduled runs of every repository, in Redis beside the jobs: on the job store's
+    client, with its key prefix, its outage handling (BEM-504) and its optimistic
+    transactions."""
 
-    def __init__(self, client: redis.Redis, *, prefix: str = "riverbeam") -> None:
-        self._redis = client
-        self._prefix = prefix
+    def __init__(self, store: JobStore) -> None:
+        self._store = store
+        self._redis = store._redis
+        self._prefix = store._prefix
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "riverbeam") -> ScheduleRuns:
-        client = redis.Redis.from_url(url, socket_connect_timeout=5.0, socket_timeout=10.0)
-        return cls(client, prefix=prefix)
+        return cls(JobStore.from_url(url, prefix=prefix))
 
     def _index(self, repo: str) -> str:
         return f"{self._prefix}:schedule-runs:{repo}"
@@ -273,28 +270,25 @@ class ScheduleRuns:
     def add(self, run: ScheduleRun) -> None:
         """Record a new run, dropping the oldest past ``KEEP_RUNS``."""
         index = self._index(run.repo)
-        with _reachable():
+        with self._store._reachable():
             with self._redis.pipeline(transaction=True) as tx:
                 tx.set(self._key(run.repo, run.id), run.model_dump_json())
                 tx.zadd(index, {run.id: run.started_at.timestamp()})
                 tx.execute()
-            old = [
-                _text(member) for member in _members(self._redis.zrange(index, 0, -KEEP_RUNS - 1))
-            ]
+            old = _ids(self._redis.zrange(index, 0, -KEEP_RUNS - 1))
             if old:
                 self._redis.delete(*(self._key(run.repo, run_id) for run_id in old))
                 self._redis.zrem(index, *old)
 
     def get(self, repo: str, run_id: str) -> ScheduleRun | None:
-        with _reachable():
+        with self._store._reachable():
             raw = self._redis.get(self._key(repo, run_id))
         return None if raw is None else ScheduleRun.model_validate_json(raw)
 
     def recent(self, repo: str, limit: int = 20) -> list[ScheduleRun]:
         """The newest runs of ``repo``, newest first."""
-        with _reachable():
-            newest = self._redis.zrevrange(self._index(repo), 0, limit - 1)
-            ids = [_text(member) for member in _members(newest)]
+        with self._store._reachable():
+            ids = _ids(self._redis.zrevrange(self._index(repo), 0, limit - 1))
             raws = self._redis.mget([self._key(repo, run_id) for run_id in ids]) if ids else []
         return [ScheduleRun.model_validate_json(raw) for raw in raws if raw is not None]
 
@@ -304,41 +298,25 @@ class ScheduleRuns:
         """Compare-and-set: ``change`` returns the new document, or None to leave it; the
         written document, or None when nothing was written."""
         key = self._key(repo, run_id)
-        with _reachable(), self._redis.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    pipe.watch(key)  # type: ignore[no-untyped-call]
-                    raw = pipe.get(key)
-                    new = None if raw is None else change(ScheduleRun.model_validate_json(raw))
-                    if new is None:
-                        pipe.reset()
-                        return None
-                    pipe.multi()
-                    pipe.set(key, new.model_dump_json())
-                    pipe.execute()
-                    return new
-                except WatchError:
-                    continue
+
+        def body(pipe: Pipeline) -> tuple[ScheduleRun | None, Writes | None]:
+            raw = pipe.get(key)
+            new = None if raw is None else change(ScheduleRun.model_validate_json(raw))
+            if new is None:
+                return None, None
+
+            def writes(tx: Pipeline) -> None:
+                tx.set(key, new.model_dump_json())
+
+            return new, writes
+
+        return self._store._atomic([key], body)
 
 
-@contextmanager
-def _reachable() -> Iterator[None]:
-    """A Redis outage is BEM-504, as everywhere in the job service."""
-    try:
-        yield
-    except (RedisConnectionError, RedisTimeoutError) as error:
-        raise BeamError(
-            "BEM-504", f"the job store (Redis) is unreachable while scheduling: {error}"
-        ) from error
-
-
-def _members(reply: object) -> list[bytes]:
-    # redis-py types every reply loosely; a sorted-set range without scores is its members.
-    return cast(list[bytes], reply)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def _ids(reply: object) -> list[str]:
+    # redis-py types every reply loosely; a sorted-set range without scores is its members,
+    # bytes (the store's client never decodes).
+    return [member.decode() for member in cast(list[bytes], reply)]
 
 
 # -- triggering and finishing ------------------------------------------------------------
@@ -420,7 +398,7 @@ class SummarySchedule:
             log.warning("scheduled run %s of %s is gone; nothing to finish", run_id, repo)
             return None
         if run.finished_at is None:
-            records = {branch: self._record(job_id) for branch, job_id in run.jobs.items()}
+            records = {branch: self._store.find(job_id) for branch, job_id in run.jobs.items()}
             ended = all(record is None or record.state.is_final for record in records.values())
             if not ended and datetime.now(UTC) - run.started_at < GIVE_UP_AFTER:
                 return poll_delay(poll + 1)
@@ -432,14 +410,6 @@ class SummarySchedule:
             )
             run = finished or self._runs.get(repo, run_id) or run
         return self._deliver(run, claimant)
-
-    def _record(self, job_id: str) -> JobRecord | None:
-        try:
-            return self._store.get(job_id)
-        except BeamError as error:
-            if error.code != "BEM-500":
-                raise
-            return None
 
     def _deliver(self, run: ScheduleRun, claimant: str) -> float | None:
         url = self._settings.repository(run.repo).summary_webhook
@@ -515,17 +485,10 @@ def post_summaries(
 ) -> SummaryDelivery:
     """POST ``payload`` as JSON; a failure is reported, never raised."""
     shown = public_webhook_url(url)
-    try:
-        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
-            response = client.post(url, json=payload, headers={"User-Agent": "riverbeam"})
-    except (httpx.HTTPError, httpx.InvalidURL) as error:
-        reason = str(error).replace(url, shown) or type(error).__name__
-        return SummaryDelivery(
-            url=shown,
-            delivered=False,
-            attempts=attempts,
-            error=ErrorInfo(code="BEM-511", message=f"{shown} not reached: {reason}"),
-        )
+    response = post_json(url, payload, timeout=timeout)
+    if isinstance(response, str):
+        error = ErrorInfo(code="BEM-511", message=f"{shown} not reached: {response}")
+        return SummaryDelivery(url=shown, delivered=False, attempts=attempts, error=error)
     if not response.is_success:
         return SummaryDelivery(
             url=shown,

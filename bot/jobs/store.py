@@ -285,15 +285,17 @@ class JobStore:
         with self._reachable():
             return self._read_job(self._redis, job_id)
 
+    def find(self, job_id: str) -> JobRecord | None:
+        """The job, or None when the store does not know it (``get`` says BEM-500)."""
+        with self._reachable():
+            raw = self._redis.get(self._job_key(job_id))
+        return None if raw is None else JobRecord.model_validate_json(raw)
+
     def is_final_or_unknown(self, job_id: str) -> bool:
         """For workspace retention: a workspace whose job ended, or that the store no longer
         knows, may age out."""
-        try:
-            return self.get(job_id).state.is_final
-        except JobError as exc:
-            if exc.code != "BEM-500":
-                raise
-            return True
+        record = self.find(job_id)
+        return record is None or record.state.is_final
 
     def transition(
         self,
@@ -346,12 +348,7 @@ class JobStore:
                     return None
             elif record.state not in from_states:
                 return None
-            return {
-                "state": JobState.RUNNING,
-                "worker": worker,
-                "lease_until": now + timedelta(seconds=lease_seconds),
-                "attempt": record.attempt + 1,
-            }
+            return _running(record, worker, now, lease_seconds)
 
         return self._change_job(job_id, change)[0]
 
@@ -377,15 +374,9 @@ class JobStore:
             ):
                 return None, None
             now = self._server_now(pipe)
+            running = _running(record, worker, now, lease_seconds)
             claimed = record.model_copy(
-                update={
-                    "state": JobState.RUNNING,
-                    "worker": worker,
-                    "lease_until": now + timedelta(seconds=lease_seconds),
-                    "attempt": record.attempt + 1,
-                    "version": record.version + 1,
-                    "updated_at": now,
-                }
+                update={**running, "version": record.version + 1, "updated_at": now}
             )
             applied = approval.model_copy(update={"applied": True})
 
@@ -812,6 +803,16 @@ def _event(entry_id: bytes, fields: dict[bytes, bytes]) -> JobEvent:
     if b"end" in fields:
         return JobEvent(id=entry_id.decode(), end=JobState(fields[b"end"].decode()))
     return JobEvent(id=entry_id.decode(), frame=frame_adapter.validate_json(fields[b"frame"]))
+
+
+def _running(record: JobRecord, worker: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
+    """The fields that make ``worker`` the job's runner: a fresh lease, the next attempt."""
+    return {
+        "state": JobState.RUNNING,
+        "worker": worker,
+        "lease_until": now + timedelta(seconds=lease_seconds),
+        "attempt": record.attempt + 1,
+    }
 
 
 def _leased(record: JobRecord, now: datetime) -> bool:

@@ -200,11 +200,8 @@ class JobWorker:
         a no-op, so a sweep that runs twice costs nothing."""
         queued = []
         for job_id in self.store.expired_leases():
-            try:
-                record = self.store.get(job_id)
-            except BeamError as error:
-                if error.code != "BEM-500":
-                    raise
+            record = self.store.find(job_id)
+            if record is None:
                 self.store.forget_lease(job_id)
                 continue
             if record.approval_id is None:
@@ -226,8 +223,7 @@ class JobWorker:
     @property
     def schedule(self) -> SummarySchedule:
         if self._schedule is None:
-            runs = ScheduleRuns.from_url(self.settings.redis_url, prefix=self.settings.jobs.prefix)
-            self._schedule = SummarySchedule(self.settings, self.store, runs)
+            self._schedule = SummarySchedule(self.settings, self.store, ScheduleRuns(self.store))
         return self._schedule
 
     def schedule_summaries(self, repo: str, app: Celery) -> dict[str, Any]:
@@ -252,12 +248,8 @@ class JobWorker:
         return "again"
 
     def _is_running(self, job_id: str) -> bool:
-        try:
-            return self.store.get(job_id).state is JobState.RUNNING
-        except BeamError as error:
-            if error.code == "BEM-500":
-                return False
-            raise
+        record = self.store.find(job_id)
+        return record is not None and record.state is JobState.RUNNING
 
 
 def register(app: Celery, settings: Settings) -> None:

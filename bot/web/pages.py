@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 from enum import StrEnum
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Form, Query, Request, Response
 from fastapi.responses import RedirectResponse
@@ -22,7 +22,7 @@ from bot.api.events import checked_event_id, open_event_stream
 from bot.api.operations import Service
 from bot.api.schemas import Decision
 from bot.errors import BeamError
-from bot.jobs.models import Approval, ApprovalState, JobEvent, JobKind, JobRecord, JobState
+from bot.jobs.models import Approval, JobKind, JobState
 from bot.web.outcome import describe
 from bot.web.present import diff_lines, frame_lines
 from bot.web.rendering import WebRoute, page, safe_next
@@ -30,7 +30,6 @@ from bot.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE, SIGN_IN_SECONDS, ne
 from bot.web.visitors import FormVisitorDep, SessionsDep, Visitor, VisitorDep, same_secret
 
 PAGE_SIZE = 25
-MayDecide = Literal["yes", "own", "role", "decided"]
 PageSize = Annotated[int, Query(ge=1, le=100)]
 E = TypeVar("E", bound=StrEnum)
 
@@ -137,21 +136,9 @@ def _approval_item(service: Service, visitor: Visitor, approval: Approval) -> di
     return {
         "approval": approval,
         "diff": diff_lines(approval.diff),
-        "decide": _may_decide(service, visitor.who, approval),
+        # The decision form, or why not, shown instead; the post is decided again.
+        "decide": service.may_decide(visitor.who, approval),
     }
-
-
-def _may_decide(service: Service, who: Principal, approval: Approval) -> MayDecide:
-    """Whether the visitor gets the decision form ("yes"), or why not, shown instead. The
-    server decides again when the form is posted; this only spares a pointless form."""
-    if approval.state is not ApprovalState.PENDING:
-        return "decided"
-    if not who.may_decide:
-        return "role"
-    allow_self = service.settings.repository(approval.repo).allow_self_approval
-    if approval.requested_by == who.name and not allow_self:
-        return "own"
-    return "yes"
 
 
 @router.post("/approvals/{job_id}")
@@ -253,21 +240,9 @@ def _job_list(
     return page(request, "jobs.html", context)
 
 
-def _all_events(
-    service: Service, who: Principal, job_id: str, *, after: str = "0"
-) -> builtins.list[JobEvent]:
-    events: builtins.list[JobEvent] = []
-    while True:
-        more = service.events(who, job_id, after=events[-1].id if events else after, block_ms=None)
-        if not more:
-            return events
-        events.extend(more)
-
-
 @router.get("/jobs/{job_id}")
 def job_page(request: Request, job_id: str, visitor: VisitorDep, service: ServiceDep) -> Response:
-    record: JobRecord = service.job(visitor.who, job_id)
-    events = _all_events(service, visitor.who, job_id)
+    record, events = service.log(visitor.who, job_id)
     approval = service.store.approval(record.id)
     context = {
         "visitor": visitor,
@@ -275,7 +250,7 @@ def job_page(request: Request, job_id: str, visitor: VisitorDep, service: Servic
         "outcome": describe(record, approval),
         "approval": approval,
         "diff": diff_lines(approval.diff) if approval is not None else [],
-        "decide": _may_decide(service, visitor.who, approval) if approval else "decided",
+        "decide": service.may_decide(visitor.who, approval) if approval else "decided",
         "lines": frame_lines(events),
         "last_event_id": events[-1].id if events else "0",
     }
@@ -298,8 +273,7 @@ def job_log(
     """The log lines after event ``after`` and the job's state, rendered as on the job page:
     the live script fetches this when the event stream says something happened, so each
     frame is rendered once, here, whether the page is live or not."""
-    record = service.job(visitor.who, job_id)
-    events = _all_events(service, visitor.who, job_id, after=checked_event_id(after))
+    record, events = service.log(visitor.who, job_id, after=checked_event_id(after))
     context = {
         "job": record,
         "lines": frame_lines(events),

@@ -7,7 +7,6 @@ explains each one; the container tests read every one back with ``docker inspect
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +18,7 @@ from docker.types import LogConfig, Mount, Ulimit
 from bot.config import SandboxLimits
 from bot.errors import BeamError
 from sandbox.identity import Identity
+from sandbox.workspace.prepare import is_job_id
 
 __all__ = [
     "DEADLINE_LABEL",
@@ -39,8 +39,6 @@ DEADLINE_LABEL = "riverbeam.deadline"
 ROLE_LABEL = "riverbeam.role"
 ROLE_SANDBOX = "sandbox"
 
-# Docker container names allow [a-zA-Z0-9][a-zA-Z0-9_.-]*; job ids are used inside them.
-_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 # The environment is built here and nothing is inherited from the worker's: no tokens, no
 # proxies, no DOCKER_HOST. HOME points at the tmpfs because the root filesystem is read-only.
 _ENVIRONMENT = ("HOME=/tmp", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1")
@@ -62,9 +60,13 @@ class SandboxJob:
     compare_label: str | None = None
 
     def __post_init__(self) -> None:
-        if not _JOB_ID.fullmatch(self.job_id):
-            message = f"job id {self.job_id!r} must match {_JOB_ID.pattern}"
-            raise BeamError("BEM-402", message)
+        # The workspace's rule: the same id names the job's directory, branch and container.
+        if not is_job_id(self.job_id):
+            raise BeamError(
+                "BEM-402",
+                f"job id {self.job_id!r} cannot name a container; use up to 100 letters, "
+                "digits, '_' and '-'",
+            )
         if self.deadline.tzinfo is None:
             raise BeamError("BEM-402", "the job deadline must carry a time zone")
 

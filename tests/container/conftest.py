@@ -18,9 +18,7 @@ from bot.errors import BeamError
 from sandbox.container.engine import connect
 from sandbox.container.lifecycle import ContainerSandbox
 from sandbox.image.build import ImageInfo, build_image
-from tests.container.kit import Workspace, deadline, make_workspace
-
-PROTECTED = ("main", "release/*")
+from tests.container.kit import PROTECTED, Workspace, deadline, make_workspace
 
 
 @pytest.fixture(scope="session")

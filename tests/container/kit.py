@@ -18,6 +18,10 @@ from pathlib import Path
 
 import pygit2
 
+from bot.config import SandboxLimits
+from sandbox.container.hardening import SandboxJob
+
+PROTECTED = ("main", "release/*")
 PAGES = {
     "README.md": "# Handbook\n",
     "docs/index.md": "# Index\n\nWelcome.\n",
@@ -60,6 +64,20 @@ def chown_tree(path: Path, uid: int) -> None:
 
 def deadline(minutes: float = 30) -> datetime:
     return datetime.now(UTC) + timedelta(minutes=minutes)
+
+
+def probe_job(
+    workspace: Workspace, limits: SandboxLimits, job_id: str, *, outbox: bool = True
+) -> SandboxJob:
+    """A job for ``run_probe``: ``workspace`` mounted (with its outbox, unless not ``outbox``)."""
+    return SandboxJob(
+        job_id=job_id,
+        workspace=workspace.path,
+        deadline=deadline(),
+        limits=limits,
+        protected_refs=PROTECTED,
+        outbox=workspace.outbox if outbox else None,
+    )
 
 
 def outbox_refs(outbox: Path) -> dict[str, str]:

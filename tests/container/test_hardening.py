@@ -20,12 +20,11 @@ import pytest
 
 from bot.config import SandboxLimits
 from bot.errors import BeamError
-from sandbox.container.hardening import SandboxJob
 from sandbox.container.lifecycle import ContainerSandbox
 from sandbox.container.probe import ProbeReport, inspect_flags, run_probe
 from sandbox.image.build import ImageInfo
 from tests.container.conftest import PROTECTED
-from tests.container.kit import Workspace, deadline
+from tests.container.kit import Workspace, deadline, probe_job
 
 CANARY = "RIVERBEAM_TEST_CANARY"
 ALLOWED_ENV = {"HOME", "LANG", "PATH", "PYTHONDONTWRITEBYTECODE", "HOSTNAME"}
@@ -138,17 +137,6 @@ def host_listener() -> Iterator[tuple[str, int]]:
         yield server.getsockname()
 
 
-def _probe_job(workspace: Workspace, limits: SandboxLimits) -> SandboxJob:
-    return SandboxJob(
-        job_id="probe-1",
-        workspace=workspace.path,
-        deadline=deadline(),
-        limits=limits,
-        protected_refs=PROTECTED,
-        outbox=workspace.outbox,
-    )
-
-
 def test_the_probe_can_connect_when_given_a_network(
     docker_client: docker.DockerClient,
     image: ImageInfo,
@@ -157,7 +145,7 @@ def test_the_probe_can_connect_when_given_a_network(
     host_listener: tuple[str, int],
 ) -> None:
     # The control for the test below: the probe's connect does work on a bridge network.
-    job = _probe_job(workspace, limits)
+    job = probe_job(workspace, limits, "probe-1")
     report, _ = run_probe(
         docker_client, image.ref, job, targets=[host_listener], network_mode="bridge"
     )
@@ -173,7 +161,7 @@ def test_code_past_the_jail_finds_no_network_credentials_host_paths_or_programs(
     canary: str,
     tmp_path: Path,
 ) -> None:
-    job = _probe_job(workspace, limits)
+    job = probe_job(workspace, limits, "probe-1")
     paths = [*HOST_PATHS, str(tmp_path), str(workspace.path), "/workspace/README.md"]
     report, _ = run_probe(docker_client, image.ref, job, targets=[host_listener], paths=paths)
     _assert_no_network(report)

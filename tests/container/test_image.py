@@ -10,11 +10,9 @@ import pytest
 
 from bot.config import SandboxLimits, Settings
 from bot.errors import BeamError
-from sandbox.container.hardening import SandboxJob
 from sandbox.container.probe import run_probe
 from sandbox.image.build import ImageInfo, build_image, check_image, container_closure, plan_image
-from tests.container.conftest import PROTECTED
-from tests.container.kit import Workspace, deadline
+from tests.container.kit import Workspace, probe_job
 
 ABSENT = (
     "/bin/sh",
@@ -100,12 +98,6 @@ def test_no_shell_package_manager_or_compiler_is_in_the_image(
     workspace: Workspace,
     limits: SandboxLimits,
 ) -> None:
-    job = SandboxJob(
-        job_id="contents-probe",
-        workspace=workspace.path,
-        deadline=deadline(),
-        limits=limits,
-        protected_refs=PROTECTED,
-    )
+    job = probe_job(workspace, limits, "contents-probe", outbox=False)
     report, _ = run_probe(docker_client, image.ref, job, paths=ABSENT)
     assert report.paths == dict.fromkeys(ABSENT, False)

@@ -10,12 +10,11 @@ import pytest
 
 from bot.config import SandboxLimits
 from bot.errors import BeamError
-from sandbox.container.hardening import SandboxJob
 from sandbox.container.lifecycle import ContainerSandbox
 from sandbox.container.probe import inspect_flags, run_probe
 from sandbox.image.build import ImageInfo
 from tests.container.conftest import PROTECTED
-from tests.container.kit import deadline, make_workspace
+from tests.container.kit import deadline, make_workspace, probe_job
 
 
 def test_a_job_cannot_reach_another_jobs_workspace(
@@ -48,14 +47,7 @@ def test_a_job_cannot_reach_another_jobs_workspace(
         )
 
     # And from inside job a's container, past the jail: job b's paths do not exist.
-    job = SandboxJob(
-        job_id="job-a-probe",
-        workspace=mine.path,
-        deadline=deadline(),
-        limits=limits,
-        protected_refs=PROTECTED,
-        outbox=mine.outbox,
-    )
+    job = probe_job(mine, limits, "job-a-probe")
     paths = [str(theirs.path), str(theirs.path / "private.md"), str(tmp_path)]
     report, _ = run_probe(docker_client, image.ref, job, paths=[*paths, "/workspace/their-file"])
     assert not any(report.paths[path] for path in paths)

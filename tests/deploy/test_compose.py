@@ -19,13 +19,12 @@ SOCKET = "/var/run/docker.sock"
 PASSWORD = "compose-test-password"
 
 
-@pytest.fixture(scope="module")
-def config() -> dict[str, Any]:
+def _compose_config(environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``docker-compose config`` of the deployment file, with ``environment``."""
     binary = shutil.which("docker-compose")
     if binary is None:
         pytest.fail("docker-compose is not installed; run docker/provision --dev")
-    environment = {**os.environ, "REDIS_PASSWORD": PASSWORD}
-    done = subprocess.run(
+    return subprocess.run(
         [binary, "-f", str(COMPOSE), "config"],
         capture_output=True,
         text=True,
@@ -33,6 +32,11 @@ def config() -> dict[str, Any]:
         timeout=60,
         check=False,
     )
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    done = _compose_config({**os.environ, "REDIS_PASSWORD": PASSWORD})
     assert done.returncode == 0, done.stderr
     parsed: dict[str, Any] = yaml.safe_load(done.stdout)
     return parsed
@@ -82,13 +86,5 @@ def test_redis_persists_to_an_append_only_file_behind_a_password(config: dict[st
 
 
 def test_a_deployment_without_a_redis_password_is_refused() -> None:
-    environment = {k: v for k, v in os.environ.items() if k != "REDIS_PASSWORD"}
-    done = subprocess.run(
-        ["docker-compose", "-f", str(COMPOSE), "config"],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=60,
-        check=False,
-    )
+    done = _compose_config({k: v for k, v in os.environ.items() if k != "REDIS_PASSWORD"})
     assert done.returncode != 0 and "set REDIS_PASSWORD" in done.stderr

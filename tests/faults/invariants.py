@@ -39,13 +39,9 @@ def settle(stack: Stack, job_ids: Collection[str], timeout: float = SETTLE_SECON
             if not stack.store.get(job_id).state.is_final
         ]
 
-    def explain() -> str:
-        logs = "\n".join(
-            f"--- {name} ---\n{worker.log_tail()}" for name, worker in stack.workers.items()
-        )
-        return f"not final: {open_jobs()}\n{logs}"
-
-    wait_until(lambda: not open_jobs(), timeout, explain)
+    wait_until(
+        lambda: not open_jobs(), timeout, lambda: f"not final: {open_jobs()}\n{stack.log_tails()}"
+    )
 
 
 def check_invariants(stack: Stack, job_ids: Collection[str]) -> dict[str, JobRecord]:

@@ -10,31 +10,26 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bot.frames import ToolFrame
 from bot.jobs.celery_app import send_recover
 from bot.jobs.models import Approval, JobKind, JobRecord, JobState
+from tests.support.playbooks import AUTHOR_REQUEST
 from tests.support.stack import Stack, wait_until
 
-REQUEST = "Fix the broken links and typos on the install page"
 TOOL_SECONDS = 30.0
 
 
 def tool_called(stack: Stack, job_id: str, name: str) -> None:
     """Wait until the job's event stream shows a ``name`` tool frame."""
-
-    def called() -> bool:
-        events = stack.store.read_events(job_id, count=10_000)
-        return any(
-            isinstance(event.frame, ToolFrame) and event.frame.record.name == name
-            for event in events
-        )
-
-    wait_until(called, TOOL_SECONDS, lambda: f"job {job_id} never called {name}")
+    wait_until(
+        lambda: bool(stack.tool_calls(job_id, name)),
+        TOOL_SECONDS,
+        lambda: f"job {job_id} never called {name}",
+    )
 
 
 def park(stack: Stack, playbook: str = "author-fix-install") -> tuple[JobRecord, Approval]:
     """Submit an author job and wait for it to park on its push."""
-    job = stack.submit(JobKind.AUTHOR, playbook, request=REQUEST)
+    job = stack.submit(JobKind.AUTHOR, playbook, request=AUTHOR_REQUEST)
     parked = stack.wait_for(job.id, JobState.AWAITING_APPROVAL, timeout=60)
     approval = stack.store.approval(job.id)
     assert approval is not None and approval.commit_sha is not None

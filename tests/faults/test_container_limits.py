@@ -28,8 +28,7 @@ from sandbox.container.engine import connect
 from sandbox.container.hardening import SandboxJob, create_arguments
 from sandbox.image.build import check_image
 from tests.faults.invariants import check_invariants
-from tests.faults.kit import REQUEST
-from tests.support.playbooks import HUGE_FILE
+from tests.support.playbooks import AUTHOR_REQUEST, HUGE_FILE
 from tests.support.stack import Stack, job_stack, wait_until
 from tests.workspace.kit import git
 
@@ -76,7 +75,7 @@ def test_a_read_past_the_memory_limit_kills_the_container_not_the_job() -> None:
     with job_stack(more_config={"sandbox": sandbox}) as stack:
         _push_huge_branch(stack, "huge")
         stack.start_worker("a")
-        job = stack.submit(JobKind.AUTHOR, "author-read-huge", request=REQUEST, base="huge")
+        job = stack.submit(JobKind.AUTHOR, "author-read-huge", request=AUTHOR_REQUEST, base="huge")
 
         records = check_invariants(stack, [job.id])
 
@@ -96,7 +95,7 @@ def stack() -> Iterator[Stack]:
 def test_a_fork_bomb_gets_no_more_than_the_pids_limit_and_goes_with_its_job(
     stack: Stack,
 ) -> None:
-    job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=REQUEST)  # no worker
+    job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)  # no worker
     limits = stack.settings.sandbox.model_copy(update={"pids_limit": PIDS_LIMIT})
     client = connect()
     image = check_image(client, stack.settings).ref
@@ -148,7 +147,7 @@ def test_a_segment_past_its_soft_time_limit_fails_with_bem_505() -> None:
     jobs = {"soft_time_limit_seconds": SOFT_LIMIT_SECONDS, "time_limit_seconds": 60}
     with job_stack(more_config={"jobs": jobs}) as stack:
         stack.start_worker("a")
-        job = stack.submit(JobKind.AUTHOR, "author-slow", request=REQUEST)
+        job = stack.submit(JobKind.AUTHOR, "author-slow", request=AUTHOR_REQUEST)
 
         records = check_invariants(stack, [job.id])
 

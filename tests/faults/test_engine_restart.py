@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 
-from bot.frames import ToolFrame
 from bot.jobs.models import JobKind
 from tests.faults.engine import restart_engine
 from tests.faults.invariants import check_invariants
-from tests.faults.kit import REQUEST, paused, tool_called
+from tests.faults.kit import paused, tool_called
+from tests.support.playbooks import AUTHOR_REQUEST
 from tests.support.stack import job_stack
 
 pytestmark = pytest.mark.slow
@@ -25,19 +25,14 @@ pytestmark = pytest.mark.slow
 def test_an_engine_restart_under_a_running_job_ends_it_clearly() -> None:
     with job_stack(lease_seconds=2.0) as stack:
         stack.start_worker("a")
-        job = stack.submit(JobKind.AUTHOR, "author-slow", request=REQUEST)
+        job = stack.submit(JobKind.AUTHOR, "author-slow", request=AUTHOR_REQUEST)
         tool_called(stack, job.id, "list_tree")
         with paused(stack, "a"):
             restart_engine()
 
         records = check_invariants(stack, [job.id])
 
-        calls = [
-            event.frame.record
-            for event in stack.store.read_events(job.id, count=10_000)
-            if isinstance(event.frame, ToolFrame)
-        ]
-        read = next(call for call in calls if call.name == "read_file")
+        read = stack.tool_calls(job.id, "read_file")[0]
         assert read.error is not None and read.error.code in ("BEM-400", "BEM-404"), read
         assert records[job.id].attempt == 1
         assert stack.upstream_ref(f"riverbeam/{job.id}") is None

@@ -15,9 +15,9 @@ import pytest
 
 from bot.jobs.models import JobKind, JobRecord, JobState
 from tests.faults.invariants import check_invariants
-from tests.faults.kit import REQUEST, tool_called
+from tests.faults.kit import tool_called
 from tests.faults.stub_client import MAX_RETRIES, URL_VARIABLE
-from tests.support.playbooks import COMMIT_SUBJECT, FIXED_INSTALL
+from tests.support.playbooks import AUTHOR_REQUEST, COMMIT_SUBJECT, FIXED_INSTALL
 from tests.support.stack import Stack, job_stack
 from tests.support.stub_model import Hang, Reply, StubModel, completion, error, tool_call
 
@@ -53,7 +53,7 @@ def _calls(*items: tuple[str, dict[str, object]]) -> Reply:
 
 
 def _author(stack: Stack) -> JobRecord:
-    return stack.submit(JobKind.AUTHOR, "via-stub", request=REQUEST)
+    return stack.submit(JobKind.AUTHOR, "via-stub", request=AUTHOR_REQUEST)
 
 
 def test_500s_are_retried_and_the_job_parks_and_pushes_once(stack: Stack, stub: StubModel) -> None:

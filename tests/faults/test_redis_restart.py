@@ -19,7 +19,8 @@ import pytest
 from bot.jobs.celery_app import send_recover
 from bot.jobs.models import ApprovalState, JobKind, JobState
 from tests.faults.invariants import check_invariants
-from tests.faults.kit import REQUEST, park, tool_called
+from tests.faults.kit import park, tool_called
+from tests.support.playbooks import AUTHOR_REQUEST
 from tests.support.stack import PROJECT_ROOT, Stack, job_stack, wait_until
 
 pytestmark = pytest.mark.slow
@@ -49,7 +50,7 @@ def test_a_redis_restart_keeps_parked_and_running_jobs() -> None:
         stack.start_worker("a")
         stack.start_worker("b")
         waiting, approval = park(stack)
-        running = stack.submit(JobKind.AUTHOR, "author-fix-slowly", request=REQUEST)
+        running = stack.submit(JobKind.AUTHOR, "author-fix-slowly", request=AUTHOR_REQUEST)
         tool_called(stack, running.id, "list_tree")
 
         stack.redis.crash()

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from bot.frames import ToolFrame
 from bot.jobs.models import JobKind, JobState
 from tests.faults.invariants import check_invariants
-from tests.faults.kit import REQUEST, park, recover, slow_upstream, tool_called
+from tests.faults.kit import park, recover, slow_upstream, tool_called
+from tests.support.playbooks import AUTHOR_REQUEST
 from tests.support.stack import Stack, job_stack, wait_until
 
 pytestmark = pytest.mark.slow
@@ -42,19 +42,14 @@ def _no_worker_outlives_its_test(stack: Stack) -> Iterator[None]:
 
 
 def _relay_answer(stack: Stack, job_id: str) -> object:
-    pushes = [
-        event.frame.record.result
-        for event in stack.store.read_events(job_id, count=10_000)
-        if isinstance(event.frame, ToolFrame) and event.frame.record.name == "git_push"
-    ]
-    last = pushes[-1]
+    last = stack.tool_calls(job_id, "git_push")[-1].result
     assert isinstance(last, dict)
     return last["upstream"]
 
 
 def test_a_worker_killed_mid_run_is_taken_over_and_pushes_once(stack: Stack) -> None:
     stack.start_worker("a")
-    job = stack.submit(JobKind.AUTHOR, "author-fix-slowly", request=REQUEST)
+    job = stack.submit(JobKind.AUTHOR, "author-fix-slowly", request=AUTHOR_REQUEST)
     tool_called(stack, job.id, "list_tree")
     stack.kill_worker("a")
     assert stack.sandbox_containers(job.id), "the dead worker's container is still there"
@@ -105,7 +100,7 @@ def test_a_worker_killed_while_its_relay_push_is_in_flight_pushes_once(
 def test_a_resume_queued_when_the_worker_is_killed_runs_on_the_next_one(stack: Stack) -> None:
     stack.start_worker("a")
     waiting, approval = park(stack)
-    busy = stack.submit(JobKind.AUTHOR, "author-fix-slowly", request=REQUEST)
+    busy = stack.submit(JobKind.AUTHOR, "author-fix-slowly", request=AUTHOR_REQUEST)
     tool_called(stack, busy.id, "list_tree")  # worker a's one pool process is taken
     stack.decide(waiting.id, approve=True)  # so the resume waits in the queue
     stack.kill_worker("a")

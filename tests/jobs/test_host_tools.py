@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
@@ -25,7 +23,7 @@ from bot.errors import BeamError
 from bot.input import AgentInput
 from bot.jobs.host_tools import search as search_module
 from bot.jobs.host_tools.pages import MAX_PAGE_CHARS, GetPageTool, page_title
-from bot.jobs.host_tools.publish import PublishDocsetTool, public_webhook_url
+from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.host_tools.review import VERDICTS, ReviewChangeTool, ReviewCollector
 from bot.jobs.host_tools.search import MAX_LIMIT, SearchTool
 from bot.jobs.models import (
@@ -37,11 +35,13 @@ from bot.jobs.models import (
     PublishOutcome,
     ReviewOutcome,
 )
+from bot.jobs.webhooks import public_webhook_url
 from bot.tools import Tool
 from sandbox.jail import SandboxRoot
 from sandbox.workspace.credentials import upstream_callbacks
 from sandbox.workspace.mirror import sync_mirror
 from sandbox.workspace.relay import publish_commit
+from tests.jobs.webhook_receiver import Receiver, webhook_receiver
 from tests.workspace.kit import git, is_ancestor, make_upstream, refs_and_logs, upstream_push
 
 INPUT = AgentInput.of_text("")
@@ -500,42 +500,11 @@ REPO = "docs"
 PUBLISH_REF = "docs-live"
 
 
-@dataclass
-class Receiver:
-    """A docs-build webhook on loopback that records every request it gets."""
-
-    status: int = 204
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    url: str = ""
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    state = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            state.requests.append(
-                {"path": self.path, "headers": dict(self.headers), "body": json.loads(body)}
-            )
-            self.send_response(state.status)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: object) -> None:
-            """Quiet: the tests read ``requests``."""
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/build?token=s3cret"
-    try:
+    """The docs-build webhook."""
+    with webhook_receiver("/hooks/build?token=s3cret") as state:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 @dataclass

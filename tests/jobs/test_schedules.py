@@ -4,16 +4,12 @@ and a real webhook receiver on loopback. Only the model is scripted."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +38,7 @@ from bot.jobs.schedules import (
 from bot.jobs.store import JobStore
 from sandbox.workspace.credentials import upstream_callbacks
 from sandbox.workspace.mirror import sync_mirror
+from tests.jobs.webhook_receiver import Receiver, webhook_receiver
 from tests.support.playbooks import SLOW_BRANCH_PREFIX, SUMMARY_TEXT, seed_upstream
 from tests.support.redis_server import redis_server
 from tests.support.stack import PROJECT_ROOT, PUBLISH_REF, REPO, Stack, job_stack, wait_until
@@ -237,41 +234,11 @@ def test_active_branches_are_the_unmerged_unprotected_ones_newest_first(tmp_path
 # -- whole runs, with real workers ---------------------------------------------------------
 
 
-@dataclass
-class Receiver:
-    """A summary webhook on loopback: answers each POST with the next of ``statuses`` (204
-    once they run out) and records it."""
-
-    statuses: list[int] = field(default_factory=list)
-    bodies: list[dict[str, Any]] = field(default_factory=list)
-    url: str = ""
-
-
 @pytest.fixture(scope="module")
 def receiver() -> Iterator[Receiver]:
-    state = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            state.bodies.append(json.loads(body))
-            self.send_response(state.statuses.pop(0) if state.statuses else 204)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: object) -> None:
-            """Quiet: the tests read ``bodies``."""
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/summaries?key=s3cret"
-    try:
+    """The summary webhook."""
+    with webhook_receiver("/summaries?key=s3cret") as state:
         yield state
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 # -- the run record and its delivery, on a real Redis (no workers) ------------------------
@@ -322,7 +289,7 @@ def _ended_job(store: JobStore, branch: str) -> str:
 def test_one_follow_up_posts_a_run_and_a_failed_post_passes_to_the_next(
     redis_url: str, receiver: Receiver
 ) -> None:
-    receiver.bodies.clear()
+    receiver.requests.clear()
     receiver.statuses[:] = [500]
     schedule, store, runs = _schedule(redis_url, receiver.url)
     running = store.create(JobSpec(kind=JobKind.SUMMARIZE, repo=REPO, branch="docs/b"))
@@ -355,7 +322,7 @@ def test_one_follow_up_posts_a_run_and_a_failed_post_passes_to_the_next(
 def test_a_webhook_that_keeps_failing_is_tried_three_times(
     redis_url: str, receiver: Receiver
 ) -> None:
-    receiver.bodies.clear()
+    receiver.requests.clear()
     receiver.statuses[:] = [502, 502, 502, 502]
     schedule, _, runs = _schedule(redis_url, receiver.url)
     runs.add(_run("r2", datetime.now(UTC)))
@@ -383,7 +350,7 @@ def stack(receiver: Receiver) -> Iterator[Stack]:
 @pytest.fixture
 def fresh(stack: Stack, receiver: Receiver) -> Iterator[Stack]:
     """Each test starts with no branch but main upstream and an empty receiver."""
-    receiver.bodies.clear()
+    receiver.requests.clear()
     receiver.statuses.clear()
     yield stack
     for ref in git("-C", str(stack.upstream), "for-each-ref", "--format=%(refname:short)").split():

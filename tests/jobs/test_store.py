@@ -660,6 +660,17 @@ def test_opening_an_approval_again_is_idempotent_and_a_new_one_replaces_it(
 # listing -----------------------------------------------------------------------------------
 
 
+def _every_page(store: JobStore, *, limit: int) -> list[str]:
+    """The ids of every job, page after page, following the cursors to the end."""
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page, cursor = store.list(limit=limit, cursor=cursor)
+        seen += [job.id for job in page]
+        if cursor is None:
+            return seen
+
+
 def test_list_is_newest_first_filters_and_pages(store: JobStore) -> None:
     made = [
         store.create(author(requested_by="alice")),
@@ -673,14 +684,7 @@ def test_list_is_newest_first_filters_and_pages(store: JobStore) -> None:
     jobs, cursor = store.list()
     assert [job.id for job in jobs] == newest_first and cursor is None
 
-    seen: list[str] = []
-    cursor = None
-    while True:
-        page, cursor = store.list(limit=2, cursor=cursor)
-        seen += [job.id for job in page]
-        if cursor is None:
-            break
-    assert seen == newest_first
+    assert _every_page(store, limit=2) == newest_first
 
     def ids(**filters: Any) -> list[str]:
         return [job.id for job in store.list(**filters)[0]]
@@ -698,14 +702,7 @@ def test_list_pages_through_jobs_created_in_the_same_instant(
     made = [store.create(author()) for _ in range(7)]
     # Force ties on the creation score: the cursor must still neither skip nor repeat.
     client.zadd(f"{store._prefix}:jobs", {record.id: 1_700_000_000.5 for record in made})
-    seen: list[str] = []
-    cursor = None
-    while True:
-        page, cursor = store.list(limit=3, cursor=cursor)
-        seen += [job.id for job in page]
-        if cursor is None:
-            break
-    assert seen == sorted((record.id for record in made), reverse=True)
+    assert _every_page(store, limit=3) == sorted((record.id for record in made), reverse=True)
 
 
 # The last three: NaN and infinite scores, which Redis would refuse mid-query.

@@ -14,17 +14,15 @@ from bot.clients.base import Completion, Message, ToolCall
 from bot.clients.scripted import ScriptedClient
 from bot.errors import BeamError
 from bot.frames import AgentResult, ResultStatus, ToolFrame
-from bot.input import AgentContext
 from bot.runner import ToolLoopAgent
 from bot.tools import Tool, ToolSpec
 from tests.runner.kit import (
     FnTool,
     call,
     calls,
-    collect,
     echo_tool,
     failing_tool,
-    request,
+    frames_of,
     result_of,
     spec,
 )
@@ -32,7 +30,7 @@ from tests.runner.kit import (
 
 async def run(client: ScriptedClient, tools: list[Tool], **options: int) -> AgentResult:
     agent = ToolLoopAgent("helper", client, tools, **options)  # type: ignore[arg-type]
-    return result_of(await collect(agent.stream(request(), AgentContext())))
+    return result_of(await frames_of(agent))
 
 
 def tool_reply(client: ScriptedClient, request_index: int, call_id: str) -> object:
@@ -192,7 +190,7 @@ async def test_a_result_that_is_not_json_is_bem_101() -> None:
 async def test_a_failed_call_has_a_tool_frame_too() -> None:
     client = ScriptedClient([calls(call("ecko", "c1")), "ok"])
     agent = ToolLoopAgent("helper", client, [echo_tool()])
-    frames = await collect(agent.stream(request(), AgentContext()))
+    frames = await frames_of(agent)
     tool_frames = [frame for frame in frames if isinstance(frame, ToolFrame)]
 
     assert len(tool_frames) == 1
@@ -214,7 +212,7 @@ async def test_a_soft_time_limit_in_a_model_call_stops_the_run_instead_of_failin
     # job's worker reports it as its time limit (BEM-505).
     agent = ToolLoopAgent("helper", _TimedOutClient(), [echo_tool()])
     with pytest.raises(SoftTimeLimitExceeded):
-        await collect(agent.stream(request(), AgentContext()))
+        await frames_of(agent)
 
 
 async def test_a_soft_time_limit_in_a_tool_call_stops_the_run_not_just_the_call() -> None:

@@ -57,9 +57,7 @@ async def test_the_whole_result_of_a_tool_run() -> None:
             Completion.of_text("Both echoed.", usage=Usage(total_tokens=5), model="m-2"),
         ]
     )
-    frames = await collect(
-        ToolLoopAgent("helper", client, [echo_tool()]).stream(request(), AgentContext())
-    )
+    frames = await frames_of(ToolLoopAgent("helper", client, [echo_tool()]))
     result = result_of(frames).model_dump(mode="json")
     for record in result["tool_calls"]:
         assert record.pop("duration_ms") >= 0
@@ -114,7 +112,7 @@ async def test_history_is_copied_not_shared() -> None:
 
 async def test_without_a_skill_there_is_no_system_message() -> None:
     client = ScriptedClient(["ok"])
-    await collect(ToolLoopAgent("helper", client, []).stream(request(TEXT), AgentContext()))
+    await frames_of(ToolLoopAgent("helper", client, []), TEXT)
 
     assert client.requests[0][0] == [{"role": "user", "content": TEXT}]
 
@@ -127,9 +125,7 @@ async def test_usage_is_summed_and_the_last_model_is_reported() -> None:
             Completion.of_text("done", usage=Usage(prompt_tokens=7, total_tokens=9), model="m-2"),
         ]
     )
-    frames = await collect(
-        ToolLoopAgent("helper", client, [echo_tool()]).stream(request(), AgentContext())
-    )
+    frames = await frames_of(ToolLoopAgent("helper", client, [echo_tool()]))
     result = result_of(frames)
 
     assert result.usage == Usage(prompt_tokens=107, completion_tokens=1, total_tokens=110)
@@ -157,9 +153,7 @@ def endless(count: int) -> ScriptedClient:
 
 async def test_the_round_limit_is_eight_by_default() -> None:
     client = endless(20)
-    frames = await collect(
-        ToolLoopAgent("helper", client, [echo_tool()]).stream(request(), AgentContext())
-    )
+    frames = await frames_of(ToolLoopAgent("helper", client, [echo_tool()]))
     result = result_of(frames)
 
     assert len(client.requests) == 8
@@ -173,7 +167,7 @@ async def test_the_round_limit_is_eight_by_default() -> None:
 async def test_the_round_limit_is_configurable() -> None:
     client = endless(20)
     agent = ToolLoopAgent("helper", client, [echo_tool()], max_rounds=3)
-    result = result_of(await collect(agent.stream(request(), AgentContext())))
+    result = result_of(await frames_of(agent))
 
     assert len(client.requests) == 3
     assert result.error is not None and result.error.code == "BEM-088"
@@ -182,14 +176,14 @@ async def test_the_round_limit_is_configurable() -> None:
 async def test_an_answer_in_the_last_allowed_round_completes() -> None:
     client = ScriptedClient([calls(call("echo", "c1", text="a")), "Done."])
     agent = ToolLoopAgent("helper", client, [echo_tool()], max_rounds=2)
-    result = result_of(await collect(agent.stream(request(), AgentContext())))
+    result = result_of(await frames_of(agent))
 
     assert result.status is ResultStatus.COMPLETED
 
 
 async def test_a_model_error_fails_the_run_with_its_code_in_a_done_frame() -> None:
     client = ScriptedClient([BeamError("BEM-062", "the endpoint kept failing")])
-    frames = await collect(ToolLoopAgent("helper", client, []).stream(request(), AgentContext()))
+    frames = await frames_of(ToolLoopAgent("helper", client, []))
 
     assert kinds(frames) == ["placeholder", "thinking", "done"]
     error = result_of(frames).error
@@ -198,9 +192,7 @@ async def test_a_model_error_fails_the_run_with_its_code_in_a_done_frame() -> No
 
 
 async def test_a_client_that_runs_out_fails_with_bem_081() -> None:
-    frames = await collect(
-        ToolLoopAgent("helper", ScriptedClient([]), []).stream(request(), AgentContext())
-    )
+    frames = await frames_of(ToolLoopAgent("helper", ScriptedClient([]), []))
     result = result_of(frames)
 
     assert result.status is ResultStatus.FAILED
@@ -213,9 +205,7 @@ class BrokenClient:
 
 
 async def test_a_client_bug_fails_the_run_with_bem_096() -> None:
-    frames = await collect(
-        ToolLoopAgent("helper", BrokenClient(), []).stream(request(), AgentContext())
-    )
+    frames = await frames_of(ToolLoopAgent("helper", BrokenClient(), []))
     error = result_of(frames).error
 
     assert error is not None and error.code == "BEM-096"

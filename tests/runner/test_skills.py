@@ -76,7 +76,7 @@ async def test_the_system_prompt_is_rendered_from_the_skill_and_prompt_values() 
     agent = ToolLoopAgent.for_skill(
         "author", client, [], prompt_values={"repository": "acme/handbook", "branch": "fix-1"}
     )
-    await collect(agent.stream(request(TEXT), AgentContext()))
+    await frames_of(agent, TEXT)
     messages = client.requests[0][0]
 
     assert [m["role"] for m in messages] == ["system", "user"]
@@ -107,7 +107,7 @@ async def test_with_a_skill_every_round_carries_the_request_exactly_once() -> No
         [calls(call("read_file", "c1")), calls(call("read_file", "c2")), "Summarized."]
     )
     agent = ToolLoopAgent.for_skill("summarize", client, [named("read_file")])
-    await collect(agent.stream(request(TEXT), AgentContext()))
+    await frames_of(agent, TEXT)
 
     assert len(client.requests) == 3
     for messages, specs in client.requests:

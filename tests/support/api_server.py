@@ -14,7 +14,6 @@ limited to; ``api.tokens[name]`` is the holder's bearer token.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,8 @@ import httpx
 from bot.api.access import new_token, token_digest
 from bot.cli.tokens import token_table
 from bot.config import Role, TokenConfig
-from tests.support.stack import PROJECT_ROOT, Stack
+from tests.support.redis_server import free_port
+from tests.support.stack import PROJECT_ROOT, Stack, log_tail
 
 READY_SECONDS = 30.0
 
@@ -50,15 +50,7 @@ class ApiServer:
         return httpx.Client(base_url=self.url, headers=headers, timeout=30.0, **kw)  # type: ignore[arg-type]
 
     def log_tail(self, lines: int = 40) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+        return log_tail(self.log, lines)
 
 
 def _token_tables(tokens: Mapping[str, str], specs: Mapping[str, TokenSpec]) -> str:
@@ -87,7 +79,7 @@ def api_server(
     config.write_text(
         stack.config.read_text() + "\n[api]\n" + extra + "\n" + _token_tables(tokens, specs)
     )
-    port = _free_port()
+    port = free_port()
     log = stack.base / "api.log"
     environment = {
         key: value for key, value in os.environ.items() if not key.startswith("RIVERBEAM_")

@@ -72,6 +72,8 @@ LONG_SUBJECT = (
     "Fix the typos, the broken configuration link and the wording of the install page "
     "for new readers"
 )
+# What an author job running one of the install-page playbooks is asked.
+AUTHOR_REQUEST = "Fix the broken links and typos on the install page"
 COMMIT_SUBJECT = "Fix typos and the configuration link on the install page"
 DONE_TEXT = "Fixed two typos and the broken link in docs/install.md; the push was approved."
 

@@ -31,7 +31,7 @@ keys to other tables of the config; ``redis_config`` starts Redis with that file
 ``serve_upstream=True`` registers the upstream over smart HTTP (``tests.support.git_http``),
 where its hooks run. ``worker(name)`` is an in-process
 ``JobWorker`` (call task bodies directly); ``wait_for`` fails with the workers' log tails
-when a job ends elsewhere.
+when a job ends elsewhere; ``tool_calls`` reads a job's tool calls from its event stream.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from celery import Celery
 
 from bot.config import Settings
 from bot.errors import BeamError
+from bot.frames import ToolCallRecord, ToolFrame
 from bot.jobs.celery_app import create_app, worker_queues
 from bot.jobs.models import Approval, JobKind, JobRecord, JobSpec, JobState
 from bot.jobs.store import JobStore
@@ -88,8 +89,13 @@ class WorkerProcess:
         return f"{self.name}@riverbeam-test"
 
     def log_tail(self, lines: int = 40) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log, lines)
+
+
+def log_tail(log: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a process's log file ("" before it exists)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return "\n".join(text.splitlines()[-lines:])
 
 
 @dataclass
@@ -237,10 +243,21 @@ class Stack:
     def _report(self, record: JobRecord | None, states: tuple[JobState, ...]) -> str:
         wanted = ", ".join(state.value for state in states)
         shown = record.model_dump_json(indent=2) if record else "(not read)"
-        logs = "\n".join(
+        return f"job did not reach {wanted}:\n{shown}\n{self.log_tails()}"
+
+    def log_tails(self) -> str:
+        """The tail of each worker's log, for a failure message."""
+        return "\n".join(
             f"--- worker {name} ---\n{worker.log_tail()}" for name, worker in self.workers.items()
         )
-        return f"job did not reach {wanted}:\n{shown}\n{logs}"
+
+    def tool_calls(self, job_id: str, name: str | None = None) -> list[ToolCallRecord]:
+        """The job's tool calls so far (those named ``name``), from its event stream."""
+        return [
+            event.frame.record
+            for event in self.store.read_events(job_id, count=10_000)
+            if isinstance(event.frame, ToolFrame) and name in (None, event.frame.record.name)
+        ]
 
     # -- the upstream and the engine ----------------------------------------------------
 

@@ -44,9 +44,10 @@ def _csrf(client: httpx.Client) -> str:
     return hidden(client.get("/approvals").text, "csrf")
 
 
-def _new_form(client: httpx.Client, **fields: str) -> httpx.Response:
+def _new_form_data(client: httpx.Client, **fields: str) -> dict[str, str]:
+    """A fresh New-request form's fields (its CSRF and idempotency keys), with ``fields``."""
     form = client.get("/new").text
-    data = {
+    return {
         "csrf": hidden(form, "csrf"),
         "idempotency_key": hidden(form, "idempotency_key"),
         "repo": REPO,
@@ -57,7 +58,10 @@ def _new_form(client: httpx.Client, **fields: str) -> httpx.Response:
         "pages": "",
         **fields,
     }
-    return client.post("/new", data=data)
+
+
+def _new_form(client: httpx.Client, **fields: str) -> httpx.Response:
+    return client.post("/new", data=_new_form_data(client, **fields))
 
 
 def _code(page: str) -> str:
@@ -213,17 +217,7 @@ def test_the_form_offers_only_the_repositories_and_kinds_the_token_may_use(web: 
 def test_a_double_submit_makes_one_job(web: Web) -> None:
     request = "Summarize what changed on main this week."
     with sign_in(web, REQUESTER) as client:
-        form = client.get("/new").text
-        data = {
-            "csrf": hidden(form, "csrf"),
-            "idempotency_key": hidden(form, "idempotency_key"),
-            "repo": REPO,
-            "kind": "summarize",
-            "request": request,
-            "branch": "main",
-            "base": "",
-            "pages": "",
-        }
+        data = _new_form_data(client, kind="summarize", request=request, branch="main")
         first = client.post("/new", data=data)
         second = client.post("/new", data=data)
     assert first.url == second.url and first.url.path.startswith("/jobs/")

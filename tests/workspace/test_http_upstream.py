@@ -10,8 +10,8 @@ import pytest
 from bot.config import Credentials, RepositoryConfig, WorkspaceSettings
 from bot.errors import BeamError
 from sandbox.workspace.credentials import upstream_callbacks
-from sandbox.workspace.prepare import prepare_workspace
-from sandbox.workspace.relay import relay_push
+from sandbox.workspace.prepare import Workspace, prepare_workspace
+from sandbox.workspace.relay import RelayResult, relay_push
 from tests.support.git_http import GitHttpServer, basic
 from tests.workspace.conftest import TOKEN_ENV, assert_secret_absent
 from tests.workspace.kit import git, refs_and_logs, sandbox_push
@@ -33,6 +33,25 @@ def http_config(server: GitHttpServer, upstream: Path) -> RepositoryConfig:
     )
 
 
+def _relay(workspace: Workspace, approved: str, config: RepositoryConfig) -> RelayResult:
+    """Push the approved commit upstream, with the callbacks the worker builds."""
+    return relay_push(
+        workspace,
+        approved,
+        workspace.branch,
+        config,
+        callbacks=upstream_callbacks(config.credentials),
+    )
+
+
+def _pre_receive(upstream: Path, script: str) -> None:
+    """Install a ``pre-receive`` hook on the bare upstream running ``script`` in sh."""
+    hook = upstream / "hooks" / "pre-receive"
+    hook.parent.mkdir(exist_ok=True)
+    hook.write_text("#!/bin/sh\n" + script)
+    hook.chmod(0o755)
+
+
 def test_the_token_reaches_the_server_and_no_file(
     server: GitHttpServer,
     upstream: Path,
@@ -43,13 +62,7 @@ def test_the_token_reaches_the_server_and_no_file(
     workspace = prepare_workspace("http-1", "docs", http_config, None, settings)
     approved = sandbox_push(workspace, {"docs/http.md": "Over HTTP.\n"})
 
-    result = relay_push(
-        workspace,
-        approved,
-        workspace.branch,
-        http_config,
-        callbacks=upstream_callbacks(http_config.credentials),
-    )
+    result = _relay(workspace, approved, http_config)
 
     assert result.pushed
     assert refs_and_logs(upstream)[f"refs/heads/{workspace.branch}"] == approved
@@ -82,20 +95,11 @@ def test_a_push_the_server_refuses_is_bem_353(
 ) -> None:
     workspace = prepare_workspace("http-3", "docs", http_config, None, settings)
     approved = sandbox_push(workspace, {"docs/x.md": "x\n"})
-    hook = upstream / "hooks" / "pre-receive"
-    hook.parent.mkdir(exist_ok=True)
-    hook.write_text("#!/bin/sh\necho 'branch is frozen' >&2\nexit 1\n")
-    hook.chmod(0o755)
+    _pre_receive(upstream, "echo 'branch is frozen' >&2\nexit 1\n")
     before = refs_and_logs(upstream)
 
     with pytest.raises(BeamError) as caught:
-        relay_push(
-            workspace,
-            approved,
-            workspace.branch,
-            http_config,
-            callbacks=upstream_callbacks(http_config.credentials),
-        )
+        _relay(workspace, approved, http_config)
 
     assert caught.value.code == "BEM-353"
     assert refs_and_logs(upstream) == before
@@ -111,21 +115,12 @@ def test_a_push_that_races_another_is_bem_351(
     approved = sandbox_push(workspace, {"docs/x.md": "x\n"})
     # Someone else's push lands while ours is on the wire: the hook moves the branch first.
     other = git("-C", str(upstream), "rev-parse", "refs/heads/docs/old")
-    hook = upstream / "hooks" / "pre-receive"
-    hook.parent.mkdir(exist_ok=True)
     # Written as a file: git forbids ref updates from inside the pre-receive quarantine.
     ref = upstream / "refs" / "heads" / workspace.branch
-    hook.write_text(f"#!/bin/sh\nmkdir -p {ref.parent}\necho {other} > {ref}\n")
-    hook.chmod(0o755)
+    _pre_receive(upstream, f"mkdir -p {ref.parent}\necho {other} > {ref}\n")
 
     with pytest.raises(BeamError) as caught:
-        relay_push(
-            workspace,
-            approved,
-            workspace.branch,
-            http_config,
-            callbacks=upstream_callbacks(http_config.credentials),
-        )
+        _relay(workspace, approved, http_config)
 
     assert caught.value.code == "BEM-351"
     assert other in caught.value.message and approved in caught.value.message

@@ -22,9 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
-import httpx
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from bot.config import RepositoryConfig, Settings, WorkspaceSettings
@@ -32,6 +30,7 @@ from bot.errors import BeamError
 from bot.frames import ErrorInfo
 from bot.input import AgentInput
 from bot.jobs.models import JobKind, JobRecord, JobState, PublishOutcome, ReviewOutcome
+from bot.jobs.webhooks import post_json, public_webhook_url
 from bot.tools import ToolSpec, json_params, validate_arguments
 from sandbox.refs import ProtectedRefs, branch_name, full_ref
 from sandbox.workspace.credentials import UpstreamCallbacks, upstream_callbacks
@@ -268,27 +267,13 @@ class PublishDocsetTool:
 def notify_webhook(url: str, payload: dict[str, JsonValue], *, timeout: float) -> WebhookReport:
     """POST ``payload`` as JSON to ``url``; a failure is reported, never raised."""
     shown = public_webhook_url(url)
-    try:
-        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
-            response = client.post(url, json=payload, headers={"User-Agent": "riverbeam"})
-    except (httpx.HTTPError, httpx.InvalidURL) as error:
-        reason = str(error).replace(url, shown) or type(error).__name__
-        return _failed(shown, None, f"could not be reached ({reason})")
+    response = post_json(url, payload, timeout=timeout)
+    if isinstance(response, str):
+        return _failed(shown, None, f"could not be reached ({response})")
     if not response.is_success:
         status = f"answered HTTP {response.status_code} {response.reason_phrase}".rstrip()
         return _failed(shown, response.status_code, status)
     return WebhookReport(url=shown, delivered=True, status=response.status_code)
-
-
-def public_webhook_url(url: str) -> str:
-    """``url`` without userinfo, query or fragment: a webhook secret often rides in them."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return "<invalid webhook URL>"
-    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def _failed(shown: str, status: int | None, what: str) -> WebhookReport:

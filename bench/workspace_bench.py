@@ -36,7 +36,6 @@ a median of at most 2 s for ``prepare_workspace``; results are printed, never as
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import subprocess
 import tempfile
@@ -51,7 +50,7 @@ from sandbox.workspace.credentials import upstream_callbacks
 from sandbox.workspace.mirror import sync_mirror
 from sandbox.workspace.prepare import SANDBOX_UID, prepare_workspace
 from sandbox.worktree import WorkingTree
-from tests.workspace.kit import as_sandbox
+from tests.workspace.kit import as_sandbox, traversable_dir
 
 TARGET_SECONDS = 2.0
 REPO = "bench"
@@ -63,13 +62,8 @@ Method = Callable[[], Path | None]
 def main() -> None:
     options = _arguments()
     repo = bench_repository(options.files, options.commits)
-    scratch = Path(tempfile.mkdtemp(prefix="riverbeam-workspace-bench-", dir=options.root))
-    # The sandbox uid checks trees out and runs status in them: it must get through.
-    scratch.chmod(0o711)
-    try:
+    with traversable_dir("riverbeam-workspace-bench-", options.root) as scratch:
         _run(repo.path, scratch, options.runs, repo.paths)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _arguments() -> argparse.Namespace:

@@ -182,6 +182,12 @@ class Settings(BaseSettings):
         toml = TomlConfigSettingsSource(settings_cls, toml_file=config_path())
         return (init_settings, env_settings, toml)
 
+    def allows_self_approval(self, repo: str) -> bool:
+        """Whether the requester of a job on ``repo`` may approve it themselves; never for a
+        repository the configuration no longer registers."""
+        repository = self.repositories.get(repo)
+        return repository is not None and repository.allow_self_approval
+
     def repository(self, name: str) -> RepositoryConfig:
         """A registered repository; a job can only name one of these."""
         repository = self.repositories.get(name)

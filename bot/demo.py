@@ -28,7 +28,7 @@ import pygit2
 from pydantic import JsonValue
 
 from bot.clients.base import Completion, Message, ToolCall
-from bot.clients.playbook import PlaybookClient, PlaybookStep
+from bot.clients.playbook import PlaybookClient, PlaybookStep, last_tool_result
 from bot.jobs.models import JobRecord
 
 REPO_NAME = "skiff-docs"
@@ -255,25 +255,9 @@ def _calls(name: str, arguments: dict[str, JsonValue]) -> Completion:
     return Completion.of_calls(ToolCall.of(name, arguments))
 
 
-def tool_result(messages: Sequence[Message], tool: str) -> JsonValue:
-    """What the newest call of ``tool`` returned in the conversation (parsed JSON), or
-    None when it was not called."""
-    names = {
-        call["id"]: call["function"]["name"]
-        for message in messages
-        if message.get("role") == "assistant"
-        for call in message.get("tool_calls") or []
-    }
-    for message in reversed(messages):
-        if message.get("role") == "tool" and names.get(message.get("tool_call_id")) == tool:
-            parsed: JsonValue = json.loads(str(message.get("content") or "null"))
-            return parsed
-    return None
-
-
 def _page_fixes(messages: Sequence[Message]) -> tuple[str, list[Fix], list[Fix]] | None:
     """The corrected page and what changed, from the page and the tree the tools returned."""
-    read, tree = tool_result(messages, "read_file"), tool_result(messages, "list_tree")
+    read, tree = last_tool_result(messages, "read_file"), last_tool_result(messages, "list_tree")
     if not isinstance(read, dict) or not isinstance(read.get("content"), str):
         return None
     files = tree.get("files") if isinstance(tree, dict) else None
@@ -305,7 +289,7 @@ def _commit(messages: Sequence[Message]) -> Completion:
 
 def _report(messages: Sequence[Message]) -> str:
     """The final answer: what was fixed, and what became of the push."""
-    pushed = tool_result(messages, "git_push")
+    pushed = last_tool_result(messages, "git_push")
     if isinstance(pushed, dict) and pushed.get("refused"):
         return (
             f"{pushed.get('by')} refused the push ({pushed.get('comment') or 'no comment'}); "

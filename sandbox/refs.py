@@ -27,6 +27,10 @@ from collections.abc import Iterable
 
 from bot.errors import BeamError
 
+# The ids the job service gives jobs. One id names the job's workspace directory, its branch
+# (``riverbeam/<id>``) and its container, so it keeps to what all three accept.
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$"
+
 __all__ = ["HEADS", "MAX_BRANCH_BYTES", "ProtectedRefs", "branch_name", "full_ref"]
 
 HEADS = "refs/heads/"

@@ -23,7 +23,7 @@ from bot.tools import Tool, ToolSpec, validate_arguments
 from sandbox.tool_specs import MAX_LIST_ENTRIES, MAX_READ_CHARS, TOOL_SPECS
 from sandbox.worktree import WorkingTree
 
-__all__ = ["TOOL_NAMES", "SandboxTool", "call_tool", "sandbox_tools"]
+__all__ = ["TOOL_NAMES", "SandboxTool", "call_tool", "decode_text", "sandbox_tools"]
 
 TOOL_NAMES = tuple(TOOL_SPECS)
 MAX_DIRECTORY_SUMMARY = 200
@@ -107,7 +107,7 @@ def _read_file(tree: WorkingTree, args: dict[str, Any]) -> Result:
     path = root.normalize(args["path"])
     data = root.read_bytes(path)
     described: Result = {"path": path, "size": len(data), "sha": str(pygit2.hash(data))}
-    text = None if b"\0" in data[:_BINARY_PROBE] else _utf8(data)
+    text = decode_text(data)
     if text is None:
         return {
             **described,
@@ -122,7 +122,12 @@ def _read_file(tree: WorkingTree, args: dict[str, Any]) -> Result:
     return {**described, "binary": False, **_lines(text, args.get("start_line", 1))}
 
 
-def _utf8(data: bytes) -> str | None:
+def decode_text(data: bytes) -> str | None:
+    """``data`` as text, or None when it is binary: a NUL byte in the first 8,000 bytes
+    (git's own test) or bytes that are not UTF-8. The host tools use the same rule, so the
+    model sees one notion of a text file."""
+    if b"\0" in data[:_BINARY_PROBE]:
+        return None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

@@ -38,6 +38,7 @@ from redis.retry import Retry
 from bot.api.operations import Service
 from bot.config import Settings
 from bot.errors import BeamError
+from bot.jobs.store import describe_redis
 
 router = APIRouter(tags=["operations"])
 
@@ -92,22 +93,17 @@ def _fail_fast_redis(url: str, timeout: float) -> redis.Redis:
     )
 
 
-def _where(client: redis.Redis) -> str:
-    kwargs = client.connection_pool.connection_kwargs
-    return str(kwargs.get("path") or f"{kwargs.get('host', 'localhost')}:{kwargs.get('port')}")
-
-
 def check_redis(settings: Settings) -> str:
     client = _fail_fast_redis(settings.redis_url, CHECK_TIMEOUT_SECONDS)
     try:
         client.ping()
     except redis.RedisError as error:
         raise BeamError(
-            "BEM-504", f"the job store (Redis at {_where(client)}) does not answer: {error}"
+            "BEM-504", f"the job store (Redis at {describe_redis(client)}) does not answer: {error}"
         ) from None
     finally:
         client.close()
-    return f"Redis at {_where(client)} answered PING"
+    return f"Redis at {describe_redis(client)} answered PING"
 
 
 def check_broker(celery: Celery) -> str:

@@ -120,17 +120,9 @@ class Service:
     def decide(self, who: Principal, job_id: str, *, approve: bool, comment: str) -> Approval:
         """Approve or refuse the job's parked push as ``who``: reviewers and admins only,
         never one's own job unless the repository allows it; the resume is queued."""
-        record = self.store.get(job_id)
-        who.check_decide(record.spec.repo)
-        allow_self = self.settings.repository(record.spec.repo).allow_self_approval
+        who.check_decide(self.store.get(job_id).spec.repo)
         return decide_job(
-            self.store,
-            job_id,
-            approve,
-            who.name,
-            comment,
-            allow_self=allow_self,
-            app=self.celery,
+            self.store, job_id, approve, who.name, comment, settings=self.settings, app=self.celery
         )
 
     def may_decide(self, who: Principal, approval: Approval) -> MayDecide:
@@ -142,8 +134,9 @@ class Service:
             return "decided"
         if not who.may_decide:
             return "role"
-        allow_self = self.settings.repository(approval.repo).allow_self_approval
-        if approval.requested_by == who.name and not allow_self:
+        if approval.requested_by == who.name and not self.settings.allows_self_approval(
+            approval.repo
+        ):
             return "own"
         return "yes"
 

@@ -83,9 +83,6 @@ def _decide(args: argparse.Namespace) -> int:
 
     out = console()
     with services() as running:
-        record = running.store.get(args.job_id)
-        repository = running.settings.repositories.get(record.spec.repo)
-        allow_self = repository is not None and repository.allow_self_approval
         # Decided from here on: frames already in the stream belong to the parked segment.
         resume_from = running.store.last_event_id(args.job_id)
         decided = decide_job(
@@ -94,7 +91,7 @@ def _decide(args: argparse.Namespace) -> int:
             args.approve,
             acting_as(args.as_name),
             args.comment,
-            allow_self=allow_self,
+            settings=running.settings,
             app=running.app,
         )
         target = f"{decided.target_ref} (commit {(decided.commit_sha or '')[:12]})"

@@ -187,8 +187,6 @@ def _decide(out: Console, running: Services, job_id: str, me: str, *, yes: bool)
 
     approval = running.store.approval(job_id)
     assert approval is not None  # the job is parked on it
-    record = running.store.get(job_id)
-    allow_self = running.settings.repository(record.spec.repo).allow_self_approval
     _step(out, "4. The parked push", "nothing is pushed until a person approves")
     show_approval(out, approval)
     question = f"\nApprove the push of {(approval.commit_sha or '')[:12]} to {approval.target_ref}?"
@@ -201,7 +199,9 @@ def _decide(out: Console, running: Services, job_id: str, me: str, *, yes: bool)
             comment = "" if approve else Prompt.ask("Why? (the model reads this)", console=out)
         except EOFError:  # no one at the keyboard: nothing is approved by default
             approve, comment = False, "nobody answered the prompt"
-    decide_job(running.store, job_id, approve, me, comment, allow_self=allow_self, app=running.app)
+    decide_job(
+        running.store, job_id, approve, me, comment, settings=running.settings, app=running.app
+    )
     return approve
 
 

@@ -52,11 +52,18 @@ class PlaybookClient:
         return answer if answer.model else answer.model_copy(update={"model": self.model})
 
 
-def last_tool_result(messages: Sequence[Message]) -> JsonValue:
-    """The newest tool message's content, parsed (``None`` when there is none): what a step
-    reacts to. Tool messages carry JSON text (a result, or ``{"error": {...}}``)."""
+def last_tool_result(messages: Sequence[Message], tool: str | None = None) -> JsonValue:
+    """The newest tool message's content (of a call of ``tool``, if named), parsed; ``None``
+    when there is none: what a step reacts to. Tool messages carry JSON text (a result, or
+    ``{"error": {...}}``)."""
+    names = {
+        call["id"]: call["function"]["name"]
+        for message in messages
+        if message.get("role") == "assistant"
+        for call in message.get("tool_calls") or []
+    }
     for message in reversed(messages):
-        if message.get("role") == "tool":
+        if message.get("role") == "tool" and tool in (None, names.get(message.get("tool_call_id"))):
             content = str(message.get("content") or "null")
             try:
                 parsed: JsonValue = json.loads(content)

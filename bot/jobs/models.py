@@ -22,6 +22,7 @@ from pydantic import (
 
 from bot.errors import JobError
 from bot.frames import ErrorInfo, Frame, Usage
+from sandbox.refs import JOB_ID_PATTERN
 
 
 def utcnow() -> datetime:
@@ -81,6 +82,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+_JOB_ID = JOB_ID_PATTERN
 _RANGE = re.compile(r"^(?P<start>[^.\s]+(?:\.[^.\s]+)*)\.\.(?P<end>[^.\s]+(?:\.[^.\s]+)*)$")
 MAX_REQUEST_CHARS = 20_000
 
@@ -101,7 +103,7 @@ class JobSpec(BaseModel):
     range: str | None = Field(default=None, max_length=420, description="commit-notes range 'A..B'")
     review_job: str | None = Field(
         default=None,
-        pattern=_NAME,
+        pattern=_JOB_ID,
         description="publish: the completed review job whose approved commit is published",
     )
     pages: tuple[
@@ -227,7 +229,7 @@ class JobRecord(BaseModel):
     its worker renews; a redelivered task may take the job over only once the lease ran out.
     """
 
-    id: str = Field(pattern=_NAME)
+    id: str = Field(pattern=_JOB_ID)
     spec: JobSpec
     state: JobState = JobState.QUEUED
     version: int = 0

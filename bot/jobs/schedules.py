@@ -254,23 +254,22 @@ class ScheduleRuns:
 
     def __init__(self, store: JobStore) -> None:
         self._store = store
-        self._redis = store._redis
-        self._prefix = store._prefix
+        self._redis = store.client
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "riverbeam") -> ScheduleRuns:
         return cls(JobStore.from_url(url, prefix=prefix))
 
     def _index(self, repo: str) -> str:
-        return f"{self._prefix}:schedule-runs:{repo}"
+        return self._store.key("schedule-runs", repo)
 
     def _key(self, repo: str, run_id: str) -> str:
-        return f"{self._prefix}:schedule-run:{repo}:{run_id}"
+        return self._store.key("schedule-run", repo, run_id)
 
     def add(self, run: ScheduleRun) -> None:
         """Record a new run, dropping the oldest past ``KEEP_RUNS``."""
         index = self._index(run.repo)
-        with self._store._reachable():
+        with self._store.reachable():
             with self._redis.pipeline(transaction=True) as tx:
                 tx.set(self._key(run.repo, run.id), run.model_dump_json())
                 tx.zadd(index, {run.id: run.started_at.timestamp()})
@@ -281,13 +280,13 @@ class ScheduleRuns:
                 self._redis.zrem(index, *old)
 
     def get(self, repo: str, run_id: str) -> ScheduleRun | None:
-        with self._store._reachable():
+        with self._store.reachable():
             raw = self._redis.get(self._key(repo, run_id))
         return None if raw is None else ScheduleRun.model_validate_json(raw)
 
     def recent(self, repo: str, limit: int = 20) -> list[ScheduleRun]:
         """The newest runs of ``repo``, newest first."""
-        with self._store._reachable():
+        with self._store.reachable():
             ids = _ids(self._redis.zrevrange(self._index(repo), 0, limit - 1))
             raws = self._redis.mget([self._key(repo, run_id) for run_id in ids]) if ids else []
         return [ScheduleRun.model_validate_json(raw) for raw in raws if raw is not None]
@@ -310,7 +309,7 @@ class ScheduleRuns:
 
             return new, writes
 
-        return self._store._atomic([key], body)
+        return self._store.atomic([key], body)
 
 
 def _ids(reply: object) -> list[str]:

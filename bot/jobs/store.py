@@ -87,7 +87,7 @@ class JobStore:
         self._prefix = prefix
         self._events_maxlen = events_maxlen
         self._snapshot_max_bytes = snapshot_max_bytes
-        self._where = _describe(redis)
+        self._where = describe_redis(redis)
 
     @classmethod
     def from_url(cls, url: str, **kw: Any) -> JobStore:
@@ -155,8 +155,19 @@ class JobStore:
 
     # plumbing --------------------------------------------------------------------------
 
+    # Documents kept beside the store's (scheduled runs, web sessions) use the same client,
+    # key prefix, outage handling and transactions through these four.
+
+    @property
+    def client(self) -> redis.Redis:
+        return self._redis
+
+    def key(self, *parts: str) -> str:
+        """``<prefix>:<part>:<part>...``: a key of this deployment's Redis keyspace."""
+        return ":".join((self._prefix, *parts))
+
     @contextmanager
-    def _reachable(self) -> Iterator[None]:
+    def reachable(self) -> Iterator[None]:
         """Turn a Redis outage into BEM-504. The message names the host, never the URL,
         which may carry a password."""
         try:
@@ -180,7 +191,7 @@ class JobStore:
                 f"the job store (Redis at {self._where}) refuses writes: {exc}",
             ) from exc
 
-    def _atomic(
+    def atomic(
         self,
         watch: Collection[str],
         body: Callable[[Pipeline], tuple[T, Writes | None]],
@@ -188,7 +199,7 @@ class JobStore:
         """Run ``body`` under WATCH on ``watch``; it reads through the pipeline (immediate
         mode) and returns its value and the writes to queue, or None to write nothing. The
         writes run in MULTI/EXEC; when a watched key changed meanwhile, everything reruns."""
-        with self._reachable():
+        with self.reachable():
             for attempt in range(MAX_WATCH_RETRIES):
                 with self._redis.pipeline(transaction=True) as pipe:
                     try:
@@ -260,7 +271,7 @@ class JobStore:
 
             return record, writes
 
-        return self._atomic([idem] if idem else [], body)
+        return self.atomic([idem] if idem else [], body)
 
     def _fresh_id(self, pipe: Pipeline) -> str:
         """A new job id, watched so that a concurrent create of the same id fails ours. Ids
@@ -282,12 +293,12 @@ class JobStore:
         return record
 
     def get(self, job_id: str) -> JobRecord:
-        with self._reachable():
+        with self.reachable():
             return self._read_job(self._redis, job_id)
 
     def find(self, job_id: str) -> JobRecord | None:
         """The job, or None when the store does not know it (``get`` says BEM-500)."""
-        with self._reachable():
+        with self.reachable():
             raw = self._redis.get(self._job_key(job_id))
         return None if raw is None else JobRecord.model_validate_json(raw)
 
@@ -387,7 +398,7 @@ class JobStore:
 
             return (claimed, applied), writes
 
-        return self._atomic([job_key, approval_key], body)
+        return self.atomic([job_key, approval_key], body)
 
     def renew_lease(self, job_id: str, *, worker: str, lease_seconds: float) -> bool:
         """Extend ``worker``'s lease; False when the job is no longer running under it (it
@@ -451,7 +462,7 @@ class JobStore:
 
             return (new, record), writes
 
-        return self._atomic([job_key, approval_key], body)
+        return self.atomic([job_key, approval_key], body)
 
     def _index_lease(self, tx: Pipeline, record: JobRecord) -> None:
         """Keep the lease index in step with the record: a running job is there under its
@@ -465,14 +476,14 @@ class JobStore:
         """Running jobs whose lease ran out (their worker died or lost Redis), oldest
         first: what ``recover_jobs`` hands to a live worker. Reads the lease index only,
         whatever the number of jobs."""
-        with self._reachable():
+        with self.reachable():
             now = self._server_now(self._redis).timestamp()
             found = self._redis.zrangebyscore(self._leases_key, "-inf", now, start=0, num=limit)
         return [_text(cast(bytes, job_id)) for job_id in found]
 
     def forget_lease(self, job_id: str) -> None:
         """Drop a job the store no longer has from the lease index."""
-        with self._reachable():
+        with self.reachable():
             self._redis.zrem(self._leases_key, job_id)
 
     def list(
@@ -507,7 +518,7 @@ class JobStore:
         filtered = any(value is not None for value in (state, kind, repo, requested_by, repos))
         first = _SCAN_BATCH if filtered else limit + 1
         found: builtins.list[tuple[JobRecord, float]] = []
-        with self._reachable():
+        with self.reachable():
             for rows in self._index_pages(after, first=first):
                 raws = self._redis.mget([self._job_key(job_id) for job_id, _ in rows])
                 for (_, score), raw in zip(rows, raws, strict=True):
@@ -549,11 +560,11 @@ class JobStore:
     # run state and snapshots -----------------------------------------------------------
 
     def save_run_state(self, job_id: str, state_json: str) -> None:
-        with self._reachable():
+        with self.reachable():
             self._redis.set(self._run_key(job_id), state_json)
 
     def load_run_state(self, job_id: str) -> str:
-        with self._reachable():
+        with self.reachable():
             raw = self._redis.get(self._run_key(job_id))
         if raw is None:
             raise JobError(
@@ -568,16 +579,16 @@ class JobStore:
                 f"the parked workspace of job {job_id} is {len(data)} bytes; the snapshot cap "
                 f"is {self._snapshot_max_bytes} bytes (jobs.snapshot_max_bytes)",
             )
-        with self._reachable():
+        with self.reachable():
             self._redis.set(self._snapshot_key(job_id), data)
 
     def load_snapshot(self, job_id: str) -> bytes | None:
-        with self._reachable():
+        with self.reachable():
             raw = self._redis.get(self._snapshot_key(job_id))
         return None if raw is None else _bytes(raw)
 
     def drop_parked(self, job_id: str) -> None:
-        with self._reachable():
+        with self.reachable():
             self._redis.delete(self._run_key(job_id), self._snapshot_key(job_id))
 
     # events ----------------------------------------------------------------------------
@@ -593,14 +604,14 @@ class JobStore:
         return self._append(job_id, {"end": state.value})
 
     def _append(self, job_id: str, fields: dict[str, str]) -> str:
-        with self._reachable():
+        with self.reachable():
             entry: bytes = self._xadd(self._redis, job_id, fields)
         return entry.decode()
 
     def last_event_id(self, job_id: str) -> str:
         """The id of the newest event in the job's stream, "0-0" when it has none: where a
         follower that only wants what comes next starts."""
-        with self._reachable():
+        with self.reachable():
             newest = cast(StreamEntries, self._redis.xrevrange(self._events_key(job_id), count=1))
         return _text(newest[0][0]) if newest else "0-0"
 
@@ -622,7 +633,7 @@ class JobStore:
         # each skip what arrived in between.
         if after == "$":
             after = self.last_event_id(job_id)
-        with self._reachable():
+        with self.reachable():
             while True:
                 block = None
                 if block_ms is not None:
@@ -657,24 +668,24 @@ class JobStore:
 
             return approval, writes
 
-        return self._atomic([key, self._job_key(approval.job_id)], body)
+        return self.atomic([key, self._job_key(approval.job_id)], body)
 
     def approval(self, job_id: str) -> Approval | None:
         """The job's current approval: pending, decided or withdrawn; None if it never had
         one."""
-        with self._reachable():
+        with self.reachable():
             return self._read_approval(self._redis, job_id)
 
     def approval_history(self, job_id: str) -> builtins.list[Approval]:
         """Every approval of the job that was decided or withdrawn, oldest first, as it was
         at that moment."""
-        with self._reachable():
+        with self.reachable():
             raws = self._redis.lrange(self._history_key(job_id), 0, -1)
         return [Approval.model_validate_json(raw) for raw in raws]
 
     def pending_approvals(self, *, repo: str | None = None) -> builtins.list[Approval]:
         """Approvals waiting for a decision, oldest first."""
-        with self._reachable():
+        with self.reachable():
             job_ids = cast(builtins.list[bytes], self._redis.zrange(self._pending_key, 0, -1))
             if not job_ids:
                 return []
@@ -719,7 +730,7 @@ class JobStore:
 
             return decided, writes
 
-        return self._atomic([key, self._job_key(job_id)], body)
+        return self.atomic([key, self._job_key(job_id)], body)
 
     def _queue_decided(self, tx: Pipeline, decided: Approval) -> None:
         tx.set(self._approval_key(decided.job_id), decided.model_dump_json())
@@ -743,7 +754,7 @@ class JobStore:
     def try_lock(self, name: str, *, ttl_seconds: float) -> str | None:
         """Take the lock ``name`` for ``ttl_seconds``; its token, or None when it is held."""
         token = secrets.token_hex(16)
-        with self._reachable():
+        with self.reachable():
             taken = self._redis.set(
                 self._lock_key(name), token, nx=True, px=max(1, int(ttl_seconds * 1000))
             )
@@ -763,7 +774,7 @@ class JobStore:
 
             return None, writes
 
-        self._atomic([key], body)
+        self.atomic([key], body)
 
 
 def _check_moves(from_states: Collection[JobState], to: JobState) -> None:
@@ -838,7 +849,7 @@ def _decode_cursor(cursor: str | None) -> tuple[float, str] | None:
     raise JobError("BEM-501", "the cursor is not one this service issued")
 
 
-def _describe(client: redis.Redis) -> str:
+def describe_redis(client: redis.Redis) -> str:
     """Where the client connects, for messages: host and port (or socket path), no user
     and no password."""
     kwargs = client.connection_pool.connection_kwargs

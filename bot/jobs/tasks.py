@@ -92,11 +92,13 @@ def decide_job(
     by: str,
     comment: str = "",
     *,
-    allow_self: bool = False,
+    settings: Settings,
     app: Celery | None = None,
 ) -> Approval:
-    """Approve or refuse the job's parked call (BEM-600/601/602 from the store), then queue
-    the resume that applies the decision on any worker."""
+    """Approve or refuse the job's parked call (BEM-600/601/602 from the store; a requester
+    approves their own job only where the repository's ``allow_self_approval`` is on), then
+    queue the resume that applies the decision on any worker."""
+    allow_self = settings.allows_self_approval(store.get(job_id).spec.repo)
     decided = store.decide(job_id, approve=approve, by=by, comment=comment, allow_self=allow_self)
     _send(app, RESUME_JOB, store.get(job_id), priority=RESUME_PRIORITY)
     return decided

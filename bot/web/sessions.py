@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
-import redis
 from pydantic import BaseModel, ConfigDict
 
 from bot.config import Settings
-from bot.errors import BeamError
+from bot.jobs.store import JobStore
 
 SESSION_COOKIE = "riverbeam_session"
 # Before sign-in there is no session: the sign-in form's CSRF token is a double-submit
@@ -45,27 +42,24 @@ def new_secret() -> str:
 
 
 class SessionStore:
-    def __init__(self, client: redis.Redis, *, prefix: str, lifetime_seconds: int) -> None:
-        self._redis = client
-        self._prefix = prefix
+    """Sessions in the job store's Redis, with its key prefix and outage handling."""
+
+    def __init__(self, store: JobStore, *, lifetime_seconds: int) -> None:
+        self._store = store
         self.lifetime_seconds = lifetime_seconds
 
     @classmethod
-    def for_settings(cls, settings: Settings) -> SessionStore:
-        client = redis.Redis.from_url(
-            settings.redis_url, socket_connect_timeout=5.0, socket_timeout=10.0
-        )
-        lifetime = max(1, round(settings.api.session_hours * 3600))
-        return cls(client, prefix=settings.jobs.prefix, lifetime_seconds=lifetime)
+    def for_service(cls, store: JobStore, settings: Settings) -> SessionStore:
+        return cls(store, lifetime_seconds=max(1, round(settings.api.session_hours * 3600)))
 
     def _key(self, session_id: str) -> str:
         # Hashed, so whoever reads Redis cannot use the ids it finds there as cookies.
-        return f"{self._prefix}:session:{hashlib.sha256(session_id.encode()).hexdigest()}"
+        return self._store.key("session", hashlib.sha256(session_id.encode()).hexdigest())
 
     def create(self, token_sha256: str) -> Session:
         session = Session(new_secret(), SessionData(token_sha256=token_sha256, csrf=new_secret()))
-        with _reachable():
-            self._redis.set(
+        with self._store.reachable():
+            self._store.client.set(
                 self._key(session.id), session.data.model_dump_json(), ex=self.lifetime_seconds
             )
         return session
@@ -74,23 +68,12 @@ class SessionStore:
         """The live session with this id; None once it expired or was signed out."""
         if not session_id or len(session_id) > 100:
             return None
-        with _reachable():
-            raw = self._redis.get(self._key(session_id))
+        with self._store.reachable():
+            raw = self._store.client.get(self._key(session_id))
         if raw is None:
             return None
         return Session(session_id, SessionData.model_validate_json(raw))
 
     def delete(self, session_id: str) -> None:
-        with _reachable():
-            self._redis.delete(self._key(session_id))
-
-
-@contextmanager
-def _reachable() -> Iterator[None]:
-    try:
-        yield
-    except redis.RedisError as error:
-        # The message names the failure, never the URL, which may carry a password.
-        raise BeamError(
-            "BEM-504", f"the session store (Redis) is unreachable: {type(error).__name__}"
-        ) from None
+        with self._store.reachable():
+            self._store.client.delete(self._key(session_id))

@@ -36,7 +36,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from bot.config import RepositoryConfig, SandboxLimits, WorkspaceSettings
 from bot.errors import BeamError
-from sandbox.refs import HEADS, ProtectedRefs, branch_name
+from sandbox.refs import HEADS, JOB_ID_PATTERN, ProtectedRefs, branch_name
 from sandbox.workspace.checkout import check_out_as
 from sandbox.workspace.commits import commit_in
 from sandbox.workspace.credentials import UpstreamCallbacks, upstream_callbacks
@@ -63,7 +63,7 @@ TREE = "tree"
 OUTBOX = "outbox.git"
 STAGING_PREFIX = ".staging-"
 # Job ids become a directory name and part of a branch name: keep them plain.
-_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
+_JOB_ID = re.compile(JOB_ID_PATTERN)
 # libgit2's built-in template: nothing in it is needed, and none of it is Riverbeam's.
 _TEMPLATE_LEFTOVERS = ("hooks", "description", "info")
 

@@ -17,6 +17,7 @@ import httpx
 from bot.api.app import create_app
 from bot.config import Settings
 from tests.support.api_server import ApiServer
+from tests.support.redis_server import free_port
 from tests.support.stack import Stack
 
 CHECKS = {"redis", "broker", "docker", "image"}
@@ -46,13 +47,6 @@ def _silent_port() -> Iterator[int]:
         yield listener.getsockname()[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 def test_everything_up_is_200_with_every_check_ok_and_needs_no_token(api: ApiServer) -> None:
     reply = httpx.get(f"{api.url}/healthz", timeout=30)
 
@@ -78,7 +72,7 @@ async def test_a_missing_image_is_503_naming_the_image_check(stack: Stack) -> No
 
 
 async def test_an_unreachable_redis_is_503_naming_redis_and_the_broker(stack: Stack) -> None:
-    port = _free_port()
+    port = free_port()
     status, body = await _probe(
         stack.settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{port}/0"})
     )

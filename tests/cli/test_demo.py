@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,15 +19,13 @@ from tests.cli.kit import Background, assert_all_gone, cli, environment, started
 from tests.support.redis_server import free_port
 from tests.support.stack import job_stack
 from tests.support.stub_model import STUB_MODEL, StubModel, completion, tool_call
+from tests.workspace.kit import traversable_dir
 
 
 @pytest.fixture
 def open_dir() -> Iterator[Path]:
-    """A directory the sandbox uid can pass through (pytest's tmp_path is 0700)."""
-    path = Path(tempfile.mkdtemp(prefix="riverbeam-demo-test-"))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path)
+    with traversable_dir("riverbeam-demo-test-") as path:
+        yield path
 
 
 def _blob(repo: pygit2.Repository, commit: pygit2.Commit, path: str) -> str:

@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bot.errors import BeamError
-from bot.frames import ToolFrame
 from bot.jobs.celery_app import REAP_SANDBOXES, RESUME_JOB, RUN_JOB, queue_for, send_chore
 from bot.jobs.models import (
     Approval,
@@ -28,11 +27,9 @@ from sandbox.image.build import check_image
 from sandbox.workspace.credentials import upstream_callbacks
 from sandbox.workspace.prepare import open_workspace
 from sandbox.workspace.relay import relay_push
-from tests.support.playbooks import COMMIT_SUBJECT, DONE_TEXT, SLOW_SECONDS
+from tests.support.playbooks import AUTHOR_REQUEST, COMMIT_SUBJECT, DONE_TEXT, SLOW_SECONDS
 from tests.support.stack import REQUESTER, REVIEWER, Stack, job_stack, wait_until
 from tests.workspace.kit import git
-
-REQUEST = "Fix the broken links and typos on the install page"
 
 pytestmark = pytest.mark.slow
 
@@ -45,20 +42,11 @@ def stack() -> Iterator[Stack]:
 
 
 def _park(stack: Stack, playbook: str = "author-fix-install") -> tuple[JobRecord, Approval]:
-    job = stack.submit(JobKind.AUTHOR, playbook, request=REQUEST)
+    job = stack.submit(JobKind.AUTHOR, playbook, request=AUTHOR_REQUEST)
     parked = stack.wait_for(job.id, JobState.AWAITING_APPROVAL)
     approval = stack.store.approval(job.id)
     assert approval is not None and parked.approval_id == approval.id
     return parked, approval
-
-
-def _tool_results(stack: Stack, job_id: str, name: str) -> list[object]:
-    events = stack.store.read_events(job_id, count=10_000)
-    return [
-        event.frame.record.result
-        for event in events
-        if isinstance(event.frame, ToolFrame) and event.frame.record.name == name
-    ]
 
 
 def test_an_author_job_parks_its_push_and_lands_it_after_approval(stack: Stack) -> None:
@@ -93,7 +81,7 @@ def test_an_author_job_parks_its_push_and_lands_it_after_approval(stack: Stack) 
     assert "docs/install.md" in outcome.diff_stat
     decided = stack.store.approval(job.id)
     assert decided is not None and decided.applied and decided.decided_by == REVIEWER
-    pushes = _tool_results(stack, job.id, "git_push")
+    pushes = [call.result for call in stack.tool_calls(job.id, "git_push")]
     assert pushes[-1]["upstream"] == {  # type: ignore[index]
         "branch": branch,
         "sha": approval.commit_sha,
@@ -136,7 +124,7 @@ def test_a_refused_push_is_an_answer_the_model_reads(stack: Stack) -> None:
 
 def test_a_push_to_a_protected_ref_is_refused_by_policy_without_a_person(stack: Stack) -> None:
     main = stack.upstream_ref("main")
-    job = stack.submit(JobKind.AUTHOR, "author-push-main", request=REQUEST)
+    job = stack.submit(JobKind.AUTHOR, "author-push-main", request=AUTHOR_REQUEST)
     done = stack.wait_for(job.id, JobState.REFUSED)
     assert stack.store.approval(job.id) is None
     assert stack.store.approval_history(job.id) == []
@@ -169,7 +157,7 @@ def test_a_resume_redelivered_after_its_worker_died_pushes_once(stack: Stack) ->
     done = stack.wait_for(job.id, JobState.SUCCEEDED)
     assert done.attempt == ghost.attempt + 1
     assert done.worker is not None and done.worker.startswith("a@")
-    upstream = _tool_results(stack, job.id, "git_push")[-1]["upstream"]  # type: ignore[index]
+    upstream = stack.tool_calls(job.id, "git_push")[-1].result["upstream"]  # type: ignore[index]
     assert upstream == {"branch": branch, "sha": sha, "pushed": False, "already_there": True}
     assert len(stack.upstream_updates(branch)) == 1
     outcome = done.result.outcome if done.result else None
@@ -198,19 +186,21 @@ def test_a_job_parked_on_a_killed_worker_resumes_on_another_host() -> None:
 
 
 def test_a_running_job_is_cancelled_between_calls_and_leaves_no_container(stack: Stack) -> None:
-    job = stack.submit(JobKind.AUTHOR, "author-slow", request=REQUEST)
+    job = stack.submit(JobKind.AUTHOR, "author-slow", request=AUTHOR_REQUEST)
     stack.wait_for(job.id, JobState.RUNNING)
     _wait_for_tool(stack, job.id, "list_tree")
     asked = cancel_job(stack.store, job.id)
     assert asked.state is JobState.RUNNING and asked.cancel_requested
     done = stack.wait_for(job.id, JobState.CANCELLED, timeout=SLOW_SECONDS + 20)
     assert done.error is not None and done.error.code == "BEM-506"
-    assert _tool_results(stack, job.id, "read_file") == [None]  # refused, never run
+    assert [call.result for call in stack.tool_calls(job.id, "read_file")] == [
+        None
+    ]  # refused, never run
     assert stack.sandbox_containers(job.id) == []
 
 
 def test_a_sigterm_lets_the_running_segment_finish(stack: Stack) -> None:
-    job = stack.submit(JobKind.AUTHOR, "author-slow", request=REQUEST)
+    job = stack.submit(JobKind.AUTHOR, "author-slow", request=AUTHOR_REQUEST)
     _wait_for_tool(stack, job.id, "list_tree")
     try:
         assert stack.stop_worker("a") == 0  # warm shutdown: returns once the task is done
@@ -259,4 +249,4 @@ def test_chores_reach_every_worker_host(stack: Stack) -> None:
 
 
 def _wait_for_tool(stack: Stack, job_id: str, name: str) -> None:
-    wait_until(lambda: bool(_tool_results(stack, job_id, name)), 10, lambda: f"no {name} call")
+    wait_until(lambda: bool(stack.tool_calls(job_id, name)), 10, lambda: f"no {name} call")

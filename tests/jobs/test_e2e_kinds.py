@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from bot.errors import BeamError
-from bot.frames import DoneFrame, ToolCallRecord, ToolFrame
+from bot.frames import DoneFrame
 from bot.jobs.celery_app import RESUME_JOB, RUN_JOB, queue_for
 from bot.jobs.commit_notes import MAX_SUBJECT_CHARS
 from bot.jobs.models import (
@@ -73,15 +73,6 @@ def unpublished(stack: Stack) -> Stack:
     return stack
 
 
-def _records(stack: Stack, job_id: str, name: str | None = None) -> list[ToolCallRecord]:
-    events = stack.store.read_events(job_id, count=10_000)
-    return [
-        event.frame.record
-        for event in events
-        if isinstance(event.frame, ToolFrame) and name in (None, event.frame.record.name)
-    ]
-
-
 def _done_frames(stack: Stack, job_id: str) -> int:
     events = stack.store.read_events(job_id, count=10_000)
     return sum(isinstance(event.frame, DoneFrame) for event in events)
@@ -122,12 +113,12 @@ def test_a_review_delivers_a_verdict_and_findings_that_hold_against_the_tree(
     assert outcome.verdict == "approve_with_suggestions" and outcome.summary == REVIEW_SUMMARY
     assert outcome.findings == [FINDING]
     # review_change checked the first review against the tree: line 99 of a 7-line page.
-    first, second = _records(stack, job.id, "review_change")
+    first, second = stack.tool_calls(job.id, "review_change")
     assert not first.ok and first.error is not None and first.error.code == "BEM-090"
     assert "line 99 is past the end of 'docs/install.md', which has 7 lines" in first.error.message
     assert second.ok and isinstance(second.result, dict) and second.result["recorded"] is True
     # The diff the reviewer read is the branch's change against main.
-    (diff,) = _records(stack, job.id, "git_diff")
+    (diff,) = stack.tool_calls(job.id, "git_diff")
     assert "+Install the tool with pip:" in str(diff.result)
     assert stack.upstream_ref("docs/review-me") == sha
 
@@ -150,7 +141,7 @@ def test_a_summary_covers_the_branch_since_it_left_main(stack: Stack) -> None:
     assert outcome.commits == [CommitInfo(sha=sha, subject="Add a FAQ page")]
     assert outcome.files == ["docs/faq.md"]
     assert outcome.summary == SUMMARY_TEXT
-    (log,) = _records(stack, job.id, "git_log")
+    (log,) = stack.tool_calls(job.id, "git_log")
     assert "Start a changelog" not in str(log.result) and "Add a FAQ page" in str(log.result)
 
 
@@ -167,7 +158,7 @@ def test_commit_notes_for_a_range_of_commits(stack: Stack) -> None:
     assert done.result is not None
     outcome = done.result.outcome
     assert outcome == CommitNotesOutcome(range=wanted, subject=NOTES_SUBJECT, body=NOTES_BODY)
-    (log,) = _records(stack, job.id, "git_log")
+    (log,) = stack.tool_calls(job.id, "git_log")
     report = LogReport.model_validate(log.result)
     assert [commit.sha for commit in report.commits] == [end]
     assert report.since is not None and report.since.sha == start
@@ -225,7 +216,7 @@ def test_a_publish_parks_on_the_reviewed_commit_and_moves_the_publish_ref_once(
     again = stack.store.get(job.id)
     assert (again.state, again.version, again.attempt) == (JobState.SUCCEEDED, done.version, 2)
     assert len(stack.upstream_updates(PUBLISH_REF)) == 1
-    (published,) = _records(stack, job.id, "publish_docset")  # run once, after approval
+    (published,) = stack.tool_calls(job.id, "publish_docset")  # run once, after approval
     assert isinstance(published.result, dict) and published.result["already_there"] is False
     assert stack.sandbox_containers(job.id) == []
 
@@ -297,19 +288,19 @@ def test_a_queued_job_is_cancelled_and_its_message_does_nothing_later(stack: Sta
     _succeeded(stack, after)
     assert stack.store.get(job.id) == cancelled
     assert stack.store.read_events(job.id)[-1].end is JobState.CANCELLED
-    assert _records(stack, job.id) == []
+    assert stack.tool_calls(job.id) == []
     assert stack.sandbox_containers(job.id) == []
 
 
 def test_a_running_job_is_cancelled_between_calls(stack: Stack) -> None:
     _fix_branch(stack, "docs/cancel-running")
     job = stack.submit(JobKind.SUMMARIZE, "summarize-slow", branch="docs/cancel-running")
-    wait_until(lambda: bool(_records(stack, job.id, "git_log")), 15, lambda: "no git_log call")
+    wait_until(lambda: bool(stack.tool_calls(job.id, "git_log")), 15, lambda: "no git_log call")
     asked = cancel_job(stack.store, job.id)
     assert asked.state is JobState.RUNNING and asked.cancel_requested
     done = stack.wait_for(job.id, JobState.CANCELLED, timeout=SLOW_SECONDS + 15)
     assert done.error is not None and done.error.code == "BEM-506"
-    (diff,) = _records(stack, job.id, "git_diff")  # refused at the hook, never run
+    (diff,) = stack.tool_calls(job.id, "git_diff")  # refused at the hook, never run
     assert diff.error is not None and diff.error.code == "BEM-506"
     assert stack.sandbox_containers(job.id) == []
 
@@ -362,7 +353,7 @@ def test_the_same_run_job_message_twice_runs_the_job_once(stack: Stack) -> None:
         assert stack.store.get(job.id) == done
         assert done.attempt == 1
         assert _done_frames(stack, job.id) == 1
-        assert len(_records(stack, job.id, "git_log")) == 1
+        assert len(stack.tool_calls(job.id, "git_log")) == 1
     finally:
         stack.stop_worker("b")
 

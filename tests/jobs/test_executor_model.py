@@ -79,6 +79,21 @@ def test_last_tool_result_parses_json_and_handles_none() -> None:
     assert last_tool_result([{"role": "tool", "content": "plain"}]) == "plain"
 
 
+def test_last_tool_result_of_a_named_tool_skips_other_tools() -> None:
+    def call(call_id: str, name: str) -> dict[str, JsonValue]:
+        return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+    messages: list[Message] = [
+        {"role": "assistant", "content": None, "tool_calls": [call("1", "read_file")]},
+        {"role": "tool", "tool_call_id": "1", "content": '{"page": 1}'},
+        {"role": "assistant", "content": None, "tool_calls": [call("2", "list_tree")]},
+        {"role": "tool", "tool_call_id": "2", "content": '{"tree": 2}'},
+    ]
+    assert last_tool_result(messages, "read_file") == {"page": 1}
+    assert last_tool_result(messages) == {"tree": 2}
+    assert last_tool_result(messages, "git_push") is None
+
+
 # -- model_client_for ------------------------------------------------------------------------
 
 

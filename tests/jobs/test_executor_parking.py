@@ -4,8 +4,6 @@ commits in, read back by the host as the executor reads it (no container needed)
 from __future__ import annotations
 
 import hashlib
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,17 +23,15 @@ from bot.jobs.plans import tree_plan
 from bot.runner.state import Decision, RunState
 from sandbox.workspace.prepare import Workspace, prepare_workspace
 from tests.support.playbooks import FIXED_INSTALL, SEED_PAGES, seed_upstream
-from tests.workspace.kit import commit_all, git
+from tests.workspace.kit import commit_all, git, traversable_dir
 
 PROTECTED = ("main", "release/*")
 
 
 @pytest.fixture
 def base_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="riverbeam-park-test-"))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with traversable_dir("riverbeam-park-test-") as path:
+        yield path
 
 
 @pytest.fixture

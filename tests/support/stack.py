@@ -42,7 +42,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
@@ -66,7 +65,7 @@ from sandbox.image.build import build_image
 from tests.support.git_http import GitHttpServer
 from tests.support.playbooks import seed_upstream
 from tests.support.redis_server import RedisServer, running_redis
-from tests.workspace.kit import commit_all, git, write_files
+from tests.workspace.kit import commit_all, git, traversable_dir, write_files
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REPO = "docs"
@@ -223,7 +222,9 @@ class Stack:
     def decide(
         self, job_id: str, *, approve: bool, by: str = REVIEWER, comment: str = ""
     ) -> Approval:
-        return decide_job(self.store, job_id, approve, by, comment, app=self.app)
+        return decide_job(
+            self.store, job_id, approve, by, comment, settings=self.settings, app=self.app
+        )
 
     def wait_for(self, job_id: str, *states: JobState, timeout: float = 30.0) -> JobRecord:
         """The job once it is in one of ``states``; fails with the workers' logs on timeout
@@ -311,11 +312,8 @@ def job_stack(
     ``model_factory``: the workers' ``model.factory``; ``more_config``: keys for other tables
     (``jobs``, ``sandbox``); ``redis_config``: the file Redis starts with;
     ``serve_upstream``: reach the upstream over HTTP instead of its path."""
-    base = Path(tempfile.mkdtemp(prefix="riverbeam-stack-"))
-    # Workspaces are mounted into containers that run as the sandbox uid: it must traverse.
-    base.chmod(0o711)
     with ExitStack() as cleanup:
-        cleanup.callback(shutil.rmtree, base, ignore_errors=True)
+        base = cleanup.enter_context(traversable_dir("riverbeam-stack-"))
         (base / "redis").mkdir()
         redis = cleanup.enter_context(running_redis(base / "redis", config=redis_config))
         redis_url = redis.url

@@ -4,26 +4,21 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bot.config import Credentials, RepositoryConfig, WorkspaceSettings
-from tests.workspace.kit import make_upstream
+from tests.workspace.kit import make_upstream, traversable_dir
 
 TOKEN_ENV = "RIVERBEAM_TEST_UPSTREAM_TOKEN"
 
 
 @pytest.fixture
 def base_dir() -> Iterator[Path]:
-    """A scratch directory the sandbox uid can traverse (pytest's tmp_path is 0700 root)."""
-    path = Path(tempfile.mkdtemp(prefix="riverbeam-ws-test-"))
-    path.chmod(0o711)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with traversable_dir("riverbeam-ws-test-") as path:
+        yield path
 
 
 @pytest.fixture

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import subprocess
+import tempfile
 import traceback
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar, cast
 
@@ -30,6 +33,19 @@ _BASE_ENV = {
     "GIT_COMMITTER_EMAIL": "test@example.com",
     "LANG": "C",
 }
+
+
+@contextmanager
+def traversable_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
+    """A scratch directory the sandbox uid can pass through (pytest's tmp_path is 0700
+    root): workspaces under it are checked out by that uid and mounted into its containers.
+    Removed on the way out."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    path.chmod(0o711)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def git(*args: str, cwd: Path | None = None, sandbox: bool = False) -> str:

@@ -17,10 +17,11 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 
 from bot.errors import BeamError
 from bot.input import AgentInput
-from bot.jobs.host_tools.text import decode_text, split_lines
+from bot.jobs.host_tools.text import split_lines
 from bot.jobs.models import Finding, ReviewOutcome
 from bot.tools import ToolSpec, json_params, validate_arguments
 from sandbox.jail import SandboxRoot
+from sandbox.tools import decode_text
 
 __all__ = ["ReviewChangeTool", "ReviewCollector", "SubmittedReview"]
 

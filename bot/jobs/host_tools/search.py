@@ -20,9 +20,10 @@ from pydantic import JsonValue
 
 from bot.errors import BeamError
 from bot.input import AgentInput
-from bot.jobs.host_tools.text import decode_text, missing
+from bot.jobs.host_tools.text import missing
 from bot.tools import ToolSpec, json_params, validate_arguments
 from sandbox.jail import SandboxRoot
+from sandbox.tools import decode_text
 
 __all__ = ["SearchTool"]
 

@@ -2,7 +2,9 @@
 
 Exit codes: 0 done; 1 the command ran but what it reports failed (a followed job that
 failed, `sandbox doctor` not ready, a stack process that died); 2 a BEM error or a usage
-error, with nothing changed; 130 interrupted.
+error, with nothing changed; 70 an unexpected failure (one line on standard error, the
+traceback in the error log: ``bot.cli.failures``); 130 interrupted; 141 the reader of
+standard output went away (``riverbeam jobs list | head -1``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from bot.cli.api import add_api_command
 from bot.cli.approvals import add_approvals_commands
 from bot.cli.ci import add_ci_commands
 from bot.cli.demo import add_demo_command
+from bot.cli.failures import EXIT_BROKEN_PIPE, report_unexpected
 from bot.cli.jobs import add_jobs_commands
 from bot.cli.sandbox import add_sandbox_commands
 from bot.cli.service import add_service_commands
@@ -42,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="the riverbeam.toml to use (default: $RIVERBEAM_CONFIG or ./riverbeam.toml)",
     )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an unexpected failure, print the traceback here instead of to the error log",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     add_demo_command(commands)
@@ -59,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(arguments)
     if args.config is not None:
         # Through the environment, so the processes a command starts read it too.
         os.environ["RIVERBEAM_CONFIG"] = str(args.config.resolve())
@@ -72,3 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("riverbeam: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader left (`| head`): say nothing more, and let the interpreter's final
+        # flush of stdout go to /dev/null instead of raising again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except Exception as error:
+        return report_unexpected(error, arguments, debug=args.debug)

@@ -61,7 +61,8 @@ def add_demo_command(commands: Any) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     from bot.cli.common import acting_as, console
-    from bot.cli.localstack import LocalStack, state_dir
+    from bot.cli.localstack import LocalStack
+    from bot.cli.paths import state_dir
 
     out = console()
     directory = _directory(args.dir)

@@ -47,6 +47,7 @@ from celery import Celery
 from rich.console import Console
 from rich.text import Text
 
+from bot.cli.paths import state_dir
 from bot.config import Settings
 from bot.errors import BeamError
 
@@ -62,17 +63,6 @@ READY_SECONDS = 60.0
 PING_SECONDS = 1.0
 STOP_SECONDS = {"redis": 30.0, "worker": 60.0, "beat": 15.0, "api": 10.0}
 LOG_TAIL_LINES = 30
-
-
-def state_dir() -> Path:
-    """Where the local stack keeps Redis data, logs and beat's schedule:
-    ``$RIVERBEAM_STATE_DIR``, else ``$XDG_STATE_HOME/riverbeam``, else
-    ``~/.local/state/riverbeam``."""
-    explicit = os.environ.get("RIVERBEAM_STATE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_STATE_HOME")
-    return (Path(base) if base else Path.home() / ".local" / "state") / "riverbeam"
 
 
 def fingerprint(settings: Settings) -> str:

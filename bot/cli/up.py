@@ -24,7 +24,8 @@ def add_up_command(commands: Any) -> None:
 
 def _up(args: argparse.Namespace) -> int:
     from bot.cli.common import console
-    from bot.cli.localstack import LocalStack, state_dir
+    from bot.cli.localstack import LocalStack
+    from bot.cli.paths import state_dir
     from bot.config import config_path, load_settings
 
     out = console()

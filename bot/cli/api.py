@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from typing import Any
 
 from bot.cli.service import LOG_LEVELS
+from bot.errors import BeamError
 
 
 def add_api_command(commands: Any) -> None:
@@ -29,11 +31,13 @@ def _api(args: argparse.Namespace) -> int:
     from bot.config import load_settings
 
     settings = load_settings()
+    host, port = args.host or settings.api.host, args.port or settings.api.port
+    check_can_listen(host, port)
     uvicorn.run(
         "bot.api.app:create_app",
         factory=True,
-        host=args.host or settings.api.host,
-        port=args.port or settings.api.port,
+        host=host,
+        port=port,
         workers=args.workers,
         log_level=args.loglevel.lower(),
         proxy_headers=True,
@@ -41,3 +45,24 @@ def _api(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=5,
     )
     return 0
+
+
+def check_can_listen(host: str, port: int) -> None:
+    """BEM-906 when ``host:port`` cannot be bound, before uvicorn tries and exits with a code
+    of its own. Bound the way uvicorn binds (``SO_REUSEADDR``), so a port in TIME_WAIT passes
+    and a port another process listens on does not."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise BeamError("BEM-906", f"cannot listen on {host}:{port}: {error}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            raise BeamError(
+                "BEM-906",
+                f"cannot listen on {host}:{port}: {error.strerror}; stop the process that holds "
+                "it, or choose another port (--port, or api.port in riverbeam.toml)",
+            ) from None

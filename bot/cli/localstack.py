@@ -63,6 +63,8 @@ READY_SECONDS = 60.0
 PING_SECONDS = 1.0
 STOP_SECONDS = {"redis": 30.0, "worker": 60.0, "beat": 15.0, "api": 10.0}
 LOG_TAIL_LINES = 30
+# Said of a worker or beat whose node name does not carry this configuration's fingerprint.
+FOREIGN_PROCESS = "started with another configuration, or not by riverbeam (settings unknown)"
 
 
 def fingerprint(settings: Settings) -> str:
@@ -216,7 +218,7 @@ class LocalStack:
                 "configuration, and would take these jobs; stop it, or use another redis_url",
             )
         for name in others:
-            self._reuse(f"worker {name}", warn="started with a configuration this cannot check")
+            self._reuse(f"worker {name}", warn=FOREIGN_PROCESS)
         for name in ours:
             self._reuse(f"worker {name}")
         served = {queue for queues in running.values() for queue in queues}
@@ -236,7 +238,7 @@ class LocalStack:
         beats = [name for name in nodes if _is_beat(name)]
         mine = f"riverbeam-beat-{fingerprint(self.settings)}-"
         for name in beats:
-            warn = None if name.startswith(mine) else "started with another configuration"
+            warn = None if name.startswith(mine) else FOREIGN_PROCESS
             self._reuse(f"beat {name}", warn=warn)
         if beats:
             return None

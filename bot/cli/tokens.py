@@ -61,6 +61,12 @@ def token_table(entry: TokenConfig) -> str:
 
 
 def _new(args: argparse.Namespace) -> int:
+    if args.repos:
+        from bot.config import load_settings
+
+        settings = load_settings()
+        for repo in args.repos:
+            settings.repository(repo)  # BEM-900 for a name the configuration does not register
     token = new_token()
     try:
         entry = TokenConfig(

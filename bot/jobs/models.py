@@ -133,7 +133,8 @@ class JobSpec(BaseModel):
         if self.kind is JobKind.COMMIT_NOTES and not (self.range or self.branch):
             missing.append("range or branch")
         if missing:
-            raise ValueError(f"a {self.kind.value} job needs {', '.join(missing)}")
+            article = "an" if self.kind.value[0] in "aeiou" else "a"
+            raise ValueError(f"{article} {self.kind.value} job needs {', '.join(missing)}")
         if self.range is not None and not _RANGE.match(self.range):
             raise ValueError("range must look like 'A..B' (two commits or branches)")
         return self

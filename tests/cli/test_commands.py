@@ -227,7 +227,7 @@ def test_cancel_works_in_every_state_and_leaves_no_container(stack: Stack) -> No
     [
         (["submit", "author", "--repo", "nowhere", "--request", "x"], "no repository named"),
         (["submit", "translate", "--repo", "docs", "--request", "x"], "kind: Input should be"),
-        (["submit", "author", "--repo", "docs"], "a author job needs request"),
+        (["submit", "author", "--repo", "docs"], "an author job needs request"),
         (["submit", "review", "--repo", "docs"], "a review job needs branch"),
         (["submit", "commit-notes", "--repo", "docs", "--range", "a...b"], "range must look"),
         (["submit", "author", "--repo", "docs", "--request", "x", "--meta", "k"], "KEY=VALUE"),

@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 import tomllib
+from pathlib import Path
+
+import pytest
 
 from bot.api.access import TOKEN_PREFIX, Principal, TokenRegistry
 from bot.config import ApiSettings
 from tests.cli.kit import cli
+
+
+@pytest.fixture(autouse=True)
+def _configuration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A configuration that registers ``docs`` and ``handbook``, the names tokens may name."""
+    config = tmp_path / "riverbeam.toml"
+    config.write_text(
+        "".join(
+            f'[repositories.{name}]\nupstream = "{tmp_path / name}.git"\n'
+            for name in ("docs", "handbook")
+        )
+    )
+    monkeypatch.setenv("RIVERBEAM_CONFIG", str(config))
 
 
 def _registry_and_token(*argv: str) -> tuple[TokenRegistry, str]:
@@ -59,3 +75,11 @@ def test_an_empty_name_is_refused_and_prints_no_token() -> None:
     assert ran.code == 2
     assert "BEM-900" in ran.err and "name" in ran.err
     assert ran.out == ""
+
+
+def test_a_repository_the_configuration_does_not_register_is_refused() -> None:
+    ran = cli("tokens", "new", "--name", "ci-docs", "--role", "ci", "--repo", "dcos")
+
+    assert ran.code == 2
+    assert ran.out == ""  # no token was made
+    assert "BEM-900" in ran.err and "'dcos'" in ran.err

@@ -179,7 +179,7 @@ def test_a_reviewer_cannot_approve_their_own_job(web: Web) -> None:
 @pytest.mark.parametrize(
     ("who", "fields", "field", "message"),
     [
-        (REQUESTER, {"request": "   "}, "request", "A author job needs request."),
+        (REQUESTER, {"request": "   "}, "request", "An author job needs request."),
         (REQUESTER, {"repo": "nowhere", "request": REQUEST}, "repo", "No repository named"),
         (OTHER_WRITER, {"repo": REPO, "request": REQUEST}, "repo", "may not use repository"),
         (CI, {"kind": "author", "request": REQUEST}, "kind", "may not ask for 'author' jobs"),

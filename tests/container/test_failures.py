@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import docker
@@ -10,15 +11,23 @@ import pytest
 
 from bot.config import SandboxLimits
 from bot.errors import BeamError
+from sandbox.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
 from sandbox.container.lifecycle import ContainerSandbox
 from sandbox.image.build import ImageInfo
 from tests.container.conftest import PROTECTED, container_exists
 from tests.container.kit import Workspace, chown_tree, deadline, make_workspace
 
 
-def _sandbox_containers(client: docker.DockerClient) -> list[str]:
-    containers = client.api.containers(all=True, filters={"label": "riverbeam.role=sandbox"})
+def _sandbox_containers(client: docker.DockerClient, job_id: str) -> list[str]:
+    """The sandbox containers of ``job_id``, whatever their state. Only this test's own: the
+    engine may be shared with other test runs, whose containers come and go meanwhile."""
+    labels = [f"{ROLE_LABEL}={ROLE_SANDBOX}", f"{JOB_LABEL}={job_id}"]
+    containers = client.api.containers(all=True, filters={"label": labels})
     return [container["Id"] for container in containers]
+
+
+def _unique_job_id(prefix: str = "job") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
 def _start(
@@ -121,13 +130,13 @@ def test_an_oversize_result_is_refused_by_the_server_and_the_container_lives_on(
 def test_a_server_that_exits_before_ready_is_bem_402_with_its_stderr(
     docker_client: docker.DockerClient, image: ImageInfo, workspace: Workspace
 ) -> None:
-    before = _sandbox_containers(docker_client)
+    job_id = _unique_job_id()
     sandbox = ContainerSandbox(docker_client, image.ref)
     with pytest.raises(BeamError) as failed:
-        sandbox.start("job-1", workspace.path, ["not a ref"], SandboxLimits(), deadline=deadline())
+        sandbox.start(job_id, workspace.path, ["not a ref"], SandboxLimits(), deadline=deadline())
     assert failed.value.code == "BEM-402"
     assert "protected ref pattern 'not a ref'" in failed.value.message
-    assert _sandbox_containers(docker_client) == before
+    assert _sandbox_containers(docker_client, job_id) == []
 
 
 @pytest.mark.parametrize(
@@ -147,16 +156,15 @@ def test_start_failures_leave_no_container(
     case: str,
     code: str,
 ) -> None:
-    before = _sandbox_containers(docker_client)
     image_ref = "riverbeam-sandbox:absent" if case == "missing image" else image.ref
     path = tmp_path / "nowhere" if case == "missing workspace" else workspace.path
-    job_id = "../escape" if case == "bad job id" else "job-1"
+    job_id = _unique_job_id("../escape" if case == "bad job id" else "job")
     limits = SandboxLimits(max_message_bytes=16 if case == "ready line over the cap" else 4 << 20)
     sandbox = ContainerSandbox(docker_client, image_ref)
     with pytest.raises(BeamError) as failed:
         sandbox.start(job_id, path, PROTECTED, limits, deadline=deadline())
     assert failed.value.code == code, failed.value
-    assert _sandbox_containers(docker_client) == before
+    assert _sandbox_containers(docker_client, job_id) == []
     assert sandbox.container_id is None
 
 

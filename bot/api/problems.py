@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from bot.errors import CODES, BeamError
 
@@ -43,6 +44,7 @@ STATUS: dict[str, int] = {
     "BEM-708": 401,
 }
 HTTP_CODES = {404: "BEM-706", 405: "BEM-707"}
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 # A page-rendering fallback for browsers (the web pages install one); API paths always get
 # problem documents.
@@ -162,6 +164,10 @@ def install_problem_handlers(app: FastAPI) -> None:
         code = HTTP_CODES.get(error.status_code, "BEM-705")
         detail = str(error.detail) if error.detail else CODES[code].meaning
         headers = dict(error.headers) if error.headers else None
+        if error.status_code == 405:
+            # Starlette names the methods of the first route on the path only; a path that
+            # several routes serve (GET and POST /v1/jobs) allows all of theirs.
+            headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(app, request))}
         beam = BeamError(code, f"{request.method} {request.url.path}: {detail}")
         # A body that is not JSON at all (FastAPI's 400) is answered like one that does not
         # match the schema: BEM-705 is always 422.
@@ -173,3 +179,15 @@ def install_problem_handlers(app: FastAPI) -> None:
         log.exception("unexpected error answering %s %s", request.method, request.url.path)
         beam = BeamError("BEM-709", "the server failed unexpectedly; its log has the details")
         return await answer(request, beam, 500)
+
+
+def allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method some route of ``app`` answers on the request's path. Asked of the
+    router method by method: routes may be nested (included routers), so their own
+    ``methods`` are not all in reach."""
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in app.router.routes):
+            allowed.append(method)
+    return allowed

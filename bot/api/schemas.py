@@ -13,6 +13,7 @@ from bot.jobs.models import (
     MAX_REQUEST_CHARS,
     Approval,
     ApprovalState,
+    AuthorOutcome,
     JobKind,
     JobRecord,
     JobResult,
@@ -94,8 +95,16 @@ class JobView(BaseModel):
     def of(cls, record: JobRecord) -> JobView:
         # The spec's fields, then the record's; the record's own branch is ``job_branch``.
         fields = record.spec.model_dump(exclude={"metadata"})
-        fields.update(record.model_dump(include=_RECORD_FIELDS), job_branch=record.branch)
+        fields.update(record.model_dump(include=_RECORD_FIELDS), job_branch=_own_branch(record))
         return cls.model_validate(fields)
+
+
+def _own_branch(record: JobRecord) -> str | None:
+    # Records a previous release finished carry no branch; their author outcome names it.
+    if record.branch is not None:
+        return record.branch
+    outcome = record.result.outcome if record.result is not None else None
+    return outcome.branch if isinstance(outcome, AuthorOutcome) else None
 
 
 class JobPage(BaseModel):

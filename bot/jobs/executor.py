@@ -481,6 +481,7 @@ class Executor:
             owner=self._worker,
             approval_id=opened.id,
             result=_result(state),
+            **_own_branch(segment),
         )
         if parked is None:
             return None
@@ -532,7 +533,7 @@ class Executor:
         job_id = segment.record.id
         if isinstance(error, BeamError):
             error = ErrorInfo(code=error.code, message=error.message)
-        changes: dict[str, Any] = {"error": error}
+        changes: dict[str, Any] = {"error": error, **_own_branch(segment)}
         if result is not None:
             changes["result"] = result
         ended = self._store.transition(
@@ -547,6 +548,13 @@ class Executor:
         if segment.workspace is not None and not segment.parked:
             with segment.timings.phase("clean_up"):
                 release_workspace(segment.record.id, self._settings.workspaces)
+
+
+def _own_branch(segment: _Segment) -> dict[str, Any]:
+    """The record's ``branch`` change: an author job's own branch, once its tree exists."""
+    if segment.workspace is None or segment.record.spec.kind is not JobKind.AUTHOR:
+        return {}
+    return {"branch": segment.workspace.branch}
 
 
 def _stop_container(segment: _Segment) -> None:

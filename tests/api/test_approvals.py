@@ -50,7 +50,10 @@ def test_confirm_never_reaches_the_runner(api: ApiServer, stack: Stack, confirme
     assert stored.spec.metadata == {"playbook": "author-fix-install"}
     assert stack.upstream_ref(f"riverbeam/{confirmed}") is None
     with api.client("writer") as client:
-        assert "confirm" not in client.get(f"/v1/jobs/{confirmed}").text
+        view = client.get(f"/v1/jobs/{confirmed}")
+    assert "confirm" not in view.text
+    # The job's own branch is known from its first segment on, before anything is pushed.
+    assert view.json()["job_branch"] == f"riverbeam/{confirmed}"
 
 
 def test_the_queue_shows_what_waits_in_the_callers_scope(
@@ -120,9 +123,11 @@ def test_an_approval_lands_the_push_and_is_recorded(
 
         detail = client.get(f"/v1/approvals/{confirmed}").json()
         queue = client.get("/v1/approvals").json()["items"]
+        job = client.get(f"/v1/jobs/{confirmed}").json()
     assert detail["current"]["state"] == "approved"
     assert [(h["state"], h["decided_by"]) for h in detail["history"]] == [("approved", "reviewer2")]
     assert confirmed not in [item["job_id"] for item in queue]
+    assert job["job_branch"] == f"riverbeam/{confirmed}"
 
 
 def test_deciding_what_does_not_wait_is_refused(api: ApiServer, stack: Stack) -> None:

@@ -232,8 +232,11 @@ def test_other_refusals_are_problem_documents(api: ApiServer) -> None:
         problem(client.get("/v1/nothing-here"), 404, "BEM-706")
         wrong = client.delete("/v1/jobs")
         problem(wrong, 405, "BEM-707")
-        # Starlette names the methods of the first route on the path only.
-        assert wrong.headers["allow"] in ("GET", "POST")
+        # Every method the path answers, not only those of its first route.
+        assert wrong.headers["allow"] == "GET, POST"
+        wrong = client.put(f"/v1/approvals/{'0' * 12}/approve")
+        problem(wrong, 405, "BEM-707")
+        assert wrong.headers["allow"] == "POST"
 
 
 def test_the_catalog_is_read_from_the_skill_files(api: ApiServer) -> None:

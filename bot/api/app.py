@@ -28,6 +28,10 @@ def create_app(settings: Settings | None = None, *, service: Service | None = No
         title="Riverbeam",
         summary="A sandboxed, git-publishing docs bot: jobs, approvals, events.",
         version="1",
+        # Swagger UI and ReDoc load their scripts from a CDN: blank on an air-gapped host,
+        # and against the pages' CSP. /openapi.json stays (docs/api.md).
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.service = service
     install_problem_handlers(app)

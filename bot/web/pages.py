@@ -51,6 +51,18 @@ def _secure(request: Request) -> bool:
     return secure
 
 
+# A browser drops Secure cookies set over plain HTTP, so signing in cannot work there.
+INSECURE_TRANSPORT = (
+    "This page was reached over plain HTTP while api.secure_cookies is on, so your browser "
+    "will not keep the sign-in cookie. Open it over HTTPS (through the TLS proxy), or turn "
+    "api.secure_cookies off for a service reached on loopback only."
+)
+
+
+def _cookies_dropped(request: Request) -> bool:
+    return _secure(request) and request.url.scheme != "https"
+
+
 # -- signing in and out ----------------------------------------------------------------------
 
 
@@ -66,7 +78,13 @@ def sign_in_form(request: Request, next: str = "/") -> Response:
 
 def _sign_in_page(request: Request, next_path: str, *, error: str | None) -> Response:
     secret = new_secret()
-    context = {"visitor": None, "csrf": secret, "next": next_path, "error": error}
+    context = {
+        "visitor": None,
+        "csrf": secret,
+        "next": next_path,
+        "error": error,
+        "transport_warning": INSECURE_TRANSPORT if _cookies_dropped(request) else None,
+    }
     response = page(request, "sign_in.html", context, status_code=200 if error is None else 401)
     response.set_cookie(
         SIGN_IN_COOKIE,
@@ -90,6 +108,8 @@ def sign_in(
     next: Annotated[str, Form()] = "/",
 ) -> Response:
     expected = request.cookies.get(SIGN_IN_COOKIE, "")
+    if not expected and _cookies_dropped(request):
+        raise BeamError("BEM-704", INSECURE_TRANSPORT)
     if not expected or not same_secret(csrf, expected):
         raise BeamError("BEM-704", "the sign-in form is out of date; open it again")
     token = token.strip()

@@ -230,6 +230,10 @@ def test_other_refusals_are_problem_documents(api: ApiServer) -> None:
         )
         problem(not_json, 422, "BEM-705")
         problem(client.get("/v1/nothing-here"), 404, "BEM-706")
+        # No page that loads scripts from a CDN: the OpenAPI document is the reference.
+        problem(client.get("/docs"), 404, "BEM-706")
+        problem(client.get("/redoc"), 404, "BEM-706")
+        assert client.get("/openapi.json").status_code == 200
         wrong = client.delete("/v1/jobs")
         problem(wrong, 405, "BEM-707")
         # Every method the path answers, not only those of its first route.

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from bot.jobs.models import Approval, ApprovalState, JobKind, JobSpec, JobState
+from tests.support.api_server import api_server
 from tests.support.stack import REPO, REQUESTER, REVIEWER
 from tests.web.kit import (
     CI,
@@ -17,6 +18,7 @@ from tests.web.kit import (
     OTHER_WRITER,
     REQUEST,
     SECOND_REVIEWER,
+    TOKENS,
     Web,
     browser_like,
     field_error,
@@ -101,6 +103,22 @@ def test_the_sign_in_form_needs_its_csrf_token(web: Web) -> None:
         )
     assert reply.status_code == 403 and _code(reply.text) == "BEM-704"
     assert "riverbeam_session" not in reply.headers.get("set-cookie", "")
+
+
+def test_secure_cookies_over_plain_http_name_the_cause(web: Web) -> None:
+    with (
+        api_server(web.stack, TOKENS, api_table={"secure_cookies": "true"}) as secure,
+        httpx.Client(base_url=secure.url, headers={"Accept": "text/html"}) as client,
+    ):
+        form = client.get("/sign-in")
+        # A client does not send a Secure cookie back over HTTP; the page says so up front.
+        assert "secure" in form.headers["set-cookie"].lower()
+        assert 'id="transport-warning"' in form.text and "plain HTTP" in form.text
+        reply = client.post(
+            "/sign-in", data={"token": secure.tokens[REVIEWER], "csrf": hidden(form.text, "csrf")}
+        )
+    assert reply.status_code == 403 and _code(reply.text) == "BEM-704"
+    assert "api.secure_cookies is on" in reply.text and "out of date" not in reply.text
 
 
 def test_a_session_cookie_is_http_only_and_lax_and_signing_out_ends_it(web: Web) -> None:

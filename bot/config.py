@@ -8,6 +8,7 @@ Repositories are registered by name; a job names a repository, never a path or a
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -207,6 +208,10 @@ def load_settings(**overrides: Any) -> Settings:
     """Settings from the file and the environment; an invalid value is BEM-900."""
     try:
         return Settings(**overrides)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise BeamError("BEM-900", f"{config_path()} is not valid TOML: {error}") from None
+    except OSError as error:
+        raise BeamError("BEM-900", f"cannot read {config_path()}: {error.strerror}") from None
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"

@@ -102,6 +102,10 @@ class TokenRegistry:
     def __init__(self, tokens: Iterable[TokenConfig]) -> None:
         self._tokens = tuple(tokens)
 
+    def replace(self, tokens: Iterable[TokenConfig]) -> None:
+        """Take ``tokens`` instead; requests under way see the old set or the new, whole."""
+        self._tokens = tuple(tokens)
+
     def authenticate(self, token: str) -> Principal:
         if not token or len(token) > MAX_TOKEN_CHARS or not token.isascii():
             raise BeamError("BEM-700", "the bearer token is empty, too long or not ASCII")

@@ -10,6 +10,7 @@ from bot.api import approvals, catalog, events, health, jobs, metrics
 from bot.api.access import TokenRegistry
 from bot.api.operations import Service
 from bot.api.problems import install_problem_handlers
+from bot.api.reload import tokens_reload_on_sighup
 from bot.config import Settings, load_settings
 from bot.jobs.celery_app import create_app as create_celery_app
 from bot.jobs.store import JobStore
@@ -25,6 +26,7 @@ def create_app(settings: Settings | None = None, *, service: Service | None = No
             tokens=TokenRegistry(settings.api.tokens),
         )
     app = FastAPI(
+        lifespan=tokens_reload_on_sighup(lambda: service.tokens),
         title="Riverbeam",
         summary="A sandboxed, git-publishing docs bot: jobs, approvals, events.",
         version="1",

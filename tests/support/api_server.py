@@ -41,6 +41,7 @@ class ApiServer:
     tokens: dict[str, str]
     process: subprocess.Popen[bytes]
     log: Path
+    config: Path
 
     def auth(self, name: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[name]}"}
@@ -90,7 +91,7 @@ def api_server(
         process = subprocess.Popen(
             command, cwd=PROJECT_ROOT, env=environment, stdout=output, stderr=subprocess.STDOUT
         )
-    server = ApiServer(f"http://127.0.0.1:{port}", tokens, process, log)
+    server = ApiServer(f"http://127.0.0.1:{port}", tokens, process, log, config)
     try:
         _wait_ready(server)
         yield server

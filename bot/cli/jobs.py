@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.errors import JobError
 from bot.jobs.models import JobKind, JobState
 
+if TYPE_CHECKING:
+    from bot.jobs.store import JobStore
+
 CANCEL_WAIT_SECONDS = 30.0
+# A full stream entry id, ASCII digits only.
+_EVENT_ID = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
 
 
 def add_jobs_commands(commands: Any) -> None:
@@ -37,7 +43,11 @@ def add_jobs_commands(commands: Any) -> None:
     follow = actions.add_parser("follow", help="stream a job's frames until it ends or parks")
     follow.add_argument("job_id", metavar="JOB_ID")
     follow.add_argument(
-        "--after", default="0-0", metavar="EVENT_ID", help="start after this event (default: all)"
+        "--after",
+        default="0-0",
+        metavar="EVENT_ID",
+        help="start after this event, an id like 1700000000000-3 that an earlier follow "
+        "printed (default: from the start)",
     )
     follow.add_argument(
         "--until-end",
@@ -119,6 +129,7 @@ def _follow(args: argparse.Namespace) -> int:
 
     out = console()
     with services() as running:
+        check_follow_start(running.store, args.job_id, args.after)
         followed = follow(
             running.store,
             args.job_id,
@@ -126,7 +137,26 @@ def _follow(args: argparse.Namespace) -> int:
             after=args.after,
             stop_when_parked=not args.until_end,
         )
+    if not followed.record.state.is_final:
+        out.print(
+            f"  (followed up to event {followed.last_event}; to go on from there: "
+            f"riverbeam jobs follow {args.job_id} --after {followed.last_event})"
+        )
     return finish(out, followed)
+
+
+def check_follow_start(store: JobStore, job_id: str, after: str) -> None:
+    """BEM-501 unless ``after`` is the start (``0-0``) or an event of the job's stream.
+    Redis reads ``3`` as ``3-0``, a moment in 1970, so a mistyped id would silently replay
+    everything: only a full id the stream holds is taken."""
+    if after == "0-0":
+        return
+    if not _EVENT_ID.match(after) or not store.has_event(job_id, after):
+        raise JobError(
+            "BEM-501",
+            f"{after!r} is not an event of job {job_id}: pass an id like 1700000000000-3 "
+            "that a follow printed, or leave --after out to start from the beginning",
+        )
 
 
 def _cancel(args: argparse.Namespace) -> int:

@@ -615,6 +615,12 @@ class JobStore:
             newest = cast(StreamEntries, self._redis.xrevrange(self._events_key(job_id), count=1))
         return _text(newest[0][0]) if newest else "0-0"
 
+    def has_event(self, job_id: str, event_id: str) -> bool:
+        """Whether the job's stream holds the event ``event_id`` (a full ``ms-seq`` id)."""
+        with self.reachable():
+            found = self._redis.xrange(self._events_key(job_id), event_id, event_id, count=1)
+        return bool(found)
+
     def read_events(
         self, job_id: str, *, after: str = "0-0", block_ms: int | None = None, count: int = 200
     ) -> builtins.list[JobEvent]:

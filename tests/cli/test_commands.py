@@ -193,6 +193,21 @@ def test_follow_replays_from_the_start_or_after_an_event(stack: Stack) -> None:
 
     bad = cli("jobs", "follow", job.id, "--after", "yesterday")
     assert bad.code == 2 and "BEM-501" in bad.err
+    # Redis would read "3" as the moment 3-0 and replay everything: refused instead.
+    for almost in ("3", pushes[0].split("-")[0], f"{pushes[0]}9", "١٢-٣"):
+        refused = cli("jobs", "follow", job.id, "--after", almost)
+        assert refused.code == 2 and "BEM-501" in refused.err, almost
+        assert refused.out == ""
+
+
+def test_a_follow_that_stops_at_the_park_says_where_to_go_on(stack: Stack) -> None:
+    job = parked(stack)
+    first = cli("jobs", "follow", job.id)
+    assert first.code == 0
+    last = stack.store.last_event_id(job.id)
+    assert f"riverbeam jobs follow {job.id} --after {last}" in first.out
+    again = cli("jobs", "follow", job.id, "--after", last)
+    assert again.code == 0 and "list_tree" not in again.out
 
 
 def test_cancel_works_in_every_state_and_leaves_no_container(stack: Stack) -> None:

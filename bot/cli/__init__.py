@@ -74,7 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["RIVERBEAM_CONFIG"] = str(args.config.resolve())
     handler: Handler = args.handler
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a reader that left shows here, not at the interpreter's exit
+        return code
     except BeamError as error:
         print(f"riverbeam: {error}", file=sys.stderr)
         return 2

@@ -76,7 +76,9 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=PROJECT_ROOT,
-        env={**os.environ, "RIVERBEAM_STATE_DIR": str(tmp_path)},
+        # Block-buffered, as a pipe is by default: the write meets the closed pipe only at
+        # the final flush.
+        env={**_buffered(os.environ), "RIVERBEAM_STATE_DIR": str(tmp_path)},
     )
     assert process.stdout is not None and process.stderr is not None
     with process.stderr:
@@ -84,3 +86,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path: Path) -> Non
         stderr = process.stderr.read().decode()
     assert process.wait(timeout=60) == EXIT_BROKEN_PIPE
     assert stderr == ""
+
+
+def _buffered(environment: os._Environ[str]) -> dict[str, str]:
+    return {name: value for name, value in environment.items() if name != "PYTHONUNBUFFERED"}

@@ -209,6 +209,7 @@ _TABLE = [
     Code("BEM-509", JobError, "the worker failed unexpectedly while running the job"),
     Code("BEM-510", JobError, "a service of the local stack failed to start"),
     Code("BEM-511", JobError, "posting a scheduled run's summaries to its webhook failed"),
+    Code("BEM-535", JobError, "no worker serves a job queue"),
     Code("BEM-600", ApprovalError, "the job has no approval waiting"),
     Code("BEM-601", ApprovalError, "the approval has already been decided"),
     Code("BEM-602", ApprovalError, "a requester cannot approve their own job here"),

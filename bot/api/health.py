@@ -1,6 +1,6 @@
 """``GET /healthz``: can this deployment run a job right now?
 
-Four checks, run at once, each in a thread of its own pool with a short timeout, so the
+Five checks, run at once, each in a thread of its own pool with a short timeout, so the
 probe answers within ``CHECK_TIMEOUT_SECONDS`` (plus a little) whatever hangs:
 
 - ``redis``: the job store's Redis answers PING;
@@ -10,7 +10,9 @@ probe answers within ``CHECK_TIMEOUT_SECONDS`` (plus a little) whatever hangs:
 - ``image``: the engine holds the sandbox image the code on this host expects
   (``riverbeam-sandbox:<content hash>``). The hash covers every source file that goes into
   the image; it is computed at most once per ``IMAGE_PLAN_TTL_SECONDS``, and each probe
-  only asks the engine for the tag.
+  only asks the engine for the tag;
+- ``workers``: every job queue has a worker that answers on the broker's control channel
+  within ``WORKERS_PING_SECONDS`` (the body lists, per queue, the workers that answered).
 
 200 when every check passes, 503 when one fails; the body is the same ``Health`` document
 either way, naming each check, its status, a detail, and the BEM code of a failure. No token
@@ -23,14 +25,16 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Literal
 
 import redis
 from celery import Celery
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from kombu import Connection
 from pydantic import BaseModel, Field
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -39,10 +43,13 @@ from bot.api.operations import Service
 from bot.config import Settings
 from bot.errors import BeamError
 from bot.jobs.store import describe_redis
+from bot.jobs.workers import active_queues, queues_served
 
 router = APIRouter(tags=["operations"])
 
 CHECK_TIMEOUT_SECONDS = 3.0
+# A control-channel broadcast collects replies for the whole wait: it sets the probe's floor.
+WORKERS_PING_SECONDS = 1.0
 IMAGE_PLAN_TTL_SECONDS = 60.0
 # Probes that hang (an engine that accepts and never answers) hold a thread each until their
 # own socket timeouts end them; a pool of their own keeps them from starving anything else.
@@ -58,7 +65,11 @@ class Check(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok", "failing"] = Field(description="ok when every check is ok")
-    checks: dict[str, Check] = Field(description="redis, broker, docker, image")
+    checks: dict[str, Check] = Field(description="redis, broker, docker, image, workers")
+    workers: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="each job queue and the workers that answered a ping consuming it",
+    )
 
 
 class ExpectedImage:
@@ -106,8 +117,10 @@ def check_redis(settings: Settings) -> str:
     return f"Redis at {describe_redis(client)} answered PING"
 
 
-def check_broker(celery: Celery) -> str:
-    # max_retries=0: one attempt; Celery's own default retries for a long time.
+@contextmanager
+def _broker_connection(celery: Celery) -> Iterator[Connection]:
+    """A broker connection made the way Celery makes it, but failing fast: one attempt
+    (Celery's own default retries for a long time) and a read timeout."""
     try:
         with celery.connection_for_write(
             connect_timeout=CHECK_TIMEOUT_SECONDS,
@@ -117,11 +130,16 @@ def check_broker(celery: Celery) -> str:
         ) as connection:
             # For Redis, kombu's connection opens a channel, which pings the server.
             connection.ensure_connection(max_retries=0)
-            where = f"{connection.hostname}:{connection.port}"
+            yield connection
     except Exception as error:  # kombu raises transport-specific errors
         raise BeamError(
             "BEM-504", f"the Celery broker does not accept a connection: {error}"
         ) from None
+
+
+def check_broker(celery: Celery) -> str:
+    with _broker_connection(celery) as connection:
+        where = f"{connection.hostname}:{connection.port}"
     return f"the broker at {where} accepted a connection (it is redis_url, like the store)"
 
 
@@ -146,6 +164,22 @@ def check_image(expected: ExpectedImage) -> str:
     finally:
         client.close()
     return f"{ref} is present"
+
+
+def check_workers(celery: Celery, served: dict[str, list[str]]) -> str:
+    """Every job queue has a worker that answers; ``served`` is filled with who serves what."""
+    with _broker_connection(celery) as connection:
+        by_worker = active_queues(celery, WORKERS_PING_SECONDS, connection=connection)
+    served.update(queues_served(by_worker))
+    idle = [queue for queue, workers in served.items() if not workers]
+    answering = sorted(by_worker)
+    if idle:
+        raise BeamError(
+            "BEM-535",
+            f"no worker serves {', '.join(idle)}: jobs sent there wait. Start one "
+            f"(`riverbeam worker`); answering: {', '.join(answering) or 'none'}",
+        )
+    return f"{len(answering)} worker(s) answered; every job queue is served"
 
 
 async def _run(probe: Callable[[], str]) -> Check:
@@ -181,22 +215,24 @@ def _expected_image(request: Request, settings: Settings) -> ExpectedImage:
 
 
 async def health(service: Service, expected: ExpectedImage) -> Health:
+    served: dict[str, list[str]] = {}
     probes: dict[str, Callable[[], str]] = {
         "redis": lambda: check_redis(service.settings),
         "broker": lambda: check_broker(service.celery),
         "docker": check_docker,
         "image": lambda: check_image(expected),
+        "workers": lambda: check_workers(service.celery, served),
     }
     results = await asyncio.gather(*(_run(probe) for probe in probes.values()))
     checks = dict(zip(probes, results, strict=True))
     ok = all(check.status == "ok" for check in checks.values())
-    return Health(status="ok" if ok else "failing", checks=checks)
+    return Health(status="ok" if ok else "failing", checks=checks, workers=served)
 
 
 @router.get(
     "/healthz",
     response_model=Health,
-    summary="Health of Redis, the broker, the Docker engine and the sandbox image",
+    summary="Health of Redis, the broker, the Docker engine, the sandbox image and the workers",
     responses={503: {"model": Health, "description": "a check failed; the body names it"}},
 )
 async def healthz(request: Request) -> JSONResponse:

@@ -293,15 +293,9 @@ class LocalStack:
 
     def _active_queues(self, workers: list[str]) -> dict[str, list[str]]:
         """Each of ``workers`` that answers, and the queues it consumes."""
-        if not workers:
-            return {}
-        inspect = self._app.control.inspect(destination=workers, timeout=PING_SECONDS)
-        replies = inspect.active_queues() or {}
-        return {
-            name: [str(queue.get("name")) for queue in queues]
-            for name, queues in replies.items()
-            if queues is not None
-        }
+        from bot.jobs.workers import active_queues
+
+        return active_queues(self._app, PING_SECONDS, workers)
 
     # -- processes ------------------------------------------------------------------------
 

@@ -10,17 +10,19 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bot.api.app import create_app
 from bot.config import Settings
+from bot.jobs.workers import job_queues
 from tests.support.api_server import ApiServer
-from tests.support.redis_server import free_port
+from tests.support.redis_server import free_port, redis_server
 from tests.support.stack import Stack
 
-CHECKS = {"redis", "broker", "docker", "image"}
+CHECKS = {"redis", "broker", "docker", "image", "workers"}
 
 
 async def _probe(settings: Settings) -> tuple[int, dict[str, Any]]:
@@ -58,6 +60,9 @@ def test_everything_up_is_200_with_every_check_ok_and_needs_no_token(api: ApiSer
     assert "answered PING" in body["checks"]["redis"]["detail"]
     assert "riverbeam-sandbox:" in body["checks"]["image"]["detail"]
     assert reply.headers["cache-control"] == "no-store"
+    # The stack's one worker serves every job queue.
+    assert set(body["workers"]) == set(job_queues())
+    assert all(len(workers) == 1 for workers in body["workers"].values()), body["workers"]
 
 
 async def test_a_missing_image_is_503_naming_the_image_check(stack: Stack) -> None:
@@ -78,7 +83,7 @@ async def test_an_unreachable_redis_is_503_naming_redis_and_the_broker(stack: St
     )
 
     assert status == 503
-    assert _failing(body) == {"redis": "BEM-504", "broker": "BEM-504"}
+    assert _failing(body) == {"redis": "BEM-504", "broker": "BEM-504", "workers": "BEM-504"}
     assert f"127.0.0.1:{port}" in body["checks"]["redis"]["detail"]
     assert body["checks"]["docker"]["status"] == "ok"
 
@@ -89,7 +94,21 @@ async def test_a_redis_that_never_answers_fails_its_check_instead_of_hanging(sta
         status, body = await _probe(stack.settings.model_copy(update={"redis_url": url}))
 
     assert status == 503
-    assert set(_failing(body)) == {"redis", "broker"}
+    assert set(_failing(body)) == {"redis", "broker", "workers"}
     for name in ("redis", "broker"):
         detail = body["checks"][name]["detail"]
         assert "Timeout" in detail or "no answer within" in detail, detail
+
+
+async def test_no_worker_on_the_broker_is_503_naming_the_queues(
+    stack: Stack, tmp_path: Path
+) -> None:
+    # A Redis of its own: a broker no worker listens on.
+    with redis_server(tmp_path) as url:
+        status, body = await _probe(stack.settings.model_copy(update={"redis_url": url}))
+
+    assert status == 503
+    assert _failing(body) == {"workers": "BEM-535"}
+    detail = body["checks"]["workers"]["detail"]
+    assert all(queue in detail for queue in job_queues()) and "answering: none" in detail
+    assert body["workers"] == {queue: [] for queue in job_queues()}

@@ -121,7 +121,10 @@ def prepare_workspace(
     if final.exists():
         raise BeamError("BEM-342", f"a workspace for job {job_id} already exists; open it instead")
     mirror = sync_mirror(
-        repo_name, repo_config, settings, callbacks or upstream_callbacks(repo_config.credentials)
+        repo_name,
+        repo_config,
+        settings,
+        callbacks or upstream_callbacks(repo_name, repo_config, settings),
     )
     settings.root.mkdir(parents=True, exist_ok=True, mode=0o711)
     staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{job_id}-", dir=settings.root))

@@ -212,7 +212,9 @@ def test_active_branches_are_the_unmerged_unprotected_ones_newest_first(tmp_path
     workspaces = WorkspaceSettings(root=tmp_path / "ws", mirrors=tmp_path / "mirrors")
 
     def fetched() -> Path:
-        return sync_mirror("docs", config, workspaces, upstream_callbacks(config.credentials))
+        return sync_mirror(
+            "docs", config, workspaces, upstream_callbacks("docs", config, workspaces)
+        )
 
     assert active_branches(fetched(), config) == ["docs/newer", "docs/older"]
     assert active_branches(fetched(), config, limit=1) == ["docs/newer"]

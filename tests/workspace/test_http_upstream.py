@@ -40,7 +40,7 @@ def _relay(workspace: Workspace, approved: str, config: RepositoryConfig) -> Rel
         approved,
         workspace.branch,
         config,
-        callbacks=upstream_callbacks(config.credentials),
+        callbacks=upstream_callbacks("docs", config, WorkspaceSettings()),
     )
 
 

@@ -56,9 +56,9 @@ class SshServer:
         os.chown(self.root, self.user.pw_uid, self.user.pw_gid)
         self.client_key = self.base / "client"
         _keygen("ed25519", self.client_key)
-        authorized = self.base / "authorized_keys"
-        shutil.copyfile(self.client_key.with_name("client.pub"), authorized)
-        authorized.chmod(0o644)
+        self._authorized = self.base / "authorized_keys"
+        self._authorized.touch(mode=0o644)
+        self.authorize(self.client_key)
         self._config = self.base / "sshd_config"
         self._log = self.base / "sshd.log"
         self._process: subprocess.Popen[bytes] | None = None
@@ -74,6 +74,12 @@ class SshServer:
         for path in [target, *target.rglob("*")]:
             os.chown(path, self.user.pw_uid, self.user.pw_gid, follow_symlinks=False)
         return self.url(name)
+
+    def authorize(self, private_key: Path) -> None:
+        """Let the holder of ``private_key`` (its ``.pub`` beside it) log in."""
+        public = private_key.with_name(private_key.name + ".pub").read_text()
+        with self._authorized.open("a") as handle:
+            handle.write(public)
 
     def tip(self, name: str, branch: str) -> str | None:
         """The commit ``branch`` is at in the served ``name``, read as the user owning it."""
@@ -141,7 +147,7 @@ class SshServer:
         host_keys = "".join(f"HostKey {self._host_key(kind)}\n" for kind in self.key_types)
         return (
             f"Port {self.port}\nListenAddress 127.0.0.1\n{host_keys}"
-            f"PidFile none\nAuthorizedKeysFile {self.base / 'authorized_keys'}\n"
+            f"PidFile none\nAuthorizedKeysFile {self._authorized}\n"
             f"AllowUsers {SSH_USER}\nPubkeyAuthentication yes\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nUsePAM no\nPermitRootLogin no\n"
             "AllowTcpForwarding no\nAllowAgentForwarding no\nX11Forwarding no\nPermitTTY no\n"

@@ -10,6 +10,7 @@ else). It starts and stops only its own ``sshd``; the user is created on first u
     with ssh_server() as server:
         url = server.serve(bare_upstream)      # ssh://riverbeam-sshtest@127.0.0.1:<port>/…
         credentials = Credentials(ssh_key=server.client_key)
+        server.pin_keys(known_hosts)           # as an operator copying the .pub files
         server.regenerate_host_keys()          # the same address now answers with new keys
 
 The served copies belong to ``SSH_USER``; ``tip`` reads a branch there (as that user).
@@ -97,6 +98,23 @@ class SshServer:
             " ".join(self._host_key(kind).with_suffix(".pub").read_text().split()[:2])
             for kind in self.key_types
         ]
+
+    def fingerprints(self) -> list[str]:
+        """The host keys' fingerprints, as ``ssh-keygen -l`` prints them."""
+        return [
+            subprocess.run(
+                ["ssh-keygen", "-l", "-f", "-"],
+                input=line, capture_output=True, text=True, check=True,
+            ).stdout.split()[1]
+            for line in self.host_public_keys()
+        ]  # fmt: skip
+
+    def pin_keys(self, known_hosts: Path, name: str | None = None) -> None:
+        """What an operator who copied the server's ``.pub`` files into ``known_hosts``
+        would write (``name``: the host field; default ``[127.0.0.1]:<port>``)."""
+        host = name or f"[127.0.0.1]:{self.port}"
+        with known_hosts.open("a") as handle:
+            handle.writelines(f"{host} {key}\n" for key in self.host_public_keys())
 
     def start(self) -> None:
         if self._process is not None:

@@ -55,25 +55,6 @@ def ssh_config(server: SshServer, upstream: Path) -> RepositoryConfig:
     )
 
 
-def fingerprints(server: SshServer) -> list[str]:
-    """The server's host-key fingerprints, as ``ssh-keygen -l`` prints them."""
-    found = []
-    for line in server.host_public_keys():
-        listed = subprocess.run(
-            ["ssh-keygen", "-l", "-f", "-"], input=line, capture_output=True, text=True, check=True
-        )
-        found.append(listed.stdout.split()[1])
-    return found
-
-
-def pin_server_keys(known_hosts: Path, server: SshServer, name: str | None = None) -> None:
-    """What an operator who copied the server's ``.pub`` files would write."""
-    host = name or f"[127.0.0.1]:{server.port}"
-    lines = [f"{host} {key}\n" for key in server.host_public_keys()]
-    with known_hosts.open("a") as handle:
-        handle.writelines(lines)
-
-
 def _sync(config: RepositoryConfig, settings: WorkspaceSettings) -> Path:
     return sync_mirror("docs", config, settings, upstream_callbacks("docs", config, settings))
 
@@ -109,7 +90,7 @@ def test_a_pinned_key_lets_the_mirror_fetch_and_the_relay_push(
     ssh_settings: WorkspaceSettings,
     known_hosts: Path,
 ) -> None:
-    pin_server_keys(known_hosts, server)
+    server.pin_keys(known_hosts)
 
     workspace = prepare_workspace("ssh-1", "docs", ssh_config, None, ssh_settings)
     sha = sandbox_push(workspace, {"docs/ssh.md": "Over SSH.\n"})
@@ -126,7 +107,7 @@ def test_hashed_and_wildcard_entries_are_understood(
     ssh_settings: WorkspaceSettings,
     known_hosts: Path,
 ) -> None:
-    pin_server_keys(known_hosts, server)
+    server.pin_keys(known_hosts)
     # ssh-keygen -H replaces every name by its |1|salt|hash form.
     subprocess.run(["ssh-keygen", "-H", "-f", str(known_hosts)], check=True, capture_output=True)
     assert "127.0.0.1" not in known_hosts.read_text()
@@ -134,7 +115,7 @@ def test_hashed_and_wildcard_entries_are_understood(
     assert "refs/heads/main" in _mirror_refs_after_sync(ssh_config, ssh_settings)
 
     known_hosts.write_text("")
-    pin_server_keys(known_hosts, server, name=f"git.example.com,[127.0.0.?]:{server.port}")
+    server.pin_keys(known_hosts, name=f"git.example.com,[127.0.0.?]:{server.port}")
     assert "refs/heads/main" in _mirror_refs_after_sync(ssh_config, ssh_settings)
 
 
@@ -150,7 +131,7 @@ def test_a_repository_known_hosts_file_wins_over_the_service_one(
     base_dir: Path,
 ) -> None:
     own = base_dir / "docs_known_hosts"
-    pin_server_keys(own, server)
+    server.pin_keys(own)
     config = ssh_config.model_copy(update={"known_hosts": own})
 
     _sync(config, ssh_settings)
@@ -170,7 +151,7 @@ def test_without_known_hosts_the_fetch_is_refused_with_the_fingerprint(
 ) -> None:
     error = _refused("BEM-344", lambda: _sync(ssh_config, ssh_settings))
 
-    [fingerprint] = fingerprints(server)
+    [fingerprint] = server.fingerprints()
     assert fingerprint in error.message
     assert f"riverbeam repos trust docs --fingerprint {fingerprint}" in error.message
     assert str(known_hosts) in error.message
@@ -209,7 +190,7 @@ def test_a_key_not_pinned_for_this_host_and_port_is_refused(
 
     error = _refused("BEM-344", lambda: _sync(ssh_config, ssh_settings))
 
-    assert fingerprints(server)[0] in error.message
+    assert server.fingerprints()[0] in error.message
     assert _mirror_refs(ssh_settings) == []
 
 
@@ -219,7 +200,7 @@ def test_a_relay_without_a_pinned_key_pushes_nothing(
     ssh_settings: WorkspaceSettings,
     known_hosts: Path,
 ) -> None:
-    pin_server_keys(known_hosts, server)
+    server.pin_keys(known_hosts)
     workspace = prepare_workspace("ssh-2", "docs", ssh_config, None, ssh_settings)
     sha = sandbox_push(workspace, {"docs/ssh.md": "Over SSH.\n"})
     known_hosts.unlink()
@@ -227,7 +208,7 @@ def test_a_relay_without_a_pinned_key_pushes_nothing(
     error = _refused("BEM-354", lambda: _relay(workspace, sha, ssh_config, ssh_settings))
 
     assert "BEM-344" in error.message
-    assert fingerprints(server)[0] in error.message
+    assert server.fingerprints()[0] in error.message
     assert server.tip(SERVED, workspace.branch) is None
 
 
@@ -240,14 +221,14 @@ def test_a_changed_host_key_is_refused_for_the_fetch_and_the_push(
     ssh_settings: WorkspaceSettings,
     known_hosts: Path,
 ) -> None:
-    pin_server_keys(known_hosts, server)
-    [old] = fingerprints(server)
+    server.pin_keys(known_hosts)
+    [old] = server.fingerprints()
     workspace = prepare_workspace("ssh-3", "docs", ssh_config, None, ssh_settings)
     sha = sandbox_push(workspace, {"docs/ssh.md": "Over SSH.\n"})
     refs_before = _mirror_refs(ssh_settings)
 
     server.regenerate_host_keys()
-    [new] = fingerprints(server)
+    [new] = server.fingerprints()
     fetch = _refused("BEM-345", lambda: _sync(ssh_config, ssh_settings))
     push = _refused("BEM-354", lambda: _relay(workspace, sha, ssh_config, ssh_settings))
 
@@ -265,7 +246,7 @@ def test_a_revoked_key_is_refused_even_when_also_pinned(
     ssh_settings: WorkspaceSettings,
     known_hosts: Path,
 ) -> None:
-    pin_server_keys(known_hosts, server)
+    server.pin_keys(known_hosts)
     [key] = server.host_public_keys()
     with known_hosts.open("a") as handle:
         handle.write(f"@revoked * {key}\n")
@@ -346,13 +327,13 @@ def test_the_push_connection_is_checked_too_not_only_the_first_one(
             path = ssh_config.upstream.split(f":{server.port}", 1)[1]
             via = f"ssh://{server.user.pw_name}@127.0.0.1:{relay.port}{path}"
             routed = ssh_config.model_copy(update={"upstream": via})
-            pin_server_keys(known_hosts, server, name=f"[127.0.0.1]:{relay.port}")
+            server.pin_keys(known_hosts, name=f"[127.0.0.1]:{relay.port}")
 
             error = _refused("BEM-354", lambda: _relay(workspace, sha, routed, ssh_settings))
         finally:
             relay.close()
         assert "BEM-345" in error.message
-        assert fingerprints(impostor)[0] in error.message
+        assert impostor.fingerprints()[0] in error.message
         assert impostor.tip(SERVED, workspace.branch) is None
     assert server.tip(SERVED, workspace.branch) is None
 
@@ -360,5 +341,5 @@ def test_the_push_connection_is_checked_too_not_only_the_first_one(
 def _trusted_workspace(
     server: SshServer, config: RepositoryConfig, settings: WorkspaceSettings, known_hosts: Path
 ) -> Workspace:
-    pin_server_keys(known_hosts, server)
+    server.pin_keys(known_hosts)
     return prepare_workspace("ssh-4", "docs", config, None, settings)

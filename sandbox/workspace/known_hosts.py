@@ -192,7 +192,7 @@ def pin(known_hosts: Path, endpoint: SshEndpoint, key: HostKey) -> None:
     """
     known_hosts.parent.mkdir(parents=True, exist_ok=True)
     line = key.known_hosts_line(endpoint) + "\n"
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
     try:
         fd = os.open(known_hosts, flags, 0o644)
     except OSError as error:
@@ -208,20 +208,21 @@ def pin(known_hosts: Path, endpoint: SshEndpoint, key: HostKey) -> None:
 
 
 def _read(known_hosts: Path) -> str | None:
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         fd = os.open(known_hosts, flags)
     except FileNotFoundError:
         return None
     except OSError as error:
         raise _unusable(known_hosts, error) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BeamError(
+            "BEM-346",
+            f"the known_hosts file {known_hosts} is not a regular file; point known_hosts "
+            "at a file",
+        )
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BeamError(
-                "BEM-346",
-                f"the known_hosts file {known_hosts} is not a regular file; point "
-                "known_hosts at a file",
-            )
         raw = handle.read(KNOWN_HOSTS_MAX_BYTES + 1)
     if len(raw) > KNOWN_HOSTS_MAX_BYTES:
         raise BeamError(

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from bot.config import load_settings
-from sandbox.workspace.credentials import upstream_callbacks
 from sandbox.workspace.mirror import sync_mirror
 from tests.cli.kit import Ran, cli
 from tests.support.ssh_server import SshServer, ssh_server
@@ -58,9 +57,7 @@ def trust(*argv: str, stdin: str = "") -> Ran:
 
 def fetch() -> Path:
     settings = load_settings()
-    repo = settings.repository("docs")
-    callbacks = upstream_callbacks("docs", repo, settings.workspaces)
-    return sync_mirror("docs", repo, settings.workspaces, callbacks)
+    return sync_mirror("docs", settings.repository("docs"), settings.workspaces)
 
 
 def test_a_confirmed_key_is_pinned_and_the_fetch_then_works(

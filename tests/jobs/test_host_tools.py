@@ -806,9 +806,7 @@ def test_the_tool_is_built_from_settings(world: World) -> None:
 
 def test_publish_commit_rechecks_the_protected_refs(world: World) -> None:
     config = world.config()
-    mirror = sync_mirror(
-        REPO, config, world.workspaces, upstream_callbacks(REPO, config, world.workspaces)
-    )
+    mirror = sync_mirror(REPO, config, world.workspaces)
 
     world.refused(
         "BEM-328",
@@ -824,9 +822,7 @@ def test_publish_commit_rechecks_the_protected_refs(world: World) -> None:
 
 def test_publish_commit_refuses_a_commit_the_mirror_lacks(world: World) -> None:
     config = world.config()
-    mirror = sync_mirror(
-        REPO, config, world.workspaces, upstream_callbacks(REPO, config, world.workspaces)
-    )
+    mirror = sync_mirror(REPO, config, world.workspaces)
     ghost = "1234567890abcdef1234567890abcdef12345678"
 
     error = world.refused(

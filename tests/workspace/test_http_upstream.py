@@ -140,7 +140,7 @@ from sandbox.workspace.mirror import sync_mirror
 from sandbox.workspace.mirror import sync_mirror
 config = RepositoryConfig(upstream=sys.argv[1])
 settings = WorkspaceSettings(root=Path(sys.argv[2]), mirrors=Path(sys.argv[2]) / "mirrors")
-print(sync_mirror("docs", config, settings, upstream_callbacks("docs", config, settings)))
+print(sync_mirror("docs", config, settings))
 """
 
 
@@ -152,7 +152,7 @@ def test_an_https_upstream_is_verified_against_the_certificate_authorities(
         config = RepositoryConfig(upstream=server.url_for(upstream))
 
         with pytest.raises(BeamError) as caught:
-            sync_mirror("docs", config, settings, upstream_callbacks("docs", config, settings))
+            sync_mirror("docs", config, settings)
         # A worker whose CA bundle holds the certificate fetches the same URL: the refusal
         # above is the certificate check, not a broken server.
         trusting = subprocess.run(

@@ -56,7 +56,7 @@ def ssh_config(server: SshServer, upstream: Path) -> RepositoryConfig:
 
 
 def _sync(config: RepositoryConfig, settings: WorkspaceSettings) -> Path:
-    return sync_mirror("docs", config, settings, upstream_callbacks("docs", config, settings))
+    return sync_mirror("docs", config, settings)
 
 
 def _relay(

@@ -285,8 +285,8 @@ def _host_key_refusal() -> Iterator[None]:
             raise
         raise BeamError(
             "BEM-354",
-            f"nothing was pushed: {error.message} ({error.code}). The approval stands; "
-            "retry the relay once the host key is settled.",
+            f"nothing was pushed: {error.message} ({error.code}). Once the host key is "
+            "settled, push again (a new approval) or run the job again.",
         ) from None
 
 

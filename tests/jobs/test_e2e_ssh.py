@@ -64,3 +64,19 @@ def test_an_author_job_over_ssh_needs_the_trusted_key_then_lands(
 
             assert server.tip(SERVED, branch) == approval.commit_sha
             assert server.tip(SERVED, "main") == stack.upstream_ref("main")
+
+            # The server's key changes while a push waits for approval: the approved push is
+            # refused on the relay, and nothing reaches the upstream.
+            second = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+            stack.wait_for(second.id, JobState.AWAITING_APPROVAL)
+            server.regenerate_host_keys()
+            stack.decide(second.id, approve=True)
+            ended = stack.wait_for(second.id, JobState.SUCCEEDED, JobState.FAILED)
+
+            [push] = stack.tool_calls(second.id, "git_push")
+            assert not push.ok and push.error is not None and push.error.code == "BEM-354"
+            assert "BEM-345" in push.error.message
+            assert server.fingerprints()[0] in push.error.message
+            assert server.tip(SERVED, f"riverbeam/{second.id}") is None
+            assert ended.result is not None
+            assert getattr(ended.result.outcome, "pushed_sha", None) is None

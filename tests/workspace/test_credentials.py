@@ -147,3 +147,14 @@ def test_an_upstream_url_with_a_password_is_a_configuration_error() -> None:
         check_upstream_url("https://bot:secret@host/docs.git")
     assert _code(caught) == "BEM-900"
     assert "secret" not in caught.value.message
+
+
+def test_a_certificate_check_the_callbacks_cannot_read_is_refused_even_if_valid() -> None:
+    """Called from anywhere but pygit2's certificate callback, there is no certificate to
+    read: the connection is refused (BEM-347), whatever ``valid`` says."""
+    callbacks = _callbacks(Credentials())
+
+    with pytest.raises(BeamError) as caught:
+        callbacks.certificate_check(None, True, b"git.example.com")
+
+    assert _code(caught) == "BEM-347"

@@ -46,7 +46,6 @@ from pathlib import Path
 from bench._repo import bench_repository
 from bot.config import RepositoryConfig, WorkspaceSettings
 from sandbox.jail import SandboxRoot
-from sandbox.workspace.credentials import upstream_callbacks
 from sandbox.workspace.mirror import sync_mirror
 from sandbox.workspace.prepare import SANDBOX_UID, prepare_workspace
 from sandbox.worktree import WorkingTree
@@ -78,9 +77,8 @@ def _arguments() -> argparse.Namespace:
 def _run(upstream: Path, scratch: Path, runs: int, paths: tuple[str, ...]) -> None:
     settings = WorkspaceSettings(root=scratch / "workspaces", mirrors=scratch / "mirrors")
     config = RepositoryConfig(upstream=str(upstream), default_branch="main")
-    callbacks = upstream_callbacks(config.credentials)
     started = time.perf_counter()
-    mirror = sync_mirror(REPO, config, settings, callbacks)
+    mirror = sync_mirror(REPO, config, settings)
     cold = time.perf_counter() - started
     counter = iter(range(1_000_000))
 

@@ -57,6 +57,11 @@ class RepositoryConfig(BaseModel):
     summary_schedule: str | None = Field(default=None, description="cron expression")
     summary_webhook: str | None = Field(default=None, description="where summaries are posted")
     allow_self_approval: bool = False
+    known_hosts: Path | None = Field(
+        default=None,
+        description="OpenSSH known_hosts file pinning an ssh:// upstream's host key "
+        "(default: workspaces.known_hosts)",
+    )
 
 
 class SandboxLimits(BaseModel):
@@ -92,6 +97,10 @@ class WorkspaceSettings(BaseModel):
     mirrors: Path = Path("/var/lib/riverbeam/mirrors")
     branch_prefix: str = "riverbeam/"
     retention_hours: float = 24.0
+    known_hosts: Path = Field(
+        default=Path("/var/lib/riverbeam/known_hosts"),
+        description="OpenSSH known_hosts file pinning the host keys of SSH upstreams",
+    )
 
 
 class ModelSettings(BaseModel):

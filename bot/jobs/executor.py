@@ -278,7 +278,7 @@ class Executor:
         """The publish tool, checked before the model runs: a review that does not approve
         (BEM-360) or a publish ref that cannot be moved (BEM-361) fails the job at once."""
         record, settings = segment.record, self._settings
-        callbacks = upstream_callbacks(repo.credentials)
+        callbacks = upstream_callbacks(record.spec.repo, repo, settings.workspaces)
         tool = PublishDocsetTool.for_job(
             record, settings, lookup=self._store.get, callbacks=callbacks
         )
@@ -321,7 +321,7 @@ class Executor:
             checkout,
             settings,
             sandbox_uid=self._settings.sandbox.uid,
-            callbacks=upstream_callbacks(repo.credentials),
+            callbacks=upstream_callbacks(record.spec.repo, repo, settings),
         )
         if snapshot is not None:
             restore(snapshot, workspace, max_bytes=self._snapshot_cap)
@@ -446,7 +446,7 @@ class Executor:
         return hooks
 
     def _relay(self, workspace: Workspace, repo: RepositoryConfig) -> Any:
-        callbacks = upstream_callbacks(repo.credentials)
+        callbacks = upstream_callbacks(workspace.repo, repo, self._settings.workspaces)
 
         def relay(sha: str, branch: str) -> RelayResult:
             return relay_push(workspace, sha, branch, repo, callbacks=callbacks)

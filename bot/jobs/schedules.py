@@ -364,7 +364,7 @@ class SummarySchedule:
         return f"run {latest[0].id} is still going (jobs {', '.join(going)} have not ended)"
 
     def _start(self, repo: str, config: RepositoryConfig, submit: Submit) -> Trigger:
-        callbacks = upstream_callbacks(config.credentials)
+        callbacks = upstream_callbacks(repo, config, self._settings.workspaces)
         mirror = sync_mirror(repo, config, self._settings.workspaces, callbacks)
         branches = active_branches(mirror, config)
         now = datetime.now(UTC)

@@ -28,7 +28,12 @@ from pygit2.enums import FetchPrune
 
 from bot.config import RepositoryConfig, WorkspaceSettings
 from bot.errors import BeamError
-from sandbox.workspace.credentials import UpstreamCallbacks, check_upstream_url, public_url
+from sandbox.workspace.credentials import (
+    UpstreamCallbacks,
+    check_upstream_url,
+    public_url,
+    upstream_callbacks,
+)
 
 __all__ = ["MIRROR_REFSPEC", "mirror_lock", "mirror_path", "open_mirror", "sync_mirror"]
 
@@ -67,10 +72,12 @@ def sync_mirror(
     repo_name: str,
     repo_config: RepositoryConfig,
     settings: WorkspaceSettings,
-    callbacks: UpstreamCallbacks,
+    callbacks: UpstreamCallbacks | None = None,
 ) -> Path:
-    """Create the mirror on first use, then fetch every upstream branch into it (pruning)."""
+    """Create the mirror on first use, then fetch every upstream branch into it (pruning),
+    through ``callbacks`` (default: the repository's credentials and host-key check)."""
     check_upstream_url(repo_config.upstream)
+    callbacks = callbacks or upstream_callbacks(repo_name, repo_config, settings)
     mirror = mirror_path(settings, repo_name)
     with mirror_lock(mirror, exclusive=True):
         repo = _open_or_create(mirror)

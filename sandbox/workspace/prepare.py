@@ -39,7 +39,7 @@ from bot.errors import BeamError
 from sandbox.refs import HEADS, JOB_ID_PATTERN, ProtectedRefs, branch_name
 from sandbox.workspace.checkout import check_out_as
 from sandbox.workspace.commits import commit_in
-from sandbox.workspace.credentials import UpstreamCallbacks, upstream_callbacks
+from sandbox.workspace.credentials import UpstreamCallbacks
 from sandbox.workspace.mirror import mirror_lock, sync_mirror
 from sandbox.workspace.objectstore import link_objects
 
@@ -120,9 +120,7 @@ def prepare_workspace(
     base_name = branch_name(base or repo_config.default_branch)
     if final.exists():
         raise BeamError("BEM-342", f"a workspace for job {job_id} already exists; open it instead")
-    mirror = sync_mirror(
-        repo_name, repo_config, settings, callbacks or upstream_callbacks(repo_config.credentials)
-    )
+    mirror = sync_mirror(repo_name, repo_config, settings, callbacks)
     settings.root.mkdir(parents=True, exist_ok=True, mode=0o711)
     staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{job_id}-", dir=settings.root))
     try:

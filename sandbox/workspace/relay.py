@@ -16,6 +16,10 @@ worker runs ``relay_push``, which checks, in this order:
 7. the push: refspec ``<sha>:refs/heads/<branch>`` built here, never with ``+`` (BEM-353 for
    transport or authentication failures, BEM-351 if the branch moved in the meantime).
 
+Every connection to an SSH upstream (reading the branch, pushing) first checks the server's
+host key against the repository's known_hosts file: a key that is not pinned, or not the
+pinned one, is BEM-354 and nothing is sent.
+
 Why push from the mirror and not from the outbox: the outbox is written by the container,
 so the host treats it as data (``sandbox.workspace.outbox``) and never opens it as a
 repository to run a network operation from. The mirror is the worker's own, its config is
@@ -30,17 +34,24 @@ so the reviewed commit must be there (BEM-363) and nothing is read from a job's 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pygit2
 from pydantic import BaseModel, ConfigDict
-from pygit2.enums import CredentialType, ObjectType
+from pygit2.enums import ObjectType
 
 from bot.config import RepositoryConfig
 from bot.errors import BeamError
 from sandbox.refs import HEADS, ProtectedRefs
-from sandbox.workspace.credentials import UpstreamCallbacks, check_upstream_url, public_url
+from sandbox.workspace.credentials import (
+    HOST_KEY_CODES,
+    UpstreamAccess,
+    UpstreamCallbacks,
+    check_upstream_url,
+    public_url,
+)
 from sandbox.workspace.mirror import mirror_lock, open_mirror
 from sandbox.workspace.outbox import import_commit, outbox_branch
 from sandbox.workspace.prepare import Workspace
@@ -223,17 +234,19 @@ class _Upstream:
     def tip(self, name: str) -> str | None:
         """The commit the upstream branch is at, or None when it has no such branch."""
         try:
-            heads = self._remote().list_heads(callbacks=self._callbacks)
+            with _host_key_refusal():
+                heads = self._remote().list_heads(callbacks=self._callbacks)
         except pygit2.GitError as error:
             raise self._failed("reading", error) from None
         ref = HEADS + name
         return next((str(head.oid) for head in heads if head.name == ref), None)
 
     def push(self, name: str, sha: str, expected: str | None) -> None:
-        outcome = _PushOutcome(self._callbacks)
+        outcome = _PushOutcome(self._callbacks.access)
         try:
             # No '+': the upstream (and libgit2 before it) refuses anything but a fast-forward.
-            self._remote().push([f"{sha}:{HEADS}{name}"], callbacks=outcome)
+            with _host_key_refusal():
+                self._remote().push([f"{sha}:{HEADS}{name}"], callbacks=outcome)
         except pygit2.GitError as error:
             self._explain_refusal(name, sha, expected)
             raise self._failed("pushing to", error) from None
@@ -262,18 +275,27 @@ class _Upstream:
         )
 
 
-class _PushOutcome(pygit2.RemoteCallbacks):
-    """The caller's credentials, plus the upstream's verdict on the one ref pushed."""
+@contextmanager
+def _host_key_refusal() -> Iterator[None]:
+    """A host key the repository does not trust, as the relay's BEM-354."""
+    try:
+        yield
+    except BeamError as error:
+        if error.code not in HOST_KEY_CODES:
+            raise
+        raise BeamError(
+            "BEM-354",
+            f"nothing was pushed: {error.message} ({error.code}). Once the host key is "
+            "settled, push again (a new approval) or run the job again.",
+        ) from None
 
-    def __init__(self, inner: UpstreamCallbacks) -> None:
-        super().__init__()
-        self._inner = inner
+
+class _PushOutcome(UpstreamCallbacks):
+    """The upstream's credentials and host-key check, plus its verdict on the one ref pushed."""
+
+    def __init__(self, access: UpstreamAccess) -> None:
+        super().__init__(access)
         self.refusal: str | None = None
-
-    def credentials(
-        self, url: str, username_from_url: str | None, allowed_types: CredentialType
-    ) -> pygit2.UserPass | pygit2.Keypair:
-        return self._inner.credentials(url, username_from_url, allowed_types)
 
     def push_update_reference(self, refname: str, message: str | None) -> None:
         if message:

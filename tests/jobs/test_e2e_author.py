@@ -149,7 +149,13 @@ def test_a_resume_redelivered_after_its_worker_died_pushes_once(stack: Stack) ->
     outbox = str(workspace.outbox)
     git("-C", str(workspace.tree), "push", "-q", outbox, f"{branch}:{branch}", sandbox=True)
     repo = stack.settings.repository("docs")
-    relay_push(workspace, sha, branch, repo, callbacks=upstream_callbacks(repo.credentials))
+    relay_push(
+        workspace,
+        sha,
+        branch,
+        repo,
+        callbacks=upstream_callbacks("docs", repo, stack.settings.workspaces),
+    )
     assert stack.upstream_ref(branch) == sha
 
     time.sleep(1.2)  # the ghost's lease runs out

@@ -18,7 +18,7 @@ from typing import Any, get_args
 
 import pytest
 
-from bot.config import Credentials, RepositoryConfig, Settings, WorkspaceSettings
+from bot.config import RepositoryConfig, Settings, WorkspaceSettings
 from bot.errors import BeamError
 from bot.input import AgentInput
 from bot.jobs.host_tools import search as search_module
@@ -539,7 +539,7 @@ class World:
             config,
             lookup=self.lookup,
             workspaces=self.workspaces,
-            callbacks=upstream_callbacks(config.credentials),
+            callbacks=upstream_callbacks(REPO, config, self.workspaces),
             webhook_timeout=5.0,
         )
 
@@ -806,25 +806,33 @@ def test_the_tool_is_built_from_settings(world: World) -> None:
 
 def test_publish_commit_rechecks_the_protected_refs(world: World) -> None:
     config = world.config()
-    mirror = sync_mirror(REPO, config, world.workspaces, upstream_callbacks(Credentials()))
+    mirror = sync_mirror(REPO, config, world.workspaces)
 
     world.refused(
         "BEM-328",
         lambda: publish_commit(
-            mirror, world.reviewed_sha, "main", config, callbacks=upstream_callbacks(Credentials())
+            mirror,
+            world.reviewed_sha,
+            "main",
+            config,
+            callbacks=upstream_callbacks(REPO, config, world.workspaces),
         ),
     )
 
 
 def test_publish_commit_refuses_a_commit_the_mirror_lacks(world: World) -> None:
     config = world.config()
-    mirror = sync_mirror(REPO, config, world.workspaces, upstream_callbacks(Credentials()))
+    mirror = sync_mirror(REPO, config, world.workspaces)
     ghost = "1234567890abcdef1234567890abcdef12345678"
 
     error = world.refused(
         "BEM-363",
         lambda: publish_commit(
-            mirror, ghost, PUBLISH_REF, config, callbacks=upstream_callbacks(Credentials())
+            mirror,
+            ghost,
+            PUBLISH_REF,
+            config,
+            callbacks=upstream_callbacks(REPO, config, world.workspaces),
         ),
     )
     assert ghost in error.message

@@ -36,7 +36,6 @@ from bot.jobs.schedules import (
     poll_delay,
 )
 from bot.jobs.store import JobStore
-from sandbox.workspace.credentials import upstream_callbacks
 from sandbox.workspace.mirror import sync_mirror
 from tests.jobs.webhook_receiver import Receiver, webhook_receiver
 from tests.support.playbooks import SLOW_BRANCH_PREFIX, SUMMARY_TEXT, seed_upstream
@@ -212,7 +211,7 @@ def test_active_branches_are_the_unmerged_unprotected_ones_newest_first(tmp_path
     workspaces = WorkspaceSettings(root=tmp_path / "ws", mirrors=tmp_path / "mirrors")
 
     def fetched() -> Path:
-        return sync_mirror("docs", config, workspaces, upstream_callbacks(config.credentials))
+        return sync_mirror("docs", config, workspaces)
 
     assert active_branches(fetched(), config) == ["docs/newer", "docs/older"]
     assert active_branches(fetched(), config, limit=1) == ["docs/newer"]

@@ -13,6 +13,9 @@ With ``authorization`` (e.g. ``basic(user, token)``) the server stands in for a 
 token-protected upstream (GitHub, GitLab): a request without exactly that ``Authorization``
 header gets 401, like a real forge, and every header it was sent is kept in
 ``seen_authorizations`` so a test can watch the worker's credentials travel.
+
+With ``tls=self_signed(directory)`` it serves HTTPS with a certificate no CA signed, to show
+that the worker verifies the server's certificate.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import base64
 import contextlib
 import os
 import re
+import ssl
 import subprocess
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -135,14 +140,41 @@ class _Handler(BaseHTTPRequestHandler):
             self.rfile.readline()
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    certificate: Path
+    key: Path
+
+
+def self_signed(directory: Path) -> TlsFiles:
+    """A fresh self-signed certificate for 127.0.0.1 (no CA a client trusts signed it)."""
+    files = TlsFiles(directory / "server.crt", directory / "server.key")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(files.key), "-out", str(files.certificate)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return files
+
+
 class GitHttpServer:
     """Serves the repositories under ``root``; use as a context manager.
 
     ``authorization``: the exact ``Authorization`` header every request must carry (see
-    ``basic``); ``None`` serves everyone."""
+    ``basic``); ``None`` serves everyone. ``tls``: serve HTTPS with this certificate."""
 
-    def __init__(self, root: Path, *, authorization: str | None = None) -> None:
+    def __init__(
+        self, root: Path, *, authorization: str | None = None, tls: TlsFiles | None = None
+    ) -> None:
         self._server = _Server(root, authorization)
+        self._scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(tls.certificate, tls.key)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self._scheme = "https"
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
@@ -159,7 +191,7 @@ class GitHttpServer:
         )
         host, port = self._server.server_address[:2]
         relative = repository.relative_to(self._server.root)
-        return f"http://{host!s}:{port}/{relative}"
+        return f"{self._scheme}://{host!s}:{port}/{relative}"
 
     def __enter__(self) -> GitHttpServer:
         self._thread.start()

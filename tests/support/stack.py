@@ -411,12 +411,18 @@ def _unknown(store: JobStore, job_id: str) -> bool:
     return False
 
 
+# Kept for the workers: the stack built the image under this name (one per checkout).
+_KEPT_SETTINGS = frozenset({"RIVERBEAM_SANDBOX__IMAGE"})
+
+
 def _clean_environment() -> dict[str, str]:
-    """The test process's environment without model keys or Riverbeam settings."""
+    """The test process's environment without model keys or Riverbeam settings (but the
+    sandbox image's name, which the stack built)."""
     return {
         name: value
         for name, value in os.environ.items()
-        if not name.startswith(("RIVERBEAM_", "BEAM_", "GFS_", "NVIDIA_", "OPENAI_"))
+        if name in _KEPT_SETTINGS
+        or not name.startswith(("RIVERBEAM_", "BEAM_", "GFS_", "NVIDIA_", "OPENAI_"))
     }
 
 

@@ -11,7 +11,6 @@ from bot.config import RepositoryConfig, WorkspaceSettings
 from bot.errors import BeamError
 from sandbox.jail import SandboxRoot
 from sandbox.workspace.commits import merge_base, resolve_commit
-from sandbox.workspace.credentials import upstream_callbacks
 from sandbox.workspace.mirror import sync_mirror
 from sandbox.workspace.prepare import prepare_workspace
 from sandbox.worktree import WorkingTree
@@ -21,7 +20,7 @@ PIPX = "Install it with pipx.\n"
 
 
 def _sync(config: RepositoryConfig, settings: WorkspaceSettings) -> Path:
-    return sync_mirror("docs", config, settings, upstream_callbacks(config.credentials))
+    return sync_mirror("docs", config, settings)
 
 
 def _rev(upstream: Path, name: str) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,13 +13,15 @@ import pytest
 from bot.config import Credentials, RepositoryConfig, WorkspaceSettings
 from bot.errors import BeamError
 from sandbox.workspace.credentials import upstream_callbacks
+from sandbox.workspace.mirror import sync_mirror
 from sandbox.workspace.prepare import Workspace, prepare_workspace
 from sandbox.workspace.relay import RelayResult, relay_push
-from tests.support.git_http import GitHttpServer, basic
+from tests.support.git_http import GitHttpServer, basic, self_signed
 from tests.workspace.conftest import TOKEN_ENV, assert_secret_absent
 from tests.workspace.kit import git, refs_and_logs, sandbox_push
 
 USER = "riverbeam-bot"
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -40,7 +45,7 @@ def _relay(workspace: Workspace, approved: str, config: RepositoryConfig) -> Rel
         approved,
         workspace.branch,
         config,
-        callbacks=upstream_callbacks(config.credentials),
+        callbacks=upstream_callbacks("docs", config, WorkspaceSettings()),
     )
 
 
@@ -124,3 +129,43 @@ def test_a_push_that_races_another_is_bem_351(
 
     assert caught.value.code == "BEM-351"
     assert other in caught.value.message and approved in caught.value.message
+
+
+_SYNC_SCRIPT = """
+import sys
+from pathlib import Path
+from bot.config import RepositoryConfig, WorkspaceSettings
+from sandbox.workspace.credentials import upstream_callbacks
+from sandbox.workspace.mirror import sync_mirror
+from sandbox.workspace.mirror import sync_mirror
+config = RepositoryConfig(upstream=sys.argv[1])
+settings = WorkspaceSettings(root=Path(sys.argv[2]), mirrors=Path(sys.argv[2]) / "mirrors")
+print(sync_mirror("docs", config, settings))
+"""
+
+
+def test_an_https_upstream_is_verified_against_the_certificate_authorities(
+    upstream: Path, settings: WorkspaceSettings, base_dir: Path
+) -> None:
+    tls = self_signed(base_dir)
+    with GitHttpServer(upstream.parent, tls=tls) as server:
+        config = RepositoryConfig(upstream=server.url_for(upstream))
+
+        with pytest.raises(BeamError) as caught:
+            sync_mirror("docs", config, settings)
+        # A worker whose CA bundle holds the certificate fetches the same URL: the refusal
+        # above is the certificate check, not a broken server.
+        trusting = subprocess.run(
+            [sys.executable, "-c", _SYNC_SCRIPT, config.upstream, str(base_dir / "trusting")],
+            env={**os.environ, "SSL_CERT_FILE": str(tls.certificate)},
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=PROJECT_ROOT,
+        )
+
+    assert caught.value.code == "BEM-340"
+    assert "certificate" in caught.value.message
+    assert not (settings.mirrors / "docs.git" / "refs" / "heads" / "main").exists()
+    assert trusting.returncode == 0, trusting.stderr
+    assert (base_dir / "trusting" / "mirrors" / "docs.git" / "refs" / "heads" / "main").exists()

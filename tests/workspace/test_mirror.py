@@ -11,7 +11,6 @@ import pytest
 
 from bot.config import Credentials, RepositoryConfig, WorkspaceSettings
 from bot.errors import BeamError
-from sandbox.workspace.credentials import upstream_callbacks
 from sandbox.workspace.mirror import mirror_lock, mirror_path, sync_mirror
 from sandbox.workspace.prepare import Workspace, prepare_workspace
 from tests.workspace.conftest import assert_secret_absent
@@ -19,7 +18,7 @@ from tests.workspace.kit import git, upstream_push
 
 
 def _sync(config: RepositoryConfig, settings: WorkspaceSettings) -> Path:
-    return sync_mirror("docs", config, settings, upstream_callbacks(config.credentials))
+    return sync_mirror("docs", config, settings)
 
 
 def _branches(mirror: Path) -> dict[str, str]:

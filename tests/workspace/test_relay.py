@@ -26,9 +26,11 @@ def workspace(repo_config: RepositoryConfig, settings: WorkspaceSettings) -> Wor
 
 
 @pytest.fixture
-def relay(workspace: Workspace, repo_config: RepositoryConfig) -> Relay:
+def relay(
+    workspace: Workspace, repo_config: RepositoryConfig, settings: WorkspaceSettings
+) -> Relay:
     def run(sha: str, branch: str | None = None) -> RelayResult:
-        callbacks = upstream_callbacks(repo_config.credentials)
+        callbacks = upstream_callbacks("docs", repo_config, settings)
         return relay_push(
             workspace, sha, branch or workspace.branch, repo_config, callbacks=callbacks
         )
@@ -112,7 +114,9 @@ def test_an_invalid_or_option_like_branch_is_refused(
             sha,
             branch,
             RepositoryConfig(upstream=str(upstream)),
-            callbacks=upstream_callbacks(RepositoryConfig(upstream=str(upstream)).credentials),
+            callbacks=upstream_callbacks(
+                "docs", RepositoryConfig(upstream=str(upstream)), WorkspaceSettings()
+            ),
         ),
     )
 

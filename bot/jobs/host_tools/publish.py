@@ -117,7 +117,8 @@ class PublishDocsetTool:
             repo_config,
             lookup=lookup,
             workspaces=settings.workspaces,
-            callbacks=callbacks or upstream_callbacks(repo_config.credentials),
+            callbacks=callbacks
+            or upstream_callbacks(job.spec.repo, repo_config, settings.workspaces),
             webhook_timeout=settings.jobs.webhook_timeout_seconds,
         )
 

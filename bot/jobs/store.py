@@ -143,6 +143,14 @@ class JobStore:
     def _pending_key(self) -> str:
         return f"{self._prefix}:approvals:pending"
 
+    @property
+    def _decided_key(self) -> str:
+        return f"{self._prefix}:approvals:decided"
+
+    @property
+    def _summaries_key(self) -> str:
+        return f"{self._prefix}:approvals:summaries"
+
     def _history_key(self, job_id: str) -> str:
         return f"{self._prefix}:approvals:history:{job_id}"
 
@@ -375,14 +383,7 @@ class JobStore:
         def body(pipe: Pipeline) -> tuple[tuple[JobRecord, Approval] | None, Writes | None]:
             record = self._read_job(pipe, job_id)
             approval = self._read_approval(pipe, job_id)
-            decided = (ApprovalState.APPROVED, ApprovalState.REFUSED)
-            if (
-                record.state is not JobState.AWAITING_APPROVAL
-                or approval is None
-                or approval.id != record.approval_id
-                or approval.state not in decided
-                or approval.applied
-            ):
+            if approval is None or not _awaits_resume(record, approval):
                 return None, None
             now = self._server_now(pipe)
             running = _running(record, worker, now, lease_seconds)
@@ -394,6 +395,7 @@ class JobStore:
             def writes(tx: Pipeline) -> None:
                 tx.set(job_key, claimed.model_dump_json())
                 tx.set(approval_key, applied.model_dump_json())
+                tx.zrem(self._decided_key, job_id)
                 self._index_lease(tx, claimed)
 
             return (claimed, applied), writes
@@ -485,6 +487,47 @@ class JobStore:
         """Drop a job the store no longer has from the lease index."""
         with self.reachable():
             self._redis.zrem(self._leases_key, job_id)
+
+    def unapplied_decisions(
+        self, *, older_than: float, limit: int = 100
+    ) -> builtins.list[JobRecord]:
+        """Parked jobs whose approval was decided at least ``older_than`` seconds ago (the
+        server's clock) and that no resume has claimed: their resume message was lost.
+        Oldest decision first. Reads the index of decided approvals only, whatever the
+        number of jobs; entries whose job moved on (resumed, cancelled) leave the index."""
+        key = self._decided_key
+
+        def body(pipe: Pipeline) -> tuple[builtins.list[JobRecord], Writes | None]:
+            cutoff = self._server_now(pipe).timestamp() - older_than
+            found = cast(
+                builtins.list[bytes],
+                pipe.zrangebyscore(key, "-inf", cutoff, start=0, num=limit),
+            )
+            job_ids = [_text(job_id) for job_id in found]
+            if not job_ids:
+                return [], None
+            jobs = pipe.mget([self._job_key(job_id) for job_id in job_ids])
+            approvals = pipe.mget([self._approval_key(job_id) for job_id in job_ids])
+            due: builtins.list[JobRecord] = []
+            for raw_job, raw_approval in zip(jobs, approvals, strict=True):
+                record = None if raw_job is None else JobRecord.model_validate_json(raw_job)
+                approval = (
+                    None if raw_approval is None else Approval.model_validate_json(raw_approval)
+                )
+                if record is not None and _awaits_resume(record, approval):
+                    due.append(record)
+            stale = set(job_ids) - {record.id for record in due}
+            if not stale:
+                return due, None
+
+            def writes(tx: Pipeline) -> None:
+                tx.zrem(key, *stale)
+
+            return due, writes
+
+        # Watching the index: a decision made meanwhile (a job that parked again) reruns
+        # the read, so a fresh entry is never dropped as stale.
+        return self.atomic([key], body)
 
     def list(
         self,
@@ -665,6 +708,7 @@ class JobStore:
             def writes(tx: Pipeline) -> None:
                 tx.set(key, approval.model_dump_json())
                 tx.zadd(self._pending_key, {approval.job_id: approval.created_at.timestamp()})
+                tx.hset(self._summaries_key, approval.job_id, _summary_json(approval))
 
             return approval, writes
 
@@ -735,7 +779,12 @@ class JobStore:
     def _queue_decided(self, tx: Pipeline, decided: Approval) -> None:
         tx.set(self._approval_key(decided.job_id), decided.model_dump_json())
         tx.zrem(self._pending_key, decided.job_id)
+        tx.hdel(self._summaries_key, decided.job_id)
         tx.rpush(self._history_key(decided.job_id), decided.model_dump_json())
+        if decided.state is not ApprovalState.WITHDRAWN and decided.decided_at is not None:
+            # Until a resume claims it (claim_resume drops it): what the sweep for decisions
+            # whose resume message was lost reads.
+            tx.zadd(self._decided_key, {decided.job_id: decided.decided_at.timestamp()})
 
     def _queue_withdrawal(
         self, tx: Pipeline, approval: Approval, state: JobState, now: datetime
@@ -808,6 +857,23 @@ def _decidable(record: JobRecord, current: Approval | None) -> Approval:
             "try again in a moment",
         )
     return current
+
+
+def _awaits_resume(record: JobRecord, approval: Approval | None) -> bool:
+    """Whether the job is parked on ``approval``, decided and not yet applied: what a resume
+    claims."""
+    return (
+        record.state is JobState.AWAITING_APPROVAL
+        and approval is not None
+        and approval.id == record.approval_id
+        and approval.state in (ApprovalState.APPROVED, ApprovalState.REFUSED)
+        and not approval.applied
+    )
+
+
+def _summary_json(approval: Approval) -> str:
+    """The few fields of an approval that counting and ageing need, without its diff."""
+    return json.dumps({"repo": approval.repo, "created_at": approval.created_at.timestamp()})
 
 
 def _event(entry_id: bytes, fields: dict[bytes, bytes]) -> JobEvent:

@@ -27,7 +27,7 @@ from tests.support.playbooks import (
     REVIEW_SUMMARY,
     SUMMARY_TEXT,
 )
-from tests.support.stack import Stack, job_stack
+from tests.support.stack import Stack, job_stack, wait_until
 
 TOKENS = {"ci": ("ci", None), "ci-handbook": ("ci", ("handbook",)), "writer": ("submitter", None)}
 GITHUB = {"GITHUB_RUN_ID": "4242", "GITHUB_RUN_ATTEMPT": "1", "GITHUB_JOB": "notes"}
@@ -95,6 +95,9 @@ def test_commit_notes_prints_the_draft_and_a_retried_step_makes_no_second_job(
     assert first.out == f"{NOTES_SUBJECT}\n\n{NOTES_BODY}\n"
     (job_id,) = _job_ids(stack, JobKind.COMMIT_NOTES)
     assert f"job {job_id} succeeded" in first.err
+    # Progress from the job's event stream, one line per tool call, on standard error.
+    for tool in ("git_status", "git_log", "git_diff"):
+        assert f"riverbeam: job {job_id}: ▸ {tool}" in first.err, first.err
 
     # The pipeline step is retried: same run, same step, same arguments.
     retried = riverbeam_ci(api, *argv, env={**GITHUB, "GITHUB_RUN_ATTEMPT": "2"})
@@ -150,22 +153,37 @@ def test_an_unknown_repository_is_bem_501_and_one_outside_the_scope_bem_703(
     assert all(record.spec.requested_by != "ci-handbook" for record in records)
 
 
-def test_a_job_past_the_timeout_is_exit_3_and_goes_on(stack: Stack, api: ApiServer) -> None:
-    ran = riverbeam_ci(
-        api,
-        "summarize",
-        "--repo",
-        "docs",
-        "--branch",
-        "main",
-        "--timeout",
-        "0.5",
-        "--metadata",
-        "playbook=summarize-slow",
+def _slow_summary(api: ApiServer, *more: str) -> tuple[Ran, str]:
+    """``riverbeam ci summarize`` of a job that outlives a 2-second timeout; its id."""
+    argv = ("summarize", "--repo", "docs", "--branch", "main", "--timeout", "2")
+    ran = riverbeam_ci(api, *argv, "--metadata", "playbook=summarize-slow", *more)
+    started = re.search(r"job ([0-9a-f]+) \(summarize on docs\)", ran.err)
+    assert started is not None, ran.err
+    return ran, started.group(1)
+
+
+def test_a_job_past_the_timeout_is_exit_3_and_is_cancelled(stack: Stack, api: ApiServer) -> None:
+    ran, job_id = _slow_summary(api)
+
+    assert ran.code == 3, ran.err
+    assert f"job {job_id} did not finish within 2 s" in ran.err and ran.out == ""
+    assert f"job {job_id} cancel" in ran.err
+    stack.wait_for(job_id, JobState.CANCELLED, timeout=60)
+    # Its worker removed its container: none labelled with the job is left on the engine.
+    wait_until(
+        lambda: not stack.sandbox_containers(job_id),
+        30,
+        lambda: f"containers of {job_id}: {stack.sandbox_containers(job_id)}",
     )
 
-    assert ran.code == 3
-    assert "did not finish within 0.5 s" in ran.err and ran.out == ""
+
+def test_leave_running_keeps_a_timed_out_job_going(stack: Stack, api: ApiServer) -> None:
+    ran, job_id = _slow_summary(api, "--leave-running")
+
+    assert ran.code == 3, ran.err
+    assert "a retry with the same idempotency key waits for it again" in ran.err
+    assert not stack.store.get(job_id).cancel_requested
+    stack.wait_for(job_id, JobState.SUCCEEDED, timeout=60)
 
 
 def test_an_unreachable_api_is_exit_2_naming_the_url(api: ApiServer) -> None:

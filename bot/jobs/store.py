@@ -41,6 +41,7 @@ from bot.jobs.models import (
     TRANSITIONS,
     Approval,
     ApprovalState,
+    ApprovalSummary,
     JobEvent,
     JobKind,
     JobRecord,
@@ -88,6 +89,7 @@ class JobStore:
         self._events_maxlen = events_maxlen
         self._snapshot_max_bytes = snapshot_max_bytes
         self._where = describe_redis(redis)
+        self._deployment: str | None = None
 
     @classmethod
     def from_url(cls, url: str, **kw: Any) -> JobStore:
@@ -160,6 +162,26 @@ class JobStore:
 
     def _lock_key(self, name: str) -> str:
         return f"{self._prefix}:schedule:{name}"
+
+    @property
+    def _deployment_key(self) -> str:
+        return f"{self._prefix}:deployment"
+
+    def deployment(self) -> str:
+        """This deployment's identity: a random id stored once in the store (SET NX), so
+        every worker and API process of one Redis database and key prefix reads the same,
+        whatever host name they reach Redis by, and a second deployment never does. The
+        sandbox containers of this deployment carry it as a label; its reaper removes only
+        those (``sandbox.container.reaper``)."""
+        if self._deployment is None:
+            key = self._deployment_key
+            with self.reachable():
+                self._redis.set(key, secrets.token_hex(8), nx=True)
+                raw = self._redis.get(key)
+            if raw is None:
+                raise BeamError("BEM-504", f"the job store lost {key} as it was written")
+            self._deployment = _text(raw)
+        return self._deployment
 
     # plumbing --------------------------------------------------------------------------
 
@@ -741,6 +763,49 @@ class JobStore:
             if approval.state is ApprovalState.PENDING and (repo is None or approval.repo == repo)
         ]
 
+    def pending_summaries(
+        self, *, limit: int, migrate: int = 50
+    ) -> tuple[int, builtins.list[ApprovalSummary]]:
+        """How many approvals wait, and the summaries of the oldest ``limit`` of them: three
+        small reads (ZCARD, ZRANGE, HMGET) whatever their diffs weigh. An approval parked by
+        a release that kept no summary gets one here, from its full document, once; at most
+        ``migrate`` of them per call (oldest first), so the first call after an upgrade stays
+        bounded too, and the rest are left out until a later call."""
+        with self.reachable():
+            waiting = int(self._redis.zcard(self._pending_key))
+            found = cast(builtins.list[bytes], self._redis.zrange(self._pending_key, 0, limit - 1))
+            job_ids = [_text(job_id) for job_id in found]
+            raws = self._redis.hmget(self._summaries_key, job_ids) if job_ids else []
+        summaries = []
+        for job_id, raw in zip(job_ids, raws, strict=True):
+            if raw is not None:
+                summaries.append(ApprovalSummary.model_validate_json(raw))
+            elif migrate > 0:
+                migrate -= 1
+                summary = self._summarize_pending(job_id)
+                if summary is not None:
+                    summaries.append(summary)
+        return waiting, summaries
+
+    def _summarize_pending(self, job_id: str) -> ApprovalSummary | None:
+        """Write the summary of the job's pending approval (one an earlier release opened);
+        None when it is no longer pending."""
+        key = self._approval_key(job_id)
+
+        def body(pipe: Pipeline) -> tuple[ApprovalSummary | None, Writes | None]:
+            approval = self._read_approval(pipe, job_id)
+            if approval is None or approval.state is not ApprovalState.PENDING:
+                return None, None
+            summary = ApprovalSummary.of(approval)
+
+            def writes(tx: Pipeline) -> None:
+                tx.hset(self._summaries_key, job_id, summary.model_dump_json())
+
+            return summary, writes
+
+        # Watched: a decision in between (which drops the summary) reruns the read.
+        return self.atomic([key], body)
+
     def decide(
         self, job_id: str, *, approve: bool, by: str, comment: str = "", allow_self: bool = False
     ) -> Approval:
@@ -872,8 +937,7 @@ def _awaits_resume(record: JobRecord, approval: Approval | None) -> bool:
 
 
 def _summary_json(approval: Approval) -> str:
-    """The few fields of an approval that counting and ageing need, without its diff."""
-    return json.dumps({"repo": approval.repo, "created_at": approval.created_at.timestamp()})
+    return ApprovalSummary.of(approval).model_dump_json()
 
 
 def _event(entry_id: bytes, fields: dict[bytes, bytes]) -> JobEvent:

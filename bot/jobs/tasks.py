@@ -116,7 +116,7 @@ def cancel_job(
     if record.state is JobState.CANCELLED:
         with contextlib.suppress(BeamError):
             client = docker_client or connect(timeout=REAP_CONNECT_TIMEOUT)
-            reap(client, is_active=lambda other: other != job_id)
+            reap(client, is_active=lambda other: other != job_id, deployment=store.deployment())
     return record
 
 
@@ -233,8 +233,9 @@ class JobWorker:
         return queued
 
     def reap_sandboxes(self) -> list[str]:
-        """Remove this host's sandbox containers whose job is not running."""
-        return reap(self.docker, is_active=self._is_running)
+        """Remove this deployment's sandbox containers on this host whose job is not
+        running, and any sandbox container past its deadline."""
+        return reap(self.docker, is_active=self._is_running, deployment=self.store.deployment())
 
     def collect_workspaces(self) -> list[str]:
         """Remove this host's workspaces whose job ended (or is unknown) past retention."""

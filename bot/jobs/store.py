@@ -64,6 +64,9 @@ MAX_WATCH_RETRIES = 100
 BLOCK_SLICE_MS = 1000
 MAX_LIST_LIMIT = 1000
 _SCAN_BATCH = 256
+# Keys one SCAN step of the decided-approvals backfill looks at (approval keys among them
+# are read whole).
+_BACKFILL_BATCH = 1000
 # Redis refuses writes with these replies while it is out of memory (noeviction), cannot
 # persist, or is a read-only replica: for a caller that is the store being unavailable.
 _UNAVAILABLE_REPLIES = ("OOM", "MISCONF", "READONLY")
@@ -516,7 +519,10 @@ class JobStore:
         """Parked jobs whose approval was decided at least ``older_than`` seconds ago (the
         server's clock) and that no resume has claimed: their resume message was lost.
         Oldest decision first. Reads the index of decided approvals only, whatever the
-        number of jobs; entries whose job moved on (resumed, cancelled) leave the index."""
+        number of jobs; entries whose job moved on (resumed, cancelled) leave the index.
+        Until decisions recorded before the index existed are all in it, each call also
+        indexes one page of them (``_backfill_decided``)."""
+        self._backfill_decided()
         key = self._decided_key
 
         def body(pipe: Pipeline) -> tuple[builtins.list[JobRecord], Writes | None]:
@@ -550,6 +556,34 @@ class JobStore:
         # Watching the index: a decision made meanwhile (a job that parked again) reruns
         # the read, so a fresh entry is never dropped as stale.
         return self.atomic([key], body)
+
+    def _backfill_decided(self) -> None:
+        """Index the decided, unapplied approvals a release without the index recorded: one
+        SCAN page of approval keys per call, resumed from the cursor kept in the store, so
+        the first sweeps after an upgrade each cost one page, and later ones a GET."""
+        marker = f"{self._prefix}:approvals:decided:backfill"
+        with self.reachable():
+            cursor = self._redis.get(marker)
+            if cursor == b"done":
+                return
+            following, keys = self._redis.scan(
+                int(cursor or 0),
+                match=f"{_glob_escaped(self._prefix)}:approval:*",
+                count=_BACKFILL_BATCH,
+            )
+            raws = self._redis.mget(keys) if keys else []
+            decided = {
+                approval.job_id: approval.decided_at.timestamp()
+                for approval in (Approval.model_validate_json(raw) for raw in raws if raw)
+                if approval.state in (ApprovalState.APPROVED, ApprovalState.REFUSED)
+                and not approval.applied
+                and approval.decided_at is not None
+            }
+            if decided:
+                # NX: an entry a decision made since then wrote is newer; a stale one (the
+                # job resumed meanwhile) leaves the index at the next sweep's read.
+                self._redis.zadd(self._decided_key, decided, nx=True)
+            self._redis.set(marker, "done" if int(following) == 0 else str(following))
 
     def list(
         self,
@@ -934,6 +968,11 @@ def _awaits_resume(record: JobRecord, approval: Approval | None) -> bool:
         and approval.state in (ApprovalState.APPROVED, ApprovalState.REFUSED)
         and not approval.applied
     )
+
+
+def _glob_escaped(text: str) -> str:
+    """``text`` matched literally in a SCAN pattern."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
 def _summary_json(approval: Approval) -> str:

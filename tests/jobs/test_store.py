@@ -680,6 +680,28 @@ def test_an_approval_parked_by_the_previous_release_is_summarized_on_first_read(
     assert _summarized(store, migrate=0) == (3, [(job.id, "docs") for job in old])
 
 
+def test_a_decision_recorded_before_the_resume_index_is_indexed_by_the_sweeps(
+    server: RedisServer,
+) -> None:
+    """The previous release recorded decisions without indexing them: the sweeps index them
+    a page at a time, and a glob character in the prefix matches only itself."""
+    store = open_store(server.url, prefix=f"t{uuid.uuid4().hex[:8]}[x]")
+    lost = parked(store)
+    store.decide(lost.id, approve=True, by="bob")
+    applied = parked(store)
+    store.decide(applied.id, approve=False, by="bob")
+    store.claim_resume(applied.id, worker="w1", lease_seconds=30)
+    store._redis.delete(store._decided_key)  # as the previous release left it
+    marker = store.key("approvals", "decided", "backfill")
+
+    for _ in range(10_000):  # one SCAN page per sweep, over the whole shared server
+        found = store.unapplied_decisions(older_than=0)
+        if store._redis.get(marker) == b"done":
+            break
+    assert [job.id for job in found] == [lost.id]
+    assert [job.id for job in store.unapplied_decisions(older_than=0)] == [lost.id]
+
+
 def test_a_decision_stays_in_the_resume_index_until_a_resume_claims_it(store: JobStore) -> None:
     record = parked(store)
     store.decide(record.id, approve=True, by="bob")

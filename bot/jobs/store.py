@@ -575,9 +575,7 @@ class JobStore:
             decided = {
                 approval.job_id: approval.decided_at.timestamp()
                 for approval in (Approval.model_validate_json(raw) for raw in raws if raw)
-                if approval.state in (ApprovalState.APPROVED, ApprovalState.REFUSED)
-                and not approval.applied
-                and approval.decided_at is not None
+                if _unapplied_decision(approval) and approval.decided_at is not None
             }
             if decided:
                 # NX: an entry a decision made since then wrote is newer; a stale one (the
@@ -965,8 +963,14 @@ def _awaits_resume(record: JobRecord, approval: Approval | None) -> bool:
         record.state is JobState.AWAITING_APPROVAL
         and approval is not None
         and approval.id == record.approval_id
-        and approval.state in (ApprovalState.APPROVED, ApprovalState.REFUSED)
-        and not approval.applied
+        and _unapplied_decision(approval)
+    )
+
+
+def _unapplied_decision(approval: Approval) -> bool:
+    """Whether a person decided ``approval`` and no resume has acted on it yet."""
+    return (
+        approval.state in (ApprovalState.APPROVED, ApprovalState.REFUSED) and not approval.applied
     )
 
 

@@ -121,6 +121,9 @@ class JobSettings(BaseModel):
     soft_time_limit_seconds: int = 900
     time_limit_seconds: int = 1200
     lease_seconds: float = 60.0
+    resume_grace_seconds: float = Field(
+        default=120.0, gt=0, description="age of a decision whose resume is sent again"
+    )
     snapshot_max_bytes: int = 32 << 20
     events_maxlen: int = 10_000
     diff_max_chars: int = 200_000

@@ -12,7 +12,11 @@ engine:
   reviewer).
 - ``riverbeam_tool_call_duration_seconds{tool,quantile}``: the tool frames of the newest
   ``TOOL_JOBS`` finished jobs, the first ``TOOL_EVENTS_PER_JOB`` events of each stream.
-- ``riverbeam_approvals_waiting`` and ``riverbeam_approval_oldest_age_seconds``.
+- ``riverbeam_approvals_waiting`` and ``riverbeam_approval_oldest_age_seconds``: the
+  pending queue's size, and the summaries the store keeps per pending approval (repository,
+  opened at; ``JobStore.pending_summaries``) of its oldest ``APPROVAL_SUMMARIES``: small
+  reads whatever the diffs weigh. An approval parked by a release that kept no summary gets
+  one written on a scrape (at most 50 a scrape, oldest first).
 - ``riverbeam_sandbox_containers{state}``: containers labelled ``riverbeam.role=sandbox``
   on this host's engine.
 
@@ -55,6 +59,7 @@ SCAN_JOBS = 1000
 DURATION_JOBS = 200
 TOOL_JOBS = 20
 TOOL_EVENTS_PER_JOB = 500
+APPROVAL_SUMMARIES = 1000
 QUANTILES = (0.5, 0.9, 0.99)
 CONTAINER_STATES = ("created", "running", "paused", "restarting", "removing", "exited", "dead")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -155,16 +160,7 @@ def store_families(store: JobStore, now: datetime) -> list[Family]:
             if isinstance(event.frame, ToolFrame):
                 tools[event.frame.record.name].append(event.frame.record.duration_ms / 1000)
 
-    pending = store.pending_approvals()
-    waiting = Family("riverbeam_approvals_waiting", "gauge", "pushes waiting for a decision")
-    waiting.add(len(pending))
-    oldest = Family(
-        "riverbeam_approval_oldest_age_seconds",
-        "gauge",
-        "how long the oldest waiting push has waited (0 when none waits)",
-    )
-    ages = [(now - approval.created_at).total_seconds() for approval in pending]
-    oldest.add(max(0.0, max(ages, default=0.0)))
+    waiting, oldest = approval_families(store, now)
     return [
         jobs,
         complete,
@@ -185,6 +181,22 @@ def store_families(store: JobStore, now: datetime) -> list[Family]:
         waiting,
         oldest,
     ]
+
+
+def approval_families(store: JobStore, now: datetime) -> tuple[Family, Family]:
+    """The approval queue from the store's small per-approval summaries (never an approval
+    with its diff): the count, and the age of the oldest of the first ``APPROVAL_SUMMARIES``."""
+    count, summaries = store.pending_summaries(limit=APPROVAL_SUMMARIES)
+    waiting = Family("riverbeam_approvals_waiting", "gauge", "pushes waiting for a decision")
+    waiting.add(count)
+    oldest = Family(
+        "riverbeam_approval_oldest_age_seconds",
+        "gauge",
+        "how long the oldest waiting push has waited (0 when none waits)",
+    )
+    ages = [(now - summary.created_at).total_seconds() for summary in summaries]
+    oldest.add(max(0.0, max(ages, default=0.0)))
+    return waiting, oldest
 
 
 def engine_families() -> list[Family]:

@@ -2,9 +2,11 @@
 pipeline step.
 
 The command submits the job with a ``ci`` token (``$RIVERBEAM_TOKEN``) to the API at
-``$RIVERBEAM_API_URL`` (or ``--api-url``), waits for it with a bounded ``--timeout``, and
+``$RIVERBEAM_API_URL`` (or ``--api-url``), follows its event stream (``GET
+/v1/jobs/{id}/events``; a dropped connection is reopened with ``Last-Event-ID``, the last
+event seen, as the web page and ``jobs follow`` do) for at most ``--timeout`` seconds, and
 prints the draft on standard output: nothing else goes there, so a pipeline can redirect it
-into a file. Progress and errors go to standard error.
+into a file. Progress (one line per tool call) and errors go to standard error.
 
 The submit carries an ``Idempotency-Key`` derived from the CI run (``--idempotency-key``,
 else the run's id from the CI environment plus the arguments, else a random one), so a
@@ -14,8 +16,9 @@ same key.
 
 Exit codes: 0 the draft is printed; 1 the job failed, was refused or was cancelled; 2 the
 API refused the request (the BEM code of its problem document), could not be reached, or
-the command was used wrongly; 3 the job did not finish within ``--timeout`` (it goes on;
-a retry with the same key waits for it again).
+the command was used wrongly; 3 the job did not finish within ``--timeout``: the command
+cancels it, so no job nobody waits for piles up (with ``--leave-running`` it goes on, and a
+retry with the same key waits for it again).
 """
 
 from __future__ import annotations
@@ -27,15 +30,18 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
 from pydantic import ValidationError
 
 from bot.api.schemas import JobRequest, JobView
+from bot.cli.render import tool_line
 from bot.cli.submit import metadata_pairs
+from bot.clients.sse import SseDecoder, SseError, SseEvent
 from bot.errors import CODES, BeamError
+from bot.frames import ErrorFrame, ToolFrame, frame_adapter
 from bot.jobs.models import (
     CommitNotesOutcome,
     JobState,
@@ -49,6 +55,9 @@ URL_ENV = "RIVERBEAM_API_URL"
 DEFAULT_TIMEOUT_SECONDS = 600.0
 POLL_SECONDS = 1.0
 REQUEST_TIMEOUT_SECONDS = 30.0
+# Longer than the API's keep-alive (``api.sse_keepalive_seconds``, 15 by default): a stream
+# silent this long is a dead connection, reopened after the last event seen.
+STREAM_READ_SECONDS = 60.0
 SUBMIT_ATTEMPTS = 3
 EXIT_JOB_FAILED = 1
 EXIT_REFUSED = 2
@@ -74,6 +83,17 @@ class CiFailure(Exception):
         self.exit_code = exit_code
 
 
+class TimedOut(CiFailure):
+    """The job was not final within ``--timeout``: exit 3, and the job to cancel."""
+
+    def __init__(self, job: JobView, timeout: float) -> None:
+        super().__init__(
+            f"job {job.id} did not finish within {timeout:g} s (it is {job.state.value})",
+            EXIT_TIMEOUT,
+        )
+        self.job_id = job.id
+
+
 def add_ci_commands(commands: Any) -> None:
     ci = commands.add_parser(
         "ci",
@@ -91,7 +111,13 @@ def add_ci_commands(commands: Any) -> None:
         type=float,
         default=DEFAULT_TIMEOUT_SECONDS,
         metavar="SECONDS",
-        help=f"how long to wait for the job (default: {DEFAULT_TIMEOUT_SECONDS:g})",
+        help=f"how long to wait for the job (default: {DEFAULT_TIMEOUT_SECONDS:g}); "
+        "past it the job is cancelled",
+    )
+    common.add_argument(
+        "--leave-running",
+        action="store_true",
+        help="past --timeout, leave the job running (a retry with the same key waits for it)",
     )
     common.add_argument(
         "--idempotency-key",
@@ -199,6 +225,27 @@ class ApiClient:
             return None
         return self._job(reply)
 
+    def events(self, job_id: str, *, after: str, read_timeout: float) -> Iterator[SseEvent]:
+        """The job's events after event ``after``, as they come, until the server ends the
+        stream; nothing when the API is briefly unavailable. A read that waits
+        ``read_timeout`` raises ``httpx.ReadTimeout``."""
+        headers = {"Accept": "text/event-stream", "Last-Event-ID": after}
+        timeout = httpx.Timeout(REQUEST_TIMEOUT_SECONDS, read=read_timeout)
+        path = f"/v1/jobs/{job_id}/events"
+        with self._http.stream("GET", path, headers=headers, timeout=timeout) as reply:
+            if reply.status_code in TRANSIENT_STATUSES:
+                return
+            if not reply.is_success:
+                reply.read()
+                raise _problem(reply)
+            decoder = SseDecoder()
+            for chunk in reply.iter_bytes():
+                yield from decoder.feed(chunk)
+            yield from decoder.close()
+
+    def cancel(self, job_id: str) -> JobView:
+        return self._job(self._http.post(f"/v1/jobs/{job_id}/cancel"))
+
     def _job(self, reply: httpx.Response) -> JobView:
         if reply.is_success:
             return JobView.model_validate(reply.json())
@@ -223,20 +270,56 @@ def _problem(reply: httpx.Response) -> Exception:
     return CiFailure(f"the API answered HTTP {reply.status_code}: {text[0][:200]}", EXIT_REFUSED)
 
 
-def wait(client: ApiClient, job: JobView, timeout: float) -> JobView:
-    """The job once it is final; EXIT_TIMEOUT when ``timeout`` runs out first."""
+def follow(client: ApiClient, job: JobView, timeout: float) -> JobView:
+    """The job once it is final, saying on standard error what it does meanwhile; TimedOut
+    when ``timeout`` runs out first. A stream that drops (the API restarted, a proxy cut
+    it, an ``error`` event) is opened again after the last event seen, so nothing is shown
+    twice or skipped."""
     deadline = time.monotonic() + timeout
+    last = "0"
     while not job.state.is_final:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise CiFailure(
-                f"job {job.id} did not finish within {timeout:g} s (it is {job.state.value}); "
-                "it goes on: a retry with the same idempotency key waits for it again",
-                EXIT_TIMEOUT,
-            )
-        time.sleep(min(POLL_SECONDS, left))
+            raise TimedOut(job, timeout)
+        try:
+            for event in client.events(
+                job.id, after=last, read_timeout=min(left, STREAM_READ_SECONDS)
+            ):
+                last = event.id or last
+                if event.event != "frame":
+                    break  # "end": the job is final; "error": the store failed, reopen
+                _progress(job.id, event.data)
+        except (httpx.TransportError, SseError):
+            pass  # a read past the deadline, or a dropped connection: look, then reopen
         job = client.job(job.id) or job
+        if not job.state.is_final:
+            time.sleep(max(0.0, min(POLL_SECONDS, deadline - time.monotonic())))
     return job
+
+
+def _progress(job_id: str, data: str) -> None:
+    """One line on standard error for a tool call or an error of the agent."""
+    try:
+        frame = frame_adapter.validate_json(data)
+    except ValidationError:
+        return  # a frame type of a newer server: nothing to show
+    if isinstance(frame, ToolFrame):
+        _note(f"job {job_id}: {tool_line(frame.record).plain.strip()}")
+    elif isinstance(frame, ErrorFrame):
+        _note(f"job {job_id}: {frame.error.code}: {frame.error.message}")
+
+
+def cancel_timed_out(client: ApiClient, job_id: str) -> str:
+    """Cancel the job the command gave up on; what became of it, in words."""
+    try:
+        job = client.cancel(job_id)
+    except (BeamError, CiFailure, httpx.TransportError) as error:
+        return f"could not cancel job {job_id}: {error}"
+    if job.state is JobState.CANCELLED:
+        return f"job {job_id} cancelled"
+    if job.state.is_final:
+        return f"job {job_id} {job.state.value} meanwhile"
+    return f"job {job_id} cancel requested: its worker stops it before its next step"
 
 
 def draft(job: JobView) -> str:
@@ -288,7 +371,14 @@ def _ci(args: argparse.Namespace) -> int:
     try:
         job = client.submit(body, key)
         _note(f"job {job.id} ({body.kind.value} on {body.repo}) is {job.state.value}")
-        done = wait(client, job, args.timeout)
+        done = follow(client, job, args.timeout)
+    except TimedOut as failure:
+        _note(str(failure))
+        if args.leave_running:
+            _note("it goes on: a retry with the same idempotency key waits for it again")
+        else:
+            _note(cancel_timed_out(client, failure.job_id))
+        return failure.exit_code
     except CiFailure as failure:
         _note(str(failure))
         return failure.exit_code

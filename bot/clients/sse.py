@@ -3,14 +3,16 @@
 The decoder follows the WHATWG event-stream rules: lines end in CR, LF or CRLF (a CRLF may
 be split across two network reads), a leading byte-order mark is dropped, ``:`` starts a
 comment, one space after a field's colon is dropped, several ``data`` lines join with a
-newline, a blank line dispatches the event, and an event still open when the body ends was
+newline, ``id`` sets the last event id that each later event carries (an id holding NUL is
+ignored), a blank line dispatches the event, and an event still open when the body ends was
 never finished and is dropped.
 
-It is stricter than the standard in two ways, because its only reader is a chat-completions
-stream: a line naming a field other than ``data``, ``event``, ``id`` or ``retry`` raises
-``SseError`` instead of being ignored (a server that is not speaking SSE would otherwise look
-like a stream that silently ended early), and an event larger than ``max_event_chars``
-raises ``SseError`` so a server that never ends a line cannot exhaust memory.
+It is stricter than the standard in two ways, because its readers (a chat-completions stream,
+``riverbeam ci`` following a job) know what their server sends: a line naming a field other
+than ``data``, ``event``, ``id`` or ``retry`` raises ``SseError`` instead of being ignored (a
+server that is not speaking SSE would otherwise look like a stream that silently ended
+early), and an event larger than ``max_event_chars`` raises ``SseError`` so a server that
+never ends a line cannot exhaust memory.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ MAX_EVENT_CHARS = 8 * 1024 * 1024
 """Far above any chat-completions chunk, including a whole tool call sent in one event."""
 
 _LINE_END = re.compile(r"\r\n|\r|\n")
-_IGNORED_FIELDS = frozenset({"id", "retry"})
+_IGNORED_FIELDS = frozenset({"retry"})
 
 
 class SseError(ValueError):
@@ -41,6 +43,9 @@ class SseError(ValueError):
 class SseEvent:
     data: str
     event: str = "message"
+    # The stream's last event id when the event was dispatched ("" until one is set): what
+    # a reader reconnecting sends as Last-Event-ID.
+    id: str = ""
 
 
 class SseDecoder:
@@ -55,6 +60,7 @@ class SseDecoder:
         self._data: list[str] = []
         self._data_chars = 0
         self._event = ""
+        self._id = ""
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         return self._take(self._text.decode(chunk), final=False)
@@ -104,12 +110,15 @@ class SseDecoder:
             self._data_chars += len(value) + 1
         elif name == "event":
             self._event = value
+        elif name == "id":
+            if "\0" not in value:
+                self._id = value
         elif name not in _IGNORED_FIELDS:
             raise SseError("not an event-stream line", line)
         return None
 
     def _dispatch(self) -> SseEvent | None:
-        event = SseEvent(data="\n".join(self._data), event=self._event or "message")
+        event = SseEvent(data="\n".join(self._data), event=self._event or "message", id=self._id)
         has_data = bool(self._data)
         self._data, self._data_chars, self._event = [], 0, ""
         return event if has_data else None

@@ -19,6 +19,8 @@ or stopped worker cost a retry, never a job:
 - ``beat_schedule``: the per-host chores every five minutes, the recovery sweep every minute
   (``riverbeam.recover_jobs``: a running job whose lease ran out is queued again, so a job
   whose worker died is taken over within about a minute, not after the visibility timeout),
+  the resume sweep every minute (``riverbeam.resume_decided``: a decision older than
+  ``jobs.resume_grace_seconds`` that no resume claimed gets its resume sent again),
   and for each repository with a ``summary_schedule`` its cron entry (``bot.jobs.schedules``).
   An invalid cron expression is BEM-900 when the app is built, so neither beat nor a worker
   starts on it.
@@ -59,6 +61,7 @@ COLLECT_WORKSPACES: Final = "riverbeam.collect_workspaces"
 SCHEDULE_SUMMARIES: Final = "riverbeam.schedule_summaries"
 FINISH_SCHEDULE_RUN: Final = "riverbeam.finish_schedule_run"
 RECOVER_JOBS: Final = "riverbeam.recover_jobs"
+RESUME_DECIDED: Final = "riverbeam.resume_decided"
 
 CHORE_INTERVAL_SECONDS: Final = 300.0
 # A job whose worker died waits for this sweep (at most this long after its lease ran out),
@@ -145,11 +148,12 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
             ("collect-workspaces", COLLECT_WORKSPACES),
         )
     }
-    chores["recover-jobs"] = {
-        "task": RECOVER_JOBS,
-        "schedule": RECOVER_INTERVAL_SECONDS,
-        "options": {"queue": DEFAULT_QUEUE},
-    }
+    for name, task in (("recover-jobs", RECOVER_JOBS), ("resume-decided", RESUME_DECIDED)):
+        chores[name] = {
+            "task": task,
+            "schedule": RECOVER_INTERVAL_SECONDS,
+            "options": {"queue": DEFAULT_QUEUE},
+        }
     summaries = {
         f"summarize-{repo}": {
             "task": SCHEDULE_SUMMARIES,
@@ -170,6 +174,11 @@ def send_schedule(app: Celery, repo: str) -> None:
 def send_recover(app: Celery) -> None:
     """Sweep for jobs whose worker died now (what beat sends every minute)."""
     app.send_task(RECOVER_JOBS, queue=DEFAULT_QUEUE)
+
+
+def send_resume_sweep(app: Celery) -> None:
+    """Sweep for decisions whose resume message was lost now (what beat sends every minute)."""
+    app.send_task(RESUME_DECIDED, queue=DEFAULT_QUEUE)
 
 
 def send_chore(app: Celery, task: str) -> None:

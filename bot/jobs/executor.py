@@ -272,6 +272,7 @@ class Executor:
                 # This worker holds the job: a container of it on this engine was left by
                 # an attempt whose worker died (kill -9, a lost Redis connection).
                 replace_leftover=True,
+                deployment=self._store.deployment(),
             )
 
     def _publish_target(self, segment: _Segment, repo: RepositoryConfig) -> PublishTarget:

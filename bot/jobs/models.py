@@ -280,6 +280,21 @@ class Approval(BaseModel):
     applied: bool = False
 
 
+class ApprovalSummary(BaseModel):
+    """What counting and ageing the approval queue need of one pending approval, kept beside
+    it so that ``/metrics`` never reads a diff."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    repo: str
+    created_at: datetime
+
+    @classmethod
+    def of(cls, approval: Approval) -> ApprovalSummary:
+        return cls(job_id=approval.job_id, repo=approval.repo, created_at=approval.created_at)
+
+
 class JobEvent(BaseModel):
     """One entry of a job's event stream: a frame the agent produced, or the end marker
     carrying the final state. ``id`` is the stream entry id; a follower passes the last one

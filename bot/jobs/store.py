@@ -41,6 +41,7 @@ from bot.jobs.models import (
     TRANSITIONS,
     Approval,
     ApprovalState,
+    ApprovalSummary,
     JobEvent,
     JobKind,
     JobRecord,
@@ -63,6 +64,9 @@ MAX_WATCH_RETRIES = 100
 BLOCK_SLICE_MS = 1000
 MAX_LIST_LIMIT = 1000
 _SCAN_BATCH = 256
+# Keys one SCAN step of the decided-approvals backfill looks at (approval keys among them
+# are read whole).
+_BACKFILL_BATCH = 1000
 # Redis refuses writes with these replies while it is out of memory (noeviction), cannot
 # persist, or is a read-only replica: for a caller that is the store being unavailable.
 _UNAVAILABLE_REPLIES = ("OOM", "MISCONF", "READONLY")
@@ -88,6 +92,7 @@ class JobStore:
         self._events_maxlen = events_maxlen
         self._snapshot_max_bytes = snapshot_max_bytes
         self._where = describe_redis(redis)
+        self._deployment: str | None = None
 
     @classmethod
     def from_url(cls, url: str, **kw: Any) -> JobStore:
@@ -143,6 +148,14 @@ class JobStore:
     def _pending_key(self) -> str:
         return f"{self._prefix}:approvals:pending"
 
+    @property
+    def _decided_key(self) -> str:
+        return f"{self._prefix}:approvals:decided"
+
+    @property
+    def _summaries_key(self) -> str:
+        return f"{self._prefix}:approvals:summaries"
+
     def _history_key(self, job_id: str) -> str:
         return f"{self._prefix}:approvals:history:{job_id}"
 
@@ -152,6 +165,26 @@ class JobStore:
 
     def _lock_key(self, name: str) -> str:
         return f"{self._prefix}:schedule:{name}"
+
+    @property
+    def _deployment_key(self) -> str:
+        return f"{self._prefix}:deployment"
+
+    def deployment(self) -> str:
+        """This deployment's identity: a random id stored once in the store (SET NX), so
+        every worker and API process of one Redis database and key prefix reads the same,
+        whatever host name they reach Redis by, and a second deployment never does. The
+        sandbox containers of this deployment carry it as a label; its reaper removes only
+        those (``sandbox.container.reaper``)."""
+        if self._deployment is None:
+            key = self._deployment_key
+            with self.reachable():
+                self._redis.set(key, secrets.token_hex(8), nx=True)
+                raw = self._redis.get(key)
+            if raw is None:
+                raise BeamError("BEM-504", f"the job store lost {key} as it was written")
+            self._deployment = _text(raw)
+        return self._deployment
 
     # plumbing --------------------------------------------------------------------------
 
@@ -375,14 +408,7 @@ class JobStore:
         def body(pipe: Pipeline) -> tuple[tuple[JobRecord, Approval] | None, Writes | None]:
             record = self._read_job(pipe, job_id)
             approval = self._read_approval(pipe, job_id)
-            decided = (ApprovalState.APPROVED, ApprovalState.REFUSED)
-            if (
-                record.state is not JobState.AWAITING_APPROVAL
-                or approval is None
-                or approval.id != record.approval_id
-                or approval.state not in decided
-                or approval.applied
-            ):
+            if approval is None or not _awaits_resume(record, approval):
                 return None, None
             now = self._server_now(pipe)
             running = _running(record, worker, now, lease_seconds)
@@ -394,6 +420,7 @@ class JobStore:
             def writes(tx: Pipeline) -> None:
                 tx.set(job_key, claimed.model_dump_json())
                 tx.set(approval_key, applied.model_dump_json())
+                tx.zrem(self._decided_key, job_id)
                 self._index_lease(tx, claimed)
 
             return (claimed, applied), writes
@@ -485,6 +512,76 @@ class JobStore:
         """Drop a job the store no longer has from the lease index."""
         with self.reachable():
             self._redis.zrem(self._leases_key, job_id)
+
+    def unapplied_decisions(
+        self, *, older_than: float, limit: int = 100
+    ) -> builtins.list[JobRecord]:
+        """Parked jobs whose approval was decided at least ``older_than`` seconds ago (the
+        server's clock) and that no resume has claimed: their resume message was lost.
+        Oldest decision first. Reads the index of decided approvals only, whatever the
+        number of jobs; entries whose job moved on (resumed, cancelled) leave the index.
+        Until decisions recorded before the index existed are all in it, each call also
+        indexes one page of them (``_backfill_decided``)."""
+        self._backfill_decided()
+        key = self._decided_key
+
+        def body(pipe: Pipeline) -> tuple[builtins.list[JobRecord], Writes | None]:
+            cutoff = self._server_now(pipe).timestamp() - older_than
+            found = cast(
+                builtins.list[bytes],
+                pipe.zrangebyscore(key, "-inf", cutoff, start=0, num=limit),
+            )
+            job_ids = [_text(job_id) for job_id in found]
+            if not job_ids:
+                return [], None
+            jobs = pipe.mget([self._job_key(job_id) for job_id in job_ids])
+            approvals = pipe.mget([self._approval_key(job_id) for job_id in job_ids])
+            due: builtins.list[JobRecord] = []
+            for raw_job, raw_approval in zip(jobs, approvals, strict=True):
+                record = None if raw_job is None else JobRecord.model_validate_json(raw_job)
+                approval = (
+                    None if raw_approval is None else Approval.model_validate_json(raw_approval)
+                )
+                if record is not None and _awaits_resume(record, approval):
+                    due.append(record)
+            stale = set(job_ids) - {record.id for record in due}
+            if not stale:
+                return due, None
+
+            def writes(tx: Pipeline) -> None:
+                tx.zrem(key, *stale)
+
+            return due, writes
+
+        # Watching the index: a decision made meanwhile (a job that parked again) reruns
+        # the read, so a fresh entry is never dropped as stale.
+        return self.atomic([key], body)
+
+    def _backfill_decided(self) -> None:
+        """Index the decided, unapplied approvals a release without the index recorded: one
+        SCAN page of approval keys per call, resumed from the cursor kept in the store, so
+        the first sweeps after an upgrade each cost one page, and later ones a GET."""
+        marker = f"{self._prefix}:approvals:decided:backfill"
+        with self.reachable():
+            cursor = self._redis.get(marker)
+            if cursor == b"done":
+                return
+            following, keys = self._redis.scan(
+                int(cursor or 0),
+                match=f"{_glob_escaped(self._prefix)}:approval:*",
+                count=_BACKFILL_BATCH,
+            )
+            raws = self._redis.mget(keys) if keys else []
+            decided = {
+                approval.job_id: approval.decided_at.timestamp()
+                for approval in (Approval.model_validate_json(raw) for raw in raws if raw)
+                if _unapplied_decision(approval) and approval.decided_at is not None
+            }
+            if decided:
+                # NX: an entry a decision made since then wrote is newer; a stale one (the
+                # job resumed meanwhile) leaves the index at the next sweep's read.
+                self._redis.zadd(self._decided_key, decided, nx=True)
+            self._redis.set(marker, "done" if int(following) == 0 else str(following))
 
     def list(
         self,
@@ -671,6 +768,7 @@ class JobStore:
             def writes(tx: Pipeline) -> None:
                 tx.set(key, approval.model_dump_json())
                 tx.zadd(self._pending_key, {approval.job_id: approval.created_at.timestamp()})
+                tx.hset(self._summaries_key, approval.job_id, _summary_json(approval))
 
             return approval, writes
 
@@ -702,6 +800,49 @@ class JobStore:
             for approval in approvals
             if approval.state is ApprovalState.PENDING and (repo is None or approval.repo == repo)
         ]
+
+    def pending_summaries(
+        self, *, limit: int, migrate: int = 50
+    ) -> tuple[int, builtins.list[ApprovalSummary]]:
+        """How many approvals wait, and the summaries of the oldest ``limit`` of them: three
+        small reads (ZCARD, ZRANGE, HMGET) whatever their diffs weigh. An approval parked by
+        a release that kept no summary gets one here, from its full document, once; at most
+        ``migrate`` of them per call (oldest first), so the first call after an upgrade stays
+        bounded too, and the rest are left out until a later call."""
+        with self.reachable():
+            waiting = int(self._redis.zcard(self._pending_key))
+            found = cast(builtins.list[bytes], self._redis.zrange(self._pending_key, 0, limit - 1))
+            job_ids = [_text(job_id) for job_id in found]
+            raws = self._redis.hmget(self._summaries_key, job_ids) if job_ids else []
+        summaries = []
+        for job_id, raw in zip(job_ids, raws, strict=True):
+            if raw is not None:
+                summaries.append(ApprovalSummary.model_validate_json(raw))
+            elif migrate > 0:
+                migrate -= 1
+                summary = self._summarize_pending(job_id)
+                if summary is not None:
+                    summaries.append(summary)
+        return waiting, summaries
+
+    def _summarize_pending(self, job_id: str) -> ApprovalSummary | None:
+        """Write the summary of the job's pending approval (one an earlier release opened);
+        None when it is no longer pending."""
+        key = self._approval_key(job_id)
+
+        def body(pipe: Pipeline) -> tuple[ApprovalSummary | None, Writes | None]:
+            approval = self._read_approval(pipe, job_id)
+            if approval is None or approval.state is not ApprovalState.PENDING:
+                return None, None
+            summary = ApprovalSummary.of(approval)
+
+            def writes(tx: Pipeline) -> None:
+                tx.hset(self._summaries_key, job_id, summary.model_dump_json())
+
+            return summary, writes
+
+        # Watched: a decision in between (which drops the summary) reruns the read.
+        return self.atomic([key], body)
 
     def decide(
         self, job_id: str, *, approve: bool, by: str, comment: str = "", allow_self: bool = False
@@ -741,7 +882,12 @@ class JobStore:
     def _queue_decided(self, tx: Pipeline, decided: Approval) -> None:
         tx.set(self._approval_key(decided.job_id), decided.model_dump_json())
         tx.zrem(self._pending_key, decided.job_id)
+        tx.hdel(self._summaries_key, decided.job_id)
         tx.rpush(self._history_key(decided.job_id), decided.model_dump_json())
+        if decided.state is not ApprovalState.WITHDRAWN and decided.decided_at is not None:
+            # Until a resume claims it (claim_resume drops it): what the sweep for decisions
+            # whose resume message was lost reads.
+            tx.zadd(self._decided_key, {decided.job_id: decided.decided_at.timestamp()})
 
     def _queue_withdrawal(
         self, tx: Pipeline, approval: Approval, state: JobState, now: datetime
@@ -814,6 +960,33 @@ def _decidable(record: JobRecord, current: Approval | None) -> Approval:
             "try again in a moment",
         )
     return current
+
+
+def _awaits_resume(record: JobRecord, approval: Approval | None) -> bool:
+    """Whether the job is parked on ``approval``, decided and not yet applied: what a resume
+    claims."""
+    return (
+        record.state is JobState.AWAITING_APPROVAL
+        and approval is not None
+        and approval.id == record.approval_id
+        and _unapplied_decision(approval)
+    )
+
+
+def _unapplied_decision(approval: Approval) -> bool:
+    """Whether a person decided ``approval`` and no resume has acted on it yet."""
+    return (
+        approval.state in (ApprovalState.APPROVED, ApprovalState.REFUSED) and not approval.applied
+    )
+
+
+def _glob_escaped(text: str) -> str:
+    """``text`` matched literally in a SCAN pattern."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def _summary_json(approval: Approval) -> str:
+    return ApprovalSummary.of(approval).model_dump_json()
 
 
 def _event(entry_id: bytes, fields: dict[bytes, bytes]) -> JobEvent:

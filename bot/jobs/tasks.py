@@ -14,7 +14,8 @@ lease run out and takes the job over. Then ``bot.jobs.executor`` runs one segmen
 
 Two chores run on every worker host (the broadcast queue of ``bot.jobs.celery_app``):
 removing sandbox containers whose job is not running, and removing expired workspaces. One
-sweep runs on any one worker: queueing again the running jobs whose lease ran out.
+sweep runs on any one worker: queueing again the running jobs whose lease ran out; and
+another: sending again the resume of a decision no resume claimed in time.
 
 Scheduled summaries (``bot.jobs.schedules``) are two tasks on the default queue: the trigger
 beat sends at a repository's cron times, which submits one summarize job per active branch,
@@ -41,6 +42,7 @@ from bot.jobs.celery_app import (
     FINISH_SCHEDULE_RUN,
     REAP_SANDBOXES,
     RECOVER_JOBS,
+    RESUME_DECIDED,
     RESUME_JOB,
     RESUME_PRIORITY,
     RUN_JOB,
@@ -114,7 +116,7 @@ def cancel_job(
     if record.state is JobState.CANCELLED:
         with contextlib.suppress(BeamError):
             client = docker_client or connect(timeout=REAP_CONNECT_TIMEOUT)
-            reap(client, is_active=lambda other: other != job_id)
+            reap(client, is_active=lambda other: other != job_id, deployment=store.deployment())
     return record
 
 
@@ -214,9 +216,26 @@ class JobWorker:
             queued.append(job_id)
         return queued
 
+    def resume_decided(self, app: Celery) -> list[str]:
+        """Send again the resume of every parked job whose decision is older than
+        ``jobs.resume_grace_seconds`` and that no resume claimed: its message was lost (a
+        broker that lost its last writes, a purge). Each such job gets one resume per sweep;
+        should the first one only have been slow, the second finds the decision applied
+        (``claim_resume``) and does nothing."""
+        grace = self.settings.jobs.resume_grace_seconds
+        queued = []
+        for record in self.store.unapplied_decisions(older_than=grace):
+            _send(app, RESUME_JOB, record, priority=RESUME_PRIORITY)
+            log.warning(
+                "job %s: its decision was not applied in %g s: resume sent again", record.id, grace
+            )
+            queued.append(record.id)
+        return queued
+
     def reap_sandboxes(self) -> list[str]:
-        """Remove this host's sandbox containers whose job is not running."""
-        return reap(self.docker, is_active=self._is_running)
+        """Remove this deployment's sandbox containers on this host whose job is not
+        running, and any sandbox container past its deadline."""
+        return reap(self.docker, is_active=self._is_running, deployment=self.store.deployment())
 
     def collect_workspaces(self) -> list[str]:
         """Remove this host's workspaces whose job ended (or is unknown) past retention."""
@@ -286,6 +305,10 @@ def register(app: Celery, settings: Settings) -> None:
     @app.task(name=RECOVER_JOBS, bind=True, shared=False)
     def recover_jobs(task: Task[Any, Any]) -> list[str]:
         return worker_for(task).recover_jobs(app)
+
+    @app.task(name=RESUME_DECIDED, bind=True, shared=False)
+    def resume_decided(task: Task[Any, Any]) -> list[str]:
+        return worker_for(task).resume_decided(app)
 
     @app.task(name=COLLECT_WORKSPACES, bind=True, shared=False)
     def collect(task: Task[Any, Any]) -> list[str]:

@@ -22,6 +22,7 @@ from sandbox.workspace.prepare import is_job_id
 
 __all__ = [
     "DEADLINE_LABEL",
+    "DEPLOYMENT_LABEL",
     "JOB_LABEL",
     "OUTBOX_MOUNT",
     "ROLE_LABEL",
@@ -37,6 +38,9 @@ OUTBOX_MOUNT = "/outbox"  # the per-job outbox; a job's clone has this path as i
 JOB_LABEL = "riverbeam.job"
 DEADLINE_LABEL = "riverbeam.deadline"
 ROLE_LABEL = "riverbeam.role"
+# Which deployment (job store) started the container: its reaper is the only one that may
+# remove it before its deadline. See ``sandbox.container.reaper``.
+DEPLOYMENT_LABEL = "riverbeam.deployment"
 ROLE_SANDBOX = "sandbox"
 
 # The environment is built here and nothing is inherited from the worker's: no tokens, no
@@ -58,6 +62,8 @@ class SandboxJob:
     # The commit git_diff and git_log start from, and its name; the tool server checks both.
     compare_to: str | None = None
     compare_label: str | None = None
+    # The starting deployment's identity (``JobStore.deployment``); None: unlabelled.
+    deployment: str | None = None
 
     def __post_init__(self) -> None:
         # The workspace's rule: the same id names the job's directory, branch and container.
@@ -122,11 +128,7 @@ def create_arguments(
         "environment": list(_ENVIRONMENT),
         # Otherwise the SDK copies proxy settings from the worker's ~/.docker/config.json.
         "use_config_proxy": False,
-        "labels": {
-            JOB_LABEL: job.job_id,
-            DEADLINE_LABEL: job.deadline.isoformat(),
-            ROLE_LABEL: ROLE_SANDBOX,
-        },
+        "labels": _labels(job),
         # The tool server talks over stdin/stdout. With stdin open and not detached the SDK
         # sets StdinOnce: the engine closes the server's stdin (EOF, a clean exit) when the
         # host half-closes the attach connection.
@@ -134,6 +136,17 @@ def create_arguments(
         "tty": False,
         "host_config": _host_config(api, job),
     }
+
+
+def _labels(job: SandboxJob) -> dict[str, str]:
+    labels = {
+        JOB_LABEL: job.job_id,
+        DEADLINE_LABEL: job.deadline.isoformat(),
+        ROLE_LABEL: ROLE_SANDBOX,
+    }
+    if job.deployment is not None:
+        labels[DEPLOYMENT_LABEL] = job.deployment
+    return labels
 
 
 def _host_config(api: APIClient, job: SandboxJob) -> dict[str, Any]:

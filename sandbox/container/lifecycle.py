@@ -115,6 +115,7 @@ class ContainerSandbox:
         compare_to: str | None = None,
         compare_label: str | None = None,
         replace_leftover: bool = False,
+        deployment: str | None = None,
     ) -> None:
         """Create, attach, start and wait for the ready line (``limits.ready_timeout``).
 
@@ -123,7 +124,8 @@ class ContainerSandbox:
         (BEM-402, with the server's reason). A second container for the same job is a name
         conflict (BEM-402), unless ``replace_leftover``: a caller that holds the job (its
         claim in the job store) knows that such a container is what an earlier attempt left
-        when its worker died, and has it removed first.
+        when its worker died, and has it removed first. ``deployment`` labels the
+        container with the job store it belongs to, for the reaper.
         """
         job = SandboxJob(
             job_id=job_id,
@@ -135,6 +137,7 @@ class ContainerSandbox:
             identity=identity or Identity(),
             compare_to=compare_to,
             compare_label=compare_label,
+            deployment=deployment,
         )
         with self._lock:
             if self._container_id is not None:

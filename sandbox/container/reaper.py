@@ -2,9 +2,15 @@
 
 A worker removes its container on every path it controls; the reaper covers the paths it
 does not: a worker killed with ``kill -9``, a lost engine connection during removal, a host
-reboot. Every sandbox container carries ``riverbeam.role=sandbox``, its job id and its
-deadline as labels, so the reaper needs nothing but the engine and a way to ask whether a
-job is still running.
+reboot. Every sandbox container carries ``riverbeam.role=sandbox``, its job id, its
+deadline and the deployment that started it as labels, so the reaper needs nothing but the
+engine and a way to ask whether a job is still running.
+
+One engine may serve several deployments (two services, two test stacks), each with its own
+job store, which knows only its own jobs. So a reaper given its ``deployment`` judges by
+job only the containers labelled with it; any other sandbox container (another
+deployment's, or one started by a release that set no deployment label) it removes only
+once its deadline passed, when no deployment still needs it.
 """
 
 from __future__ import annotations
@@ -17,7 +23,13 @@ import docker
 from docker.errors import NotFound
 
 from sandbox.container.engine import engine_errors
-from sandbox.container.hardening import DEADLINE_LABEL, JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
+from sandbox.container.hardening import (
+    DEADLINE_LABEL,
+    DEPLOYMENT_LABEL,
+    JOB_LABEL,
+    ROLE_LABEL,
+    ROLE_SANDBOX,
+)
 
 __all__ = ["reap"]
 
@@ -28,9 +40,13 @@ def reap(
     client: docker.DockerClient,
     is_active: Callable[[str], bool],
     now: datetime | None = None,
+    *,
+    deployment: str | None = None,
 ) -> list[str]:
     """Remove the sandbox containers whose job is not active (finished or unknown, as
-    ``is_active`` says) or whose deadline has passed; return their job ids."""
+    ``is_active`` says) or whose deadline has passed; return their job ids. With a
+    ``deployment``, containers labelled with another deployment (or none) are removed only
+    past their deadline; without one, every sandbox container is judged by ``is_active``."""
     moment = now or datetime.now(UTC)
     api = client.api
     with engine_errors("BEM-400", "listing sandbox containers"):
@@ -39,7 +55,11 @@ def reap(
     for container in containers:
         labels = container.get("Labels") or {}
         job_id = labels.get(JOB_LABEL, "")
-        reason = _reason(job_id, labels.get(DEADLINE_LABEL), moment, is_active)
+        deadline = labels.get(DEADLINE_LABEL)
+        if deployment is None or labels.get(DEPLOYMENT_LABEL) == deployment:
+            reason = _reason(job_id, deadline, moment, is_active)
+        else:
+            reason = _overdue(deadline, moment)
         if reason is None:
             continue
         with engine_errors("BEM-400", f"removing the sandbox container of job {job_id}"):
@@ -60,11 +80,20 @@ def _reason(
     expires = _parse(deadline)
     if expires is None:
         return "no readable deadline"
-    if expires <= now:
-        return f"deadline {deadline} passed"
+    overdue = _overdue(deadline, now)
+    if overdue is not None:
+        return overdue
     if not is_active(job_id):
         return "job finished or unknown"
     return None
+
+
+def _overdue(deadline: str | None, now: datetime) -> str | None:
+    """Why a container past its deadline goes, whoever started it; None when it is not."""
+    expires = _parse(deadline)
+    if expires is None or expires > now:
+        return None
+    return f"deadline {deadline} passed"
 
 
 def _parse(value: str | None) -> datetime | None:

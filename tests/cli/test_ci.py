@@ -8,10 +8,14 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import pytest
 
 from bot.api.schemas import JobRequest, JobView
@@ -27,7 +31,7 @@ from tests.support.playbooks import (
     REVIEW_SUMMARY,
     SUMMARY_TEXT,
 )
-from tests.support.stack import Stack, job_stack
+from tests.support.stack import Stack, job_stack, wait_until
 
 TOKENS = {"ci": ("ci", None), "ci-handbook": ("ci", ("handbook",)), "writer": ("submitter", None)}
 GITHUB = {"GITHUB_RUN_ID": "4242", "GITHUB_RUN_ATTEMPT": "1", "GITHUB_JOB": "notes"}
@@ -95,11 +99,102 @@ def test_commit_notes_prints_the_draft_and_a_retried_step_makes_no_second_job(
     assert first.out == f"{NOTES_SUBJECT}\n\n{NOTES_BODY}\n"
     (job_id,) = _job_ids(stack, JobKind.COMMIT_NOTES)
     assert f"job {job_id} succeeded" in first.err
+    # Progress from the job's event stream, one line per tool call, on standard error.
+    for tool in ("git_status", "git_log", "git_diff"):
+        assert f"riverbeam: job {job_id}: ▸ {tool}" in first.err, first.err
 
     # The pipeline step is retried: same run, same step, same arguments.
     retried = riverbeam_ci(api, *argv, env={**GITHUB, "GITHUB_RUN_ATTEMPT": "2"})
     assert (retried.code, retried.out) == (0, first.out)
     assert _job_ids(stack, JobKind.COMMIT_NOTES) == [job_id]
+
+
+class _CuttingProxy(ThreadingHTTPServer):
+    """A reverse proxy to the API that drops the first event stream it serves right after
+    its first frame (as a proxy timing out a long request would), and records the
+    Last-Event-ID of every event-stream request."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Forward)
+        self.upstream = upstream
+        self.resumed_from: list[str | None] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Forward(BaseHTTPRequestHandler):
+    server: _CuttingProxy
+
+    def do_GET(self) -> None:
+        self._forward()
+
+    def do_POST(self) -> None:
+        self._forward()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _forward(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        skip = {"host", "content-length", "connection"}
+        headers = {name: value for name, value in self.headers.items() if name.lower() not in skip}
+        events = self.path.split("?")[0].endswith("/events")
+        if events:
+            self.server.resumed_from.append(self.headers.get("Last-Event-ID"))
+        cut = events and len(self.server.resumed_from) == 1
+        url = self.server.upstream + self.path
+        with httpx.stream(self.command, url, headers=headers, content=body, timeout=60) as reply:
+            self.send_response(reply.status_code)
+            for name, value in reply.headers.items():
+                if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+                    self.send_header(name, value)
+            self.end_headers()  # HTTP/1.0: the body ends when the connection closes
+            held = b""
+            for chunk in reply.iter_raw():
+                if not cut:
+                    self.wfile.write(chunk)
+                    continue
+                held += chunk
+                first = re.search(rb"event: frame\r?\n.*?\r?\n\r?\n", held, re.DOTALL)
+                if first is not None:
+                    self.wfile.write(held[: first.end()])
+                    return  # the connection drops after one whole frame
+
+
+@contextmanager
+def cutting_proxy(api: ApiServer) -> Iterator[_CuttingProxy]:
+    proxy = _CuttingProxy(api.url)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield proxy
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+def test_a_dropped_event_stream_is_reopened_after_the_last_event_seen(
+    stack: Stack, api: ApiServer, fixed: str
+) -> None:
+    argv = ("commit-notes", "--repo", "docs", "--range", f"main..{fixed}", "--timeout", "120")
+    with cutting_proxy(api) as proxy:
+        ran = riverbeam_ci(
+            api, *argv, "--metadata", "playbook=commit-notes", env={"RIVERBEAM_API_URL": proxy.url}
+        )
+
+    assert ran.code == 0, ran.err
+    assert ran.out == f"{NOTES_SUBJECT}\n\n{NOTES_BODY}\n"
+    first, *again = proxy.resumed_from
+    assert first == "0" and again, proxy.resumed_from
+    assert again[0] is not None and re.fullmatch(r"\d+-\d+", again[0]), proxy.resumed_from
+    # Each tool call shown once: nothing repeated after the reconnect, nothing skipped.
+    for tool in ("git_status", "git_log", "git_diff"):
+        assert ran.err.count(f": ▸ {tool}") == 1, ran.err
 
 
 def test_summarize_prints_the_summary(api: ApiServer, fixed: str) -> None:
@@ -150,22 +245,37 @@ def test_an_unknown_repository_is_bem_501_and_one_outside_the_scope_bem_703(
     assert all(record.spec.requested_by != "ci-handbook" for record in records)
 
 
-def test_a_job_past_the_timeout_is_exit_3_and_goes_on(stack: Stack, api: ApiServer) -> None:
-    ran = riverbeam_ci(
-        api,
-        "summarize",
-        "--repo",
-        "docs",
-        "--branch",
-        "main",
-        "--timeout",
-        "0.5",
-        "--metadata",
-        "playbook=summarize-slow",
+def _slow_summary(api: ApiServer, *more: str) -> tuple[Ran, str]:
+    """``riverbeam ci summarize`` of a job that outlives a 2-second timeout; its id."""
+    argv = ("summarize", "--repo", "docs", "--branch", "main", "--timeout", "2")
+    ran = riverbeam_ci(api, *argv, "--metadata", "playbook=summarize-slow", *more)
+    started = re.search(r"job ([0-9a-f]+) \(summarize on docs\)", ran.err)
+    assert started is not None, ran.err
+    return ran, started.group(1)
+
+
+def test_a_job_past_the_timeout_is_exit_3_and_is_cancelled(stack: Stack, api: ApiServer) -> None:
+    ran, job_id = _slow_summary(api)
+
+    assert ran.code == 3, ran.err
+    assert f"job {job_id} did not finish within 2 s" in ran.err and ran.out == ""
+    assert f"job {job_id} cancel" in ran.err
+    stack.wait_for(job_id, JobState.CANCELLED, timeout=60)
+    # Its worker removed its container: none labelled with the job is left on the engine.
+    wait_until(
+        lambda: not stack.sandbox_containers(job_id),
+        30,
+        lambda: f"containers of {job_id}: {stack.sandbox_containers(job_id)}",
     )
 
-    assert ran.code == 3
-    assert "did not finish within 0.5 s" in ran.err and ran.out == ""
+
+def test_leave_running_keeps_a_timed_out_job_going(stack: Stack, api: ApiServer) -> None:
+    ran, job_id = _slow_summary(api, "--leave-running")
+
+    assert ran.code == 3, ran.err
+    assert "a retry with the same idempotency key waits for it again" in ran.err
+    assert not stack.store.get(job_id).cancel_requested
+    stack.wait_for(job_id, JobState.SUCCEEDED, timeout=60)
 
 
 def test_an_unreachable_api_is_exit_2_naming_the_url(api: ApiServer) -> None:

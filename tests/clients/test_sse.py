@@ -46,7 +46,14 @@ def test_multi_line_data_joins_with_newlines() -> None:
 def test_comments_ids_retry_and_event_names() -> None:
     body = b": hello\nid: 7\nretry: 10\nevent: ping\ndata: x\n\ndata: y\n\n"
 
-    assert decode(body) == [SseEvent("x", "ping"), SseEvent("y")]
+    # The last id set carries over to later events: it is what a reconnecting reader sends.
+    assert decode(body) == [SseEvent("x", "ping", "7"), SseEvent("y", id="7")]
+
+
+def test_an_id_holding_nul_is_ignored_and_an_empty_one_resets() -> None:
+    body = b"id: 3\ndata: a\n\nid: 4\0\ndata: b\n\nid\ndata: c\n\n"
+
+    assert [event.id for event in decode(body)] == ["3", "3", ""]
 
 
 def test_an_event_without_data_is_not_dispatched() -> None:

@@ -102,3 +102,51 @@ def test_reap_cleans_up_after_a_worker_that_died_without_stopping(
     assert reap(docker_client, is_active) == ["reap-orphan"]
     assert not container_exists(docker_client, container_id)
     assert reap(docker_client, is_active) == []
+
+
+def test_reap_judges_only_its_own_deployments_containers_by_job(
+    docker_client: docker.DockerClient, image: ImageInfo, limits: SandboxLimits, tmp_path: Path
+) -> None:
+    """Two deployments on one engine, and containers of a release that set no deployment
+    label: a reaper removes its own deployment's containers of jobs its store does not run,
+    and anyone else's only past their deadline."""
+    # Deadlines in the future, the reaper told it is later than the "passed" ones: another
+    # stack's reaper on this shared engine must not remove them while the test starts them.
+    now = datetime.now(UTC)
+    later, passed = now + timedelta(hours=2), now + timedelta(hours=1)
+    reaped_at = now + timedelta(minutes=90)
+    containers = {
+        "scope-ours": ("dep-ours", later),
+        "scope-theirs": ("dep-theirs", later),
+        "scope-theirs-overdue": ("dep-theirs", passed),
+        "scope-unlabelled": (None, later),
+        "scope-unlabelled-overdue": (None, passed),
+    }
+    sandboxes = []
+    try:
+        for job_id, (deployment, deadline) in containers.items():
+            workspace = make_workspace(tmp_path / job_id, job_id=job_id)
+            sandbox = ContainerSandbox(docker_client, image.ref)
+            sandboxes.append(sandbox)
+            sandbox.start(
+                job_id, workspace.path, PROTECTED, limits, deadline=deadline, deployment=deployment
+            )
+        ids = {
+            job_id: str(sandbox.container_id)
+            for job_id, sandbox in zip(containers, sandboxes, strict=True)
+        }
+
+        # Our store runs none of these jobs (nor knows them), and leaves other tests' alone.
+        removed = reap(
+            docker_client,
+            lambda job: not job.startswith("scope-"),
+            reaped_at,
+            deployment="dep-ours",
+        )
+
+        assert sorted(removed) == ["scope-ours", "scope-theirs-overdue", "scope-unlabelled-overdue"]
+        left = {job for job, cid in ids.items() if container_exists(docker_client, cid)}
+        assert left == {"scope-theirs", "scope-unlabelled"}
+    finally:
+        for sandbox in sandboxes:
+            sandbox.stop()

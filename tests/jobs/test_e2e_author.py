@@ -22,7 +22,13 @@ from bot.jobs.models import (
 )
 from bot.jobs.tasks import cancel_job
 from sandbox.container.engine import connect
-from sandbox.container.hardening import DEADLINE_LABEL, JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
+from sandbox.container.hardening import (
+    DEADLINE_LABEL,
+    DEPLOYMENT_LABEL,
+    JOB_LABEL,
+    ROLE_LABEL,
+    ROLE_SANDBOX,
+)
 from sandbox.image.build import check_image
 from sandbox.workspace.credentials import upstream_callbacks
 from sandbox.workspace.prepare import open_workspace
@@ -240,6 +246,7 @@ def test_chores_reach_every_worker_host(stack: Stack) -> None:
         client = connect()
         deadline = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
         labels = {ROLE_LABEL: ROLE_SANDBOX, JOB_LABEL: "ghost-job", DEADLINE_LABEL: deadline}
+        labels[DEPLOYMENT_LABEL] = stack.store.deployment()  # ours: judged by its job
         image = check_image(client, stack.settings).ref
         orphan = client.api.create_container(image, labels=labels)["Id"]
         send_chore(stack.app, REAP_SANDBOXES)

@@ -20,6 +20,7 @@ from bot.jobs.celery_app import (
     HOSTS_QUEUE,
     REAP_SANDBOXES,
     RECOVER_JOBS,
+    RESUME_DECIDED,
     celery_config,
     queue_for,
     worker_queues,
@@ -169,9 +170,11 @@ def test_celery_settings_make_a_lost_worker_cost_a_retry_not_a_job() -> None:
     for name in ("reap-sandboxes", "collect-workspaces"):
         assert beat[name]["options"]["declare"] == [HOSTS_EXCHANGE]
     # A job whose worker died is queued again by one sweep a minute, on any one worker.
-    assert beat["recover-jobs"]["task"] == RECOVER_JOBS
-    assert beat["recover-jobs"]["options"] == {"queue": "default"}
-    assert beat["recover-jobs"]["schedule"] < timeout
+    # So is a decision whose resume message was lost.
+    for name, task in (("recover-jobs", RECOVER_JOBS), ("resume-decided", RESUME_DECIDED)):
+        assert beat[name]["task"] == task
+        assert beat[name]["options"] == {"queue": "default"}
+        assert beat[name]["schedule"] < timeout
 
 
 # -- the relayed git_push --------------------------------------------------------------------

@@ -641,6 +641,79 @@ def test_pending_approvals_are_oldest_first_and_filter_by_repo(store: JobStore) 
     assert store.pending_approvals(repo="elsewhere") == []
 
 
+def _summarized(store: JobStore, **kw: Any) -> tuple[int, list[tuple[str, str]]]:
+    count, summaries = store.pending_summaries(limit=100, **kw)
+    return count, [(summary.job_id, summary.repo) for summary in summaries]
+
+
+def test_pending_summaries_follow_open_decide_and_withdraw_without_reading_a_diff(
+    store: JobStore,
+) -> None:
+    first = parked(store, author())
+    second = parked(store, JobSpec(kind=JobKind.REVIEW, repo="api", branch="b"))
+    third = parked(store, author())
+    # A summary is read, never the approval: its document gone, it is still counted.
+    store._redis.delete(store._approval_key(first.id))
+    assert _summarized(store) == (3, [(first.id, "docs"), (second.id, "api"), (third.id, "docs")])
+    count, capped = store.pending_summaries(limit=1)
+    assert (count, [summary.job_id for summary in capped]) == (3, [first.id])
+
+    store.decide(second.id, approve=True, by="bob")
+    store.request_cancel(third.id)
+    assert _summarized(store) == (1, [(first.id, "docs")])
+    assert store._redis.hlen(store._summaries_key) == 1
+
+
+def test_an_approval_parked_by_the_previous_release_is_summarized_on_first_read(
+    store: JobStore,
+) -> None:
+    """The previous release kept the approval and its place in the pending queue, no
+    summary: the first read writes it from the full document, then reads only the summary."""
+    old = [parked(store, author()) for _ in range(3)]
+    store._redis.delete(store._summaries_key)
+
+    assert _summarized(store, migrate=2) == (3, [(old[0].id, "docs"), (old[1].id, "docs")])
+    assert _summarized(store, migrate=2) == (3, [(job.id, "docs") for job in old])
+    assert store._redis.hlen(store._summaries_key) == 3
+    for job in old:
+        store._redis.delete(store._approval_key(job.id))  # from now on, summaries only
+    assert _summarized(store, migrate=0) == (3, [(job.id, "docs") for job in old])
+
+
+def test_a_decision_recorded_before_the_resume_index_is_indexed_by_the_sweeps(
+    server: RedisServer,
+) -> None:
+    """The previous release recorded decisions without indexing them: the sweeps index them
+    a page at a time, and a glob character in the prefix matches only itself."""
+    store = open_store(server.url, prefix=f"t{uuid.uuid4().hex[:8]}[x]")
+    lost = parked(store)
+    store.decide(lost.id, approve=True, by="bob")
+    applied = parked(store)
+    store.decide(applied.id, approve=False, by="bob")
+    store.claim_resume(applied.id, worker="w1", lease_seconds=30)
+    store._redis.delete(store._decided_key)  # as the previous release left it
+    marker = store.key("approvals", "decided", "backfill")
+
+    for _ in range(10_000):  # one SCAN page per sweep, over the whole shared server
+        found = store.unapplied_decisions(older_than=0)
+        if store._redis.get(marker) == b"done":
+            break
+    assert [job.id for job in found] == [lost.id]
+    assert [job.id for job in store.unapplied_decisions(older_than=0)] == [lost.id]
+
+
+def test_a_decision_stays_in_the_resume_index_until_a_resume_claims_it(store: JobStore) -> None:
+    record = parked(store)
+    store.decide(record.id, approve=True, by="bob")
+    assert store.unapplied_decisions(older_than=3600) == []  # too recent to be overdue
+    assert [job.id for job in store.unapplied_decisions(older_than=0)] == [record.id]
+    assert [job.id for job in store.unapplied_decisions(older_than=0)] == [record.id]
+
+    assert store.claim_resume(record.id, worker="w1", lease_seconds=30) is not None
+    assert store.unapplied_decisions(older_than=0) == []
+    assert store._redis.zcard(store._decided_key) == 0
+
+
 def test_opening_an_approval_again_is_idempotent_and_a_new_one_replaces_it(
     store: JobStore,
 ) -> None:

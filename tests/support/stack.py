@@ -325,7 +325,7 @@ def job_stack(
         config = base / "riverbeam.toml"
         config.write_text(
             _config_text(
-                redis_url, upstream, base, lease_seconds, tables, model_factory, more_config or {}
+                redis_url, upstream, base, lease_seconds, tables, model_factory, _more(more_config)
             )
         )
         settings = Settings(**tomllib.loads(config.read_text()))
@@ -343,6 +343,19 @@ def job_stack(
         )
         cleanup.callback(_stop_all, stack)
         yield stack
+
+
+def _more(
+    more_config: Mapping[str, Mapping[str, object]] | None,
+) -> Mapping[str, Mapping[str, object]]:
+    """``more_config``, with the sandbox image this process builds (``RIVERBEAM_SANDBOX__IMAGE``
+    when set) written in: the workers' environment leaves ``RIVERBEAM_*`` out, and they must
+    run the image the stack built, not another of the same code that may be gone."""
+    more = dict(more_config or {})
+    image = os.environ.get("RIVERBEAM_SANDBOX__IMAGE")
+    if image:
+        more["sandbox"] = {"image": image, **more.get("sandbox", {})}
+    return more
 
 
 def _config_text(

@@ -25,6 +25,9 @@ class ToolCall(BaseModel):
     id: str
     name: str
     arguments: str = "{}"
+    sent_id: str | None = None
+    """The id as the model sent it, set only when the loop had to replace an empty or
+    reused one (providers reject a reply whose tool results share an id)."""
 
     @classmethod
     def of(cls, name: str, arguments: dict[str, Any] | None = None, *, id: str = "") -> ToolCall:
@@ -43,7 +46,13 @@ class ToolCall(BaseModel):
 
 
 class Completion(BaseModel):
-    """One model turn: answer text, or tool calls to run (possibly with some text)."""
+    """One model turn: answer text, or tool calls to run (possibly with some text).
+
+    ``finish_reason`` is the provider's word for why the turn ended (``stop``,
+    ``tool_calls``, ``length``, ``content_filter``, ...; None when it sent none) and
+    ``refusal`` the text of a declined request. The tool loop decides from both whether the
+    turn may be acted on (see ``bot.runner.endings``).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -51,6 +60,8 @@ class Completion(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage | None = None
     model: str | None = None
+    finish_reason: str | None = None
+    refusal: str | None = None
 
     @classmethod
     def of_text(cls, text: str, **fields: Any) -> Completion:

@@ -164,6 +164,11 @@ class OpenAiCompatible:
         return self._max_tokens
 
     @property
+    def output_limit(self) -> str:
+        """The output-token limit as the request carries it, for messages."""
+        return f"max_tokens={self._max_tokens}"
+
+    @property
     def extra_body(self) -> dict[str, Any]:
         return _json_copy(self._extra_body)
 

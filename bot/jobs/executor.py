@@ -495,6 +495,9 @@ class Executor:
         if state.status is ResultStatus.FAILED:
             error = state.error or ErrorInfo(code="BEM-509", message="the run failed")
             return self._end(segment, _final_state(error.code), error=error, result=result)
+        if state.status is ResultStatus.REFUSED:
+            # The model declined: nothing it would have done is reported as an outcome.
+            return self._end(segment, JobState.REFUSED, result=result)
         result.outcome = self._outcome(segment, state)
         to = JobState.REFUSED if ended_refused(state) else JobState.SUCCEEDED
         return self._end(segment, to, result=result)
@@ -565,6 +568,7 @@ def _result(state: RunState) -> JobResult:
         usage=state.usage,
         model_used=state.model_used,
         tool_calls=len(state.records),
+        refusal=state.refusal,
     )
 
 

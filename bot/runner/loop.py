@@ -45,6 +45,7 @@ from bot.runner.calls import (
     reply_message,
     tool_message,
 )
+from bot.runner.endings import check_ending, unique_call_ids
 from bot.runner.hooks import Hooks
 from bot.runner.interrupts import INTERRUPTS
 from bot.runner.state import Decision, RunState, specs_digest
@@ -324,6 +325,14 @@ class ToolLoopAgent:
         if completion is None:
             raise BeamError("BEM-063", "the model stream ended without a completion")
         completion = await self._hooks.run_after_completion(state, completion)
+        _count_usage(state, completion)
+        if completion.refusal:
+            # A declined request is an answer of its own kind, not a failure to retry.
+            state.status = ResultStatus.REFUSED
+            state.refusal = completion.refusal
+            state.text = completion.text or ""
+            return
+        check_ending(completion, _output_limit(self._client))
         _absorb(state, completion)
         if not completion.tool_calls:
             state.status = ResultStatus.COMPLETED
@@ -407,13 +416,25 @@ def _park(state: RunState, checked: CheckedCall) -> None:
     state.status = ResultStatus.INTERRUPTED
 
 
-def _absorb(state: RunState, completion: Completion) -> None:
-    state.messages.append(completion.assistant_message())
+def _count_usage(state: RunState, completion: Completion) -> None:
+    """Tokens are paid for whether or not the turn can be acted on."""
     if completion.usage is not None:
         state.usage = state.usage + completion.usage
     if completion.model is not None:
         state.model_used = completion.model
-    state.queue = list(completion.tool_calls)
+
+
+def _absorb(state: RunState, completion: Completion) -> None:
+    calls = unique_call_ids(completion.tool_calls, state.messages)
+    turn = completion.model_copy(update={"tool_calls": calls})
+    state.messages.append(turn.assistant_message())
+    state.queue = calls
+
+
+def _output_limit(client: CompletionClient) -> str | None:
+    """The client's output-token limit as ``parameter=N``, when it says (for messages)."""
+    limit = getattr(client, "output_limit", None)
+    return limit if isinstance(limit, str) else None
 
 
 def _refusal(decision: Decision) -> Message:

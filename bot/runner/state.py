@@ -64,6 +64,7 @@ class RunState(BaseModel):
     status: ResultStatus | None = None
     text: str = ""
     error: ErrorInfo | None = None
+    refusal: str | None = None
 
     @classmethod
     def load(cls, data: str | bytes) -> RunState:
@@ -114,6 +115,7 @@ class RunState(BaseModel):
             model_used=self.model_used,
             pending=self.pending,
             error=self.error,
+            refusal=self.refusal,
         )
 
 

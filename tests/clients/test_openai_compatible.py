@@ -302,6 +302,7 @@ async def test_reports_usage_and_the_model_that_answered(
         text="Done.",
         usage=Usage(prompt_tokens=120, completion_tokens=30, total_tokens=150),
         model="served/model-v2",
+        finish_reason="stop",
     )
 
 
@@ -349,7 +350,7 @@ async def test_parses_tool_calls_keeping_the_argument_text(
         id="call_write", name="write_file", arguments='{"path": "a.md", "body": "x"}'
     )
     assert (third.name, third.arguments) == ("git_status", "{}")
-    assert third.id.startswith("call_")
+    assert third.id == ""  # the tool loop gives it a unique id and records that it did
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,7 @@ async def test_yields_each_text_delta_then_the_completion(
         TextDelta(text="Hel"),
         TextDelta(text="lo"),
         TextDelta(text=", docs"),
-        Completion(text="Hello, docs", usage=USAGE, model=STUB_MODEL),
+        Completion(text="Hello, docs", usage=USAGE, model=STUB_MODEL, finish_reason="stop"),
     ]
     request = stub_model.requests[0]
     assert request.headers["accept"] == "text/event-stream"
@@ -86,6 +86,7 @@ async def test_accumulates_tool_call_deltas_by_index(
             ],
             usage=USAGE,
             model=STUB_MODEL,
+            finish_reason="tool_calls",
         )
     ]
 
@@ -131,25 +132,26 @@ async def test_reads_comments_crlf_named_events_and_multi_line_data(
     assert items == [
         TextDelta(text="Hi"),
         TextDelta(text=" there"),
-        Completion(text="Hi there", model=STUB_MODEL),
+        Completion(text="Hi there", model=STUB_MODEL, finish_reason="stop"),
     ]
 
 
 @pytest.mark.parametrize(
-    "stream",
+    ("stream", "reason"),
     [
-        Stream([chunk("ok")]),  # [DONE] without a finish_reason
-        Stream([chunk("ok", finish_reason="stop")], done=False),  # a finish_reason, no [DONE]
+        (Stream([chunk("ok")]), None),  # [DONE] without a finish_reason
+        (Stream([chunk("ok", finish_reason="stop")], done=False), "stop"),  # no [DONE]
     ],
 )
 async def test_either_done_or_a_finish_reason_ends_the_answer(
-    client: OpenAiCompatible, stub_model: StubModel, stream: Stream
+    client: OpenAiCompatible, stub_model: StubModel, stream: Stream, reason: str | None
 ) -> None:
     stub_model.enqueue(stream)
 
     items = await collect(client.stream(MESSAGES, []))
 
-    assert items == [TextDelta(text="ok"), Completion(text="ok", model=STUB_MODEL)]
+    ended = Completion(text="ok", model=STUB_MODEL, finish_reason=reason)
+    assert items == [TextDelta(text="ok"), ended]
 
 
 async def test_a_json_reply_to_a_stream_request_is_taken_whole(
@@ -161,7 +163,7 @@ async def test_a_json_reply_to_a_stream_request_is_taken_whole(
 
     assert items == [
         TextDelta(text="in one piece"),
-        Completion(text="in one piece", usage=USAGE, model=STUB_MODEL),
+        Completion(text="in one piece", usage=USAGE, model=STUB_MODEL, finish_reason="stop"),
     ]
 
 
@@ -185,7 +187,7 @@ async def test_a_stream_that_breaks_before_any_text_is_retried(
 
     items = await collect(client.stream(MESSAGES, []))
 
-    assert items[-1] == Completion(text="fine", usage=USAGE, model=STUB_MODEL)
+    assert items[-1] == Completion(text="fine", usage=USAGE, model=STUB_MODEL, finish_reason="stop")
     assert (len(stub_model.requests), sleeps.calls) == (2, [0.5])
 
 
@@ -240,7 +242,7 @@ async def test_stream_status_errors_retry_or_refuse_like_complete(
     with pytest.raises(ModelError) as caught:
         await collect(client.stream(MESSAGES, []))
 
-    assert items[-1] == Completion(text="ok", usage=USAGE, model=STUB_MODEL)
+    assert items[-1] == Completion(text="ok", usage=USAGE, model=STUB_MODEL, finish_reason="stop")
     assert sleeps.calls == [3.0]
     assert caught.value.code == "BEM-061"
     assert "HTTP 401: bad key" in caught.value.message

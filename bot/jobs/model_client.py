@@ -2,8 +2,9 @@
 
 ``model.factory = "module:function"`` in the config names a function that gets the job's
 ``JobRecord`` and returns a ``CompletionClient``: tests and the demo use it to put scripted
-models into real worker processes. Without it, the workers use
-``OpenAiCompatible.from_env()``; without an API key either, the job fails with BEM-508.
+models into real worker processes. Without it, the workers use ``OpenAiCompatible`` built
+from the rest of ``[model]`` and the environment (``bot.clients.profiles``); without an API
+key either, the job fails with BEM-508.
 """
 
 from __future__ import annotations
@@ -32,12 +33,13 @@ def model_client_for(settings: Settings, job: JobRecord) -> CompletionClient:
                 "not a CompletionClient (an object with an async complete(messages, tools))",
             )
         return client
-    live = OpenAiCompatible.from_env()
+    live = OpenAiCompatible.from_settings(settings.model)
     if live is None:
         raise BeamError(
             "BEM-508",
-            "no model is configured for the workers: set BEAM_API_KEY (or GFS_BEAM_API_KEY, "
-            "NVIDIA_API_KEY) in the worker's environment, or model.factory in the config",
+            "no model is configured for the workers: set BEAM_API_KEY (or OPENAI_API_KEY, or"
+            " model.api_key_env / model.api_key_file) in the worker's environment, or"
+            " model.factory in the config",
         )
     return live
 

@@ -65,7 +65,7 @@ async def test_retry_after_is_capped_and_an_unreadable_one_falls_back_to_backoff
 
 
 async def test_retry_after_really_waits(stub_model: StubModel) -> None:
-    client = OpenAiCompatible(stub_model.base_url, KEY, "m", timeout=5.0)
+    client = OpenAiCompatible(stub_model.base_url, KEY, "m", read_timeout=5.0)
     stub_model.enqueue(error(429, "busy", retry_after="1"), completion("ok"))
 
     started = time.monotonic()
@@ -150,7 +150,7 @@ async def test_no_retries_means_one_attempt(stub_model: StubModel, sleeps: Sleep
 async def test_a_hang_times_out_is_retried_then_bem_060(
     stub_model: StubModel, sleeps: Sleeps
 ) -> None:
-    client = make_client(stub_model, sleeps, timeout=0.5, max_retries=1)
+    client = make_client(stub_model, sleeps, read_timeout=0.5, max_retries=1)
     stub_model.enqueue(Hang(), Hang())
 
     with pytest.raises(ModelError) as caught:
@@ -163,7 +163,7 @@ async def test_a_hang_times_out_is_retried_then_bem_060(
 
 
 async def test_a_hang_then_success(stub_model: StubModel, sleeps: Sleeps) -> None:
-    client = make_client(stub_model, sleeps, timeout=0.5)
+    client = make_client(stub_model, sleeps, read_timeout=0.5)
     stub_model.enqueue(Hang(), completion("ok"))
 
     assert (await client.complete(MESSAGES, [])).text == "ok"

@@ -182,7 +182,7 @@ async def test_a_json_reply_to_a_stream_request_is_taken_whole(
 async def test_a_stream_that_breaks_before_any_text_is_retried(
     stub_model: StubModel, sleeps: Sleeps, broken: Stream
 ) -> None:
-    client = make_client(stub_model, sleeps, timeout=0.5)
+    client = make_client(stub_model, sleeps, read_timeout=0.5)
     stub_model.enqueue(broken, text_stream("fine"))
 
     items = await collect(client.stream(MESSAGES, []))
@@ -202,7 +202,7 @@ async def test_a_stream_that_breaks_before_any_text_is_retried(
 async def test_a_stream_that_breaks_after_text_is_bem_060_without_retry(
     stub_model: StubModel, sleeps: Sleeps, ending: Any, reason: str
 ) -> None:
-    client = make_client(stub_model, sleeps, timeout=0.5)
+    client = make_client(stub_model, sleeps, read_timeout=0.5)
     stub_model.enqueue(Stream([chunk("Hel")], done=False, ending=ending), text_stream("unused"))
     received: list[TextDelta | Completion] = []
 

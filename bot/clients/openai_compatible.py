@@ -42,17 +42,18 @@ from pydantic import SecretStr
 from bot.clients import profiles
 from bot.clients.base import Completion, Message, TextDelta
 from bot.clients.openai_replies import (
+    Progress,
     malformed_reply,
     parse_completion,
     provider_message,
     read_event_stream,
 )
 from bot.clients.retry import (
-    RETRYABLE_STATUSES,
     RETRYABLE_TRANSPORT_ERRORS,
     RetryableFailure,
     backoff_delay,
-    parse_retry_after,
+    retry_after,
+    should_retry,
 )
 from bot.clients.sse import SseError
 from bot.config import ModelSettings, TokenParameter
@@ -248,6 +249,8 @@ class OpenAiCompatible:
                     response = await self._post(http, body)
                     break
                 except RetryableFailure as failure:
+                    if isinstance(failure.__cause__, httpx.ReadTimeout):
+                        raise self._not_replayed(failure) from failure
                     failures += 1
                     await self._back_off(failure, failures)
         return self._parse_json_reply(response)
@@ -265,21 +268,22 @@ class OpenAiCompatible:
         failures = 0
         async with self._http() as http:
             while True:
-                answered = False
+                progress = Progress()
                 try:
                     # aclosing: a caller that stops early closes the response now, not at GC.
-                    async with contextlib.aclosing(self._stream_once(http, body)) as items:
+                    stream = self._stream_once(http, body, progress)
+                    async with contextlib.aclosing(stream) as items:
                         async for item in items:
-                            answered = answered or isinstance(item, TextDelta)
                             yield item
                     return
                 except RetryableFailure as failure:
-                    if answered:
+                    if progress.started:
                         raise BeamError(
                             "BEM-060",
-                            f"the model stream from {self._where} broke after part of the"
-                            f" answer was sent ({failure}); a stream cannot resume,"
-                            " run the turn again",
+                            f"the model stream from {self._where} broke after the model had"
+                            f" started its reply ({failure}); a stream cannot resume and a new"
+                            " request would pay for the whole reply again, so it was not"
+                            " repeated: run the turn again",
                         ) from failure
                     failures += 1
                     await self._back_off(failure, failures)
@@ -375,7 +379,7 @@ class OpenAiCompatible:
         return response
 
     async def _stream_once(
-        self, http: httpx.AsyncClient, body: dict[str, Any]
+        self, http: httpx.AsyncClient, body: dict[str, Any], progress: Progress
     ) -> AsyncGenerator[TextDelta | Completion, None]:
         accept = {"Accept": "text/event-stream"}
         with self._translated_errors():
@@ -395,7 +399,7 @@ class OpenAiCompatible:
                         " text/event-stream; the base URL may not point at an OpenAI-compatible"
                         " API"
                     )
-                events = read_event_stream(reply, self._model, self._quote)
+                events = read_event_stream(reply, self._model, self._quote, progress)
                 async with contextlib.aclosing(events):
                     async for item in events:
                         yield item
@@ -430,11 +434,11 @@ class OpenAiCompatible:
             return
         status = response.status_code
         detail = self._snippet(response.text)
-        if status in RETRYABLE_STATUSES:
-            retry_after = parse_retry_after(response.headers.get("Retry-After"))
-            if retry_after is not None:
-                retry_after = min(retry_after, self._retry_after_cap)
-            raise RetryableFailure("BEM-062", f"status {status}", detail, retry_after)
+        if should_retry(status, response.headers):
+            wait = retry_after(response.headers)
+            if wait is not None:
+                wait = min(wait, self._retry_after_cap)
+            raise RetryableFailure("BEM-062", f"status {status}", detail, wait)
         hint = _HINTS.get(status, "another attempt will not help; check the request")
         raise BeamError(
             "BEM-061",
@@ -455,6 +459,16 @@ class OpenAiCompatible:
         return parse_completion(payload, self._model, self._quote)
 
     # -- retries -----------------------------------------------------------------------
+
+    def _not_replayed(self, failure: RetryableFailure) -> BeamError:
+        seconds = self._timeout.read
+        return BeamError(
+            "BEM-069",
+            f"the model endpoint {self._where} sent no reply within the read timeout"
+            f" ({seconds:g} s); it may have been generating a long reply, which a new request"
+            " would pay for again, so it was not repeated. Raise model.read_timeout, or use"
+            " streaming (the workers do)",
+        )
 
     async def _back_off(self, failure: RetryableFailure, failures: int) -> None:
         """Wait before the next attempt, or raise the final error when none is left."""

@@ -187,11 +187,21 @@ class _PartialCall:
             self.arguments.append(json.dumps(arguments))
 
 
+@dataclass
+class Progress:
+    """Whether the model has started its reply: any delta beyond the role (text, a tool
+    call, a refusal, a provider's reasoning). A stream that breaks after that is not asked
+    again: the new request would pay for the whole reply a second time."""
+
+    started: bool = False
+
+
 class _StreamedReply:
     """Folds chat-completion chunks into the final ``Completion``."""
 
-    def __init__(self, fallback_model: str, quote: Quote) -> None:
+    def __init__(self, fallback_model: str, quote: Quote, progress: Progress) -> None:
         self.ended = False
+        self._progress = progress
         self._quote = quote
         self._model = fallback_model
         self._text: list[str] = []
@@ -230,6 +240,8 @@ class _StreamedReply:
             return ""
         if not isinstance(delta, dict):
             raise malformed_reply("a stream chunk's 'delta' is not an object")
+        if any(value for key, value in delta.items() if key != "role"):
+            self._progress.started = True
         self._absorb_tool_calls(delta.get("tool_calls"))
         refusal = _content(delta.get("refusal"), "a stream chunk's delta.refusal")
         if refusal:
@@ -266,9 +278,9 @@ class _StreamedReply:
 
 
 async def read_event_stream(
-    reply: httpx.Response, fallback_model: str, quote: Quote
+    reply: httpx.Response, fallback_model: str, quote: Quote, progress: Progress
 ) -> AsyncGenerator[TextDelta | Completion, None]:
-    streamed = _StreamedReply(fallback_model, quote)
+    streamed = _StreamedReply(fallback_model, quote, progress)
     async with contextlib.aclosing(aiter_events(reply.aiter_bytes())) as events:
         async for event in events:
             if event.data.strip() == "[DONE]":

@@ -403,6 +403,9 @@ class Executor:
             segment.tools.tools,
             hooks=self._hooks(record.id, stop),
             prompt_values=self._prompt_values(segment, [note.text for note in notes]),
+            # Streamed: a long generation is no read timeout, and its text reaches the live
+            # job page as it arrives.
+            stream_tokens=True,
         )
 
     def _prompt_values(self, segment: _Segment, notes: list[str]) -> dict[str, Any]:

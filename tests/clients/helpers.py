@@ -33,10 +33,10 @@ class Sleeps:
 
 
 def make_client(stub: StubModel, sleeps: Sleeps, **options: Any) -> OpenAiCompatible:
-    """A client for the stub; jitter fixed at its ceiling so backoff delays are exact."""
+    """A client for the stub; no jitter (rng 0), so backoff delays are exact."""
     settings: dict[str, Any] = {
         "sleep": sleeps,
-        "rng": lambda: 1.0,
+        "rng": lambda: 0.0,
         "read_timeout": 5.0,
         "max_retries": 4,
     }

@@ -170,16 +170,12 @@ async def test_a_json_reply_to_a_stream_request_is_taken_whole(
 @pytest.mark.parametrize(
     "broken",
     [
-        Stream([chunk(tool_calls=[call_piece(0, "{", call_id="c", name="read_file")])], done=False),
-        Stream(
-            [chunk(tool_calls=[call_piece(0, "{", call_id="c", name="read_file")])],
-            done=False,
-            ending="cut",
-        ),
+        Stream([chunk()], done=False),  # only the role: the reply had not started
+        Stream([], done=False, ending="cut"),
         Stream([], done=False, ending="hang"),
     ],
 )
-async def test_a_stream_that_breaks_before_any_text_is_retried(
+async def test_a_stream_that_breaks_before_the_reply_started_is_retried(
     stub_model: StubModel, sleeps: Sleeps, broken: Stream
 ) -> None:
     client = make_client(stub_model, sleeps, read_timeout=0.5)
@@ -191,28 +187,34 @@ async def test_a_stream_that_breaks_before_any_text_is_retried(
     assert (len(stub_model.requests), sleeps.calls) == (2, [0.5])
 
 
+TOOL_START = chunk(tool_calls=[call_piece(0, "{", call_id="c", name="read_file")])
+
+
 @pytest.mark.parametrize(
-    ("ending", "reason"),
+    ("started", "ending", "reason"),
     [
-        ("clean", "ended before its last chunk"),
-        ("cut", "RemoteProtocolError"),
-        ("hang", "ReadTimeout"),
+        (chunk("Hel"), "clean", "ended before its last chunk"),
+        (chunk("Hel"), "cut", "RemoteProtocolError"),
+        (chunk("Hel"), "hang", "ReadTimeout"),
+        (TOOL_START, "clean", "ended before its last chunk"),
+        (TOOL_START, "cut", "RemoteProtocolError"),
+        (TOOL_START, "hang", "ReadTimeout"),
     ],
 )
-async def test_a_stream_that_breaks_after_text_is_bem_060_without_retry(
-    stub_model: StubModel, sleeps: Sleeps, ending: Any, reason: str
+async def test_a_stream_that_breaks_after_the_reply_started_is_bem_060_without_retry(
+    stub_model: StubModel, sleeps: Sleeps, started: dict[str, Any], ending: Any, reason: str
 ) -> None:
     client = make_client(stub_model, sleeps, read_timeout=0.5)
-    stub_model.enqueue(Stream([chunk("Hel")], done=False, ending=ending), text_stream("unused"))
+    stub_model.enqueue(Stream([started], done=False, ending=ending), text_stream("unused"))
     received: list[TextDelta | Completion] = []
 
     with pytest.raises(ModelError) as caught:
         async for item in client.stream(MESSAGES, []):
             received.append(item)
 
-    assert received == [TextDelta(text="Hel")]
+    assert received == ([TextDelta(text="Hel")] if started is not TOOL_START else [])
     assert caught.value.code == "BEM-060"
-    assert "broke after part of the answer was sent" in caught.value.message
+    assert "broke after the model had started its reply" in caught.value.message
     assert reason in caught.value.message
     assert (len(stub_model.requests), sleeps.calls) == (1, [])
 

@@ -412,11 +412,14 @@ def _unknown(store: JobStore, job_id: str) -> bool:
 
 
 def _clean_environment() -> dict[str, str]:
-    """The test process's environment without model keys or Riverbeam settings."""
+    """The test process's environment without model keys or Riverbeam settings, but for
+    the sandbox image's name: the stack built the image under it (a shared machine gives
+    each checkout its own)."""
     return {
         name: value
         for name, value in os.environ.items()
-        if not name.startswith(("RIVERBEAM_", "BEAM_", "GFS_", "NVIDIA_", "OPENAI_"))
+        if name == "RIVERBEAM_SANDBOX__IMAGE"
+        or not name.startswith(("RIVERBEAM_", "BEAM_", "GFS_", "NVIDIA_", "OPENAI_"))
     }
 
 

@@ -143,9 +143,7 @@ _TABLE = [
     Code("BEM-066", ModelError, "the provider's content filter stopped the model's reply"),
     Code("BEM-067", ModelError, "the model's reply was cut off at its output-token limit"),
     Code("BEM-068", ModelError, "the model's reply ended for a reason Riverbeam does not know"),
-    Code(
-        "BEM-069", ModelError, "no reply within the read timeout; a long generation is not repeated"
-    ),
+    Code("BEM-069", ModelError, "no reply within the read timeout; not repeated"),
     Code("BEM-081", ModelError, "scripted client has no steps left"),
     Code("BEM-086", AgentContractError, "an agent's stream ended without a done frame"),
     Code("BEM-087", AgentContractError, "an agent's stream produced an error frame"),

@@ -226,6 +226,21 @@ class _Picker:
         return f"env {variable}" if variable in self._environ else "riverbeam.toml [model]"
 
 
+def context_window(settings: ModelSettings, environ: Mapping[str, str]) -> int:
+    """The window in force without needing the key: the setting, else the profile's for the
+    provider set or inferred from the base URL."""
+    if settings.context_window is not None:
+        return settings.context_window
+    base_url = _Picker(settings, environ).pick("base_url", BASE_URL_VARIABLES)
+    openai_key = bool(environ.get("OPENAI_API_KEY")) and not any(
+        environ.get(variable) for variable in KEY_VARIABLES if variable != "OPENAI_API_KEY"
+    )
+    provider = settings.provider or _provider_for(
+        base_url, "env OPENAI_API_KEY" if openai_key else None
+    )
+    return PROFILES[provider].context_window
+
+
 def _api_key(settings: ModelSettings, environ: Mapping[str, str]) -> tuple[str | None, str | None]:
     """The key and where it came from (a variable or file name, never the value)."""
     if settings.api_key_file is not None:

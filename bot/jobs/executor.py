@@ -47,7 +47,7 @@ from bot.input import AgentContext, AgentInput
 from bot.jobs.changes import branch_tip
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.lease import LeaseKeeper, StopCheck
-from bot.jobs.model_client import model_client_for
+from bot.jobs.model_client import context_budget_for, model_client_for
 from bot.jobs.models import (
     Approval,
     ApprovalState,
@@ -406,6 +406,7 @@ class Executor:
             # Streamed: a long generation is no read timeout, and its text reaches the live
             # job page as it arrives.
             stream_tokens=True,
+            budget=context_budget_for(self._settings),
         )
 
     def _prompt_values(self, segment: _Segment, notes: list[str]) -> dict[str, Any]:

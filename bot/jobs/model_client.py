@@ -10,14 +10,17 @@ key either, the job fails with BEM-508.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from typing import cast
 
 from bot.clients.base import CompletionClient
 from bot.clients.openai_compatible import OpenAiCompatible
+from bot.clients.profiles import DEFAULT_MAX_OUTPUT_TOKENS, context_window
 from bot.config import Settings
 from bot.errors import BeamError
 from bot.jobs.models import JobRecord
+from bot.runner.budget import ContextBudget
 
 ModelFactory = Callable[[JobRecord], CompletionClient]
 
@@ -42,6 +45,18 @@ def model_client_for(settings: Settings, job: JobRecord) -> CompletionClient:
             " model.factory in the config",
         )
     return live
+
+
+def context_budget_for(settings: Settings) -> ContextBudget:
+    """The budget of a job's run: the ``[model]`` limits and the provider's window."""
+    model = settings.model
+    return ContextBudget(
+        context_window=context_window(model, os.environ),
+        max_output_tokens=model.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,
+        max_result_chars=model.max_result_chars,
+        max_calls_per_reply=model.max_calls_per_reply,
+        compaction=model.compaction,
+    )
 
 
 def load_factory(reference: str) -> ModelFactory:

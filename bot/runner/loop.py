@@ -36,6 +36,14 @@ from bot.frames import (
     ToolFrame,
 )
 from bot.input import AgentContext, AgentInput
+from bot.runner.budget import (
+    ContextBudget,
+    calibrated,
+    cap_result,
+    chars_of,
+    fit,
+    over_cap_message,
+)
 from bot.runner.calls import (
     CheckedCall,
     call_key,
@@ -48,8 +56,9 @@ from bot.runner.calls import (
 from bot.runner.endings import check_ending, unique_call_ids
 from bot.runner.hooks import Hooks
 from bot.runner.interrupts import INTERRUPTS
-from bot.runner.state import Decision, RunState, specs_digest
+from bot.runner.state import Decision, RunState, accepted_digests, specs_digest
 from bot.tools import Tool, ToolSpec
+from sandbox.tool_specs import EARLIER_SPECS
 from skills.loader import Skill, skill_by_name
 
 
@@ -62,6 +71,7 @@ class LoopOptions(TypedDict, total=False):
     stream_tokens: bool
     prompt_values: Mapping[str, Any] | None
     description: str
+    budget: ContextBudget | None
 
 
 class ToolLoopAgent:
@@ -80,6 +90,7 @@ class ToolLoopAgent:
         stream_tokens: bool = False,
         prompt_values: Mapping[str, Any] | None = None,
         description: str = "",
+        budget: ContextBudget | None = None,
     ) -> None:
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be at least 1, not {max_rounds}")
@@ -89,6 +100,10 @@ class ToolLoopAgent:
         self._skill = skill
         self._tools, self._specs = _index(tools)
         self._digest = specs_digest(self._specs.values())
+        self._accepted = accepted_digests(self._specs.values(), EARLIER_SPECS)
+        self._budget = budget
+        # Every request carries the tool specs; the budget counts them once.
+        self._specs_chars = len(json.dumps([spec.openai_format() for spec in self.tools]))
         self._max_rounds = max_rounds
         self._retry_limit = tool_retry_limit
         self._hooks = hooks or Hooks()
@@ -156,6 +171,7 @@ class ToolLoopAgent:
             tools_digest=self._digest,
             input=input.model_copy(deep=True),
             messages=messages,
+            budget=self._budget,
         )
 
     def run(self, state: RunState) -> AsyncGenerator[Frame, None]:
@@ -186,7 +202,7 @@ class ToolLoopAgent:
             agent=self.name,
             skill=self._skill.name if self._skill else None,
             tools=sorted(self._specs),
-            digest=self._digest,
+            digests=self._accepted,
         )
         if differences:
             raise BeamError(
@@ -272,7 +288,11 @@ class ToolLoopAgent:
                 _park(state, checked)
                 return
             record = await invoke(checked, state, self._hooks)
-        yield await self._record(state, record, tool_message(record))
+        message = tool_message(record)
+        if state.budget is not None:
+            limit = state.budget.max_result_chars
+            message["content"] = cap_result(message["content"], record.name, limit)
+        yield await self._record(state, record, message)
         self._count_failure(state, call, record)
 
     def _needs_person(self, spec: ToolSpec) -> bool:
@@ -309,10 +329,19 @@ class ToolLoopAgent:
                 "the request",
             )
         state.rounds += 1
+        if state.budget is not None:
+            fit(
+                state.messages,
+                state.budget,
+                chars_per_token=state.chars_per_token,
+                fixed_chars=self._specs_chars,
+                compacted=state.compacted,
+            )
         # Hooks edit copies: what they add reaches this one request, never the history.
         messages = copy.deepcopy(state.messages)
         specs = self.tools
         await self._hooks.run_before_completion(state, messages, specs)
+        sent_chars = self._specs_chars + chars_of(messages)
         streamed = False
         completion: Completion | None = None
         async with aclosing(self._ask(messages, specs)) as items:
@@ -325,7 +354,7 @@ class ToolLoopAgent:
         if completion is None:
             raise BeamError("BEM-063", "the model stream ended without a completion")
         completion = await self._hooks.run_after_completion(state, completion)
-        _count_usage(state, completion)
+        _count_usage(state, completion, sent_chars)
         if completion.refusal:
             # A declined request is an answer of its own kind, not a failure to retry.
             state.status = ResultStatus.REFUSED
@@ -334,6 +363,12 @@ class ToolLoopAgent:
             return
         check_ending(completion, _output_limit(self._client))
         _absorb(state, completion)
+        if state.budget is not None and len(state.queue) > state.budget.max_calls_per_reply:
+            limit = state.budget.max_calls_per_reply
+            state.queue, declined = state.queue[:limit], state.queue[limit:]
+            for call in declined:
+                record = failed_record(call, BeamError("BEM-099", over_cap_message(limit)))
+                yield await self._record(state, record, tool_message(record))
         if not completion.tool_calls:
             state.status = ResultStatus.COMPLETED
             state.text = completion.text or ""
@@ -377,7 +412,7 @@ def _index(tools: Sequence[Tool]) -> tuple[dict[str, Tool], dict[str, ToolSpec]]
 
 
 def _differences(
-    state: RunState, *, agent: str, skill: str | None, tools: list[str], digest: str
+    state: RunState, *, agent: str, skill: str | None, tools: list[str], digests: frozenset[str]
 ) -> list[str]:
     found: list[str] = []
     if state.agent != agent:
@@ -390,7 +425,7 @@ def _differences(
         found.append(f"this agent lacks tools {missing}")
     if extra:
         found.append(f"this agent has tools the run did not: {extra}")
-    if not missing and not extra and state.tools_digest != digest:
+    if not missing and not extra and state.tools_digest not in digests:
         found.append("the tool specs (descriptions, schemas or confirm flags) have changed")
     return found
 
@@ -416,10 +451,14 @@ def _park(state: RunState, checked: CheckedCall) -> None:
     state.status = ResultStatus.INTERRUPTED
 
 
-def _count_usage(state: RunState, completion: Completion) -> None:
-    """Tokens are paid for whether or not the turn can be acted on."""
+def _count_usage(state: RunState, completion: Completion, sent_chars: int) -> None:
+    """Tokens are paid for whether or not the turn can be acted on; the prompt's count also
+    calibrates the budget's estimate."""
     if completion.usage is not None:
         state.usage = state.usage + completion.usage
+        ratio = calibrated(sent_chars, completion.usage.prompt_tokens)
+        if ratio is not None:
+            state.chars_per_token = ratio
     if completion.model is not None:
         state.model_used = completion.model
 

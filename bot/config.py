@@ -144,6 +144,9 @@ class ModelSettings(BaseModel):
         default=16, ge=1, description="tool calls run from one reply; the rest are declined"
     )
     compaction: bool = Field(default=True, description="compact older tool results near budget")
+    context_budget: bool = Field(
+        default=True, description="off: no result cap, call cap, compaction or size check"
+    )
 
     @model_validator(mode="before")
     @classmethod

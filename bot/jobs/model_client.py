@@ -47,9 +47,12 @@ def model_client_for(settings: Settings, job: JobRecord) -> CompletionClient:
     return live
 
 
-def context_budget_for(settings: Settings) -> ContextBudget:
-    """The budget of a job's run: the ``[model]`` limits and the provider's window."""
+def context_budget_for(settings: Settings) -> ContextBudget | None:
+    """The budget of a job's run: the ``[model]`` limits and the provider's window; None
+    when ``model.context_budget`` is off."""
     model = settings.model
+    if not model.context_budget:
+        return None
     return ContextBudget(
         context_window=context_window(model, os.environ),
         max_output_tokens=model.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,

@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "workspace_bench": ([], ["--runs", "2"]),
     "jobs_bench": ([], ["--jobs", "20", "--latency-jobs", "3"]),
     "load_bench": ([], ["--jobs", "40"]),
+    "loop_bench": ([], ["--runs", "2", "--rounds", "20"]),
 }
 
 

@@ -110,19 +110,23 @@ def fit(
     chars_per_token: float,
     fixed_chars: int,
     compacted: list[Compaction],
-) -> None:
-    """Compact ``messages`` in place until the request fits; BEM-070 when it cannot.
+) -> int:
+    """Compact ``messages`` in place until the request fits, and return its characters;
+    BEM-070 when it cannot fit.
 
     ``fixed_chars`` is what every request carries besides the messages (the tool specs).
     Each compaction is appended to ``compacted``.
     """
     limit = budget.input_tokens
+    # Each message is measured once; a compaction changes the total by its own difference.
+    sizes = [len(json.dumps(message)) for message in messages]
+    total = fixed_chars + sum(sizes)
 
     def tokens() -> int:
-        return estimate_tokens(fixed_chars + chars_of(messages), chars_per_token)
+        return estimate_tokens(total, chars_per_token)
 
     if tokens() <= limit * budget.compact_at:
-        return
+        return total
     if budget.compaction:
         older, latest = _candidates(messages, budget.keep_rounds)
         target = limit * budget.compact_to
@@ -130,7 +134,10 @@ def fit(
             for index in group:
                 if tokens() <= target:
                     break
-                _compact(messages, index, compacted)
+                if _compact(messages, index, compacted):
+                    smaller = len(json.dumps(messages[index]))
+                    total -= sizes[index] - smaller
+                    sizes[index] = smaller
             target = limit
     estimate = tokens()
     if estimate > limit:
@@ -142,6 +149,7 @@ def fit(
             + (" even with every tool result compacted" if budget.compaction else "")
             + "; raise model.context_window if the model allows, or narrow the request",
         )
+    return total
 
 
 def _candidates(messages: Sequence[Message], keep_rounds: int) -> tuple[list[int], list[int]]:
@@ -163,7 +171,7 @@ def _candidates(messages: Sequence[Message], keep_rounds: int) -> tuple[list[int
     return [i for i in results if i < boundary], [i for i in results if i >= boundary]
 
 
-def _compact(messages: list[Message], index: int, compacted: list[Compaction]) -> None:
+def _compact(messages: list[Message], index: int, compacted: list[Compaction]) -> bool:
     message = messages[index]
     call_id = str(message.get("tool_call_id", ""))
     content = str(message.get("content", ""))
@@ -178,9 +186,10 @@ def _compact(messages: list[Message], index: int, compacted: list[Compaction]) -
         }
     )
     if len(placeholder) >= len(content):
-        return
+        return False
     messages[index] = {**message, "content": placeholder}
     compacted.append(Compaction(tool_call_id=call_id, tool=tool, chars=len(content)))
+    return True
 
 
 def _is_placeholder(message: Message) -> bool:

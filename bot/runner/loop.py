@@ -40,7 +40,6 @@ from bot.runner.budget import (
     ContextBudget,
     calibrated,
     cap_result,
-    chars_of,
     fit,
     over_cap_message,
 )
@@ -329,8 +328,9 @@ class ToolLoopAgent:
                 "the request",
             )
         state.rounds += 1
+        sent_chars = 0
         if state.budget is not None:
-            fit(
+            sent_chars = fit(
                 state.messages,
                 state.budget,
                 chars_per_token=state.chars_per_token,
@@ -341,7 +341,6 @@ class ToolLoopAgent:
         messages = copy.deepcopy(state.messages)
         specs = self.tools
         await self._hooks.run_before_completion(state, messages, specs)
-        sent_chars = self._specs_chars + chars_of(messages)
         streamed = False
         completion: Completion | None = None
         async with aclosing(self._ask(messages, specs)) as items:
@@ -453,7 +452,7 @@ def _park(state: RunState, checked: CheckedCall) -> None:
 
 def _count_usage(state: RunState, completion: Completion, sent_chars: int) -> None:
     """Tokens are paid for whether or not the turn can be acted on; the prompt's count also
-    calibrates the budget's estimate."""
+    calibrates the budget's estimate (``sent_chars`` 0: no budget to calibrate)."""
     if completion.usage is not None:
         state.usage = state.usage + completion.usage
         ratio = calibrated(sent_chars, completion.usage.prompt_tokens)

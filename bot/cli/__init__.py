@@ -19,6 +19,7 @@ from bot.cli.approvals import add_approvals_commands
 from bot.cli.ci import add_ci_commands
 from bot.cli.demo import add_demo_command
 from bot.cli.jobs import add_jobs_commands
+from bot.cli.model import add_model_commands
 from bot.cli.sandbox import add_sandbox_commands
 from bot.cli.service import add_service_commands
 from bot.cli.skills import add_skills_commands
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ci_commands(commands)
     add_skills_commands(commands)
     add_sandbox_commands(commands)
+    add_model_commands(commands)
     return parser
 
 

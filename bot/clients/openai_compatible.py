@@ -227,6 +227,11 @@ class OpenAiCompatible:
         return self._max_tokens
 
     @property
+    def endpoint(self) -> str:
+        """The URL requests go to, without user info or query (either may hold a secret)."""
+        return self._where
+
+    @property
     def output_limit(self) -> str:
         """The output-token limit as the request carries it, for messages."""
         return f"{self._token_parameter}={self._max_tokens}"

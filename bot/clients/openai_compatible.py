@@ -2,18 +2,21 @@
 
 Failures map onto the model codes in ``bot.errors``:
 
-- BEM-060: the endpoint could not be reached, or timed out, on every attempt; or a stream
-  broke after part of the answer had already been handed to the caller.
+- BEM-060: the endpoint could not be reached on every attempt; or a stream broke after the
+  model had started its reply (a new request would pay for it again).
 - BEM-061: the endpoint refused the request with a status that another attempt cannot fix
-  (400, 401, 403, 404, 422, ...). Raised at once.
-- BEM-062: the endpoint answered 408, 429 or 5xx on every attempt.
+  (400, 401, 403, 404, 422, ..., or any status with ``x-should-retry: false``). At once.
+- BEM-062: the endpoint answered 408, 409, 429 or 5xx on every attempt.
 - BEM-063: the reply is not a chat completion (not JSON, no choices, a tool call without a
   name, a broken event stream, ...). Raised at once: the same request gets the same reply.
 - BEM-065: ``ALLOW_REMOTE_MODEL_REQUESTS`` is off and the endpoint is not on loopback.
+- BEM-069: a non-streamed reply did not come within the read timeout; it is not requested
+  again, since the model may have been generating it.
 
 The API key never appears in an error message, a log line or ``repr``.
 
-Replies are read in ``bot.clients.openai_replies``; the retry policy is ``bot.clients.retry``.
+Replies are read in ``bot.clients.openai_replies``; the retry policy is ``bot.clients.retry``;
+the settings a client is built from are ``bot.clients.profiles``.
 """
 
 from __future__ import annotations

@@ -13,9 +13,14 @@ from bot.clients import OpenAiCompatible
 from bot.frames import ResultStatus, ToolFrame
 from bot.runner import ToolLoopAgent
 from tests.runner.kit import echo_tool, frames_of, result_of
-from tests.support.stub_model import Reply, StubModel, completion_body, streamed, tool_call
+from tests.support.stub_model import Reply, StubModel, completion, streamed, tool_call
 
 STREAMED = [False, True]
+
+
+def completion_doc(text: str | None, **fields: Any) -> Any:
+    """The document ``completion`` serves, to serve whole or as a stream."""
+    return completion(text, **fields).body
 
 
 def serve(stub: StubModel, stream: bool, body: dict[str, Any]) -> None:
@@ -32,7 +37,7 @@ async def test_a_refusal_ends_the_run_as_refused_with_its_text_and_runs_nothing(
     stub_model: StubModel, stream: bool
 ) -> None:
     tool = echo_tool()
-    body = completion_body(
+    body = completion_doc(
         None,
         refusal="I can't help with that.",
         tool_calls=[tool_call("echo", '{"text": "x"}')],
@@ -62,7 +67,7 @@ async def test_a_reply_that_did_not_end_on_its_own_fails_the_run_and_runs_nothin
     tool = echo_tool()
     # The call is cut mid-arguments, as a length stop leaves it.
     cut = tool_call("echo", '{"text": "half a sen')
-    serve(stub_model, stream, completion_body("Partial", tool_calls=[cut], finish_reason=reason))
+    serve(stub_model, stream, completion_doc("Partial", tool_calls=[cut], finish_reason=reason))
 
     frames = await frames_of(agent(stub_model, stream, [tool]))
     result = result_of(frames)
@@ -81,7 +86,7 @@ async def test_a_reply_that_did_not_end_on_its_own_fails_the_run_and_runs_nothin
 async def test_a_text_reply_cut_at_the_limit_is_not_reported_as_an_answer(
     stub_model: StubModel, stream: bool
 ) -> None:
-    serve(stub_model, stream, completion_body("The install page says", finish_reason="length"))
+    serve(stub_model, stream, completion_doc("The install page says", finish_reason="length"))
 
     result = result_of(await frames_of(agent(stub_model, stream, [])))
 
@@ -98,10 +103,10 @@ async def test_empty_and_reused_tool_call_ids_are_made_unique_and_recorded(
         return tool_call("echo", json.dumps({"text": word}), call_id)
 
     first = [echo("a", "call_1"), echo("b", "call_1"), echo("c", "")]
-    serve(stub_model, stream, completion_body(None, tool_calls=first))
+    serve(stub_model, stream, completion_doc(None, tool_calls=first))
     # The next reply reuses an id from the round before.
-    serve(stub_model, stream, completion_body(None, tool_calls=[echo("d", "call_1")]))
-    serve(stub_model, stream, completion_body("done"))
+    serve(stub_model, stream, completion_doc(None, tool_calls=[echo("d", "call_1")]))
+    serve(stub_model, stream, completion_doc("done"))
 
     result = result_of(await frames_of(agent(stub_model, stream, [echo_tool()])))
 
@@ -124,7 +129,7 @@ async def test_detailed_usage_is_kept(stub_model: StubModel, stream: bool) -> No
         "prompt_tokens_details": {"cached_tokens": 64},
         "completion_tokens_details": {"reasoning_tokens": 30},
     }
-    serve(stub_model, stream, completion_body("ok", usage=usage))
+    serve(stub_model, stream, completion_doc("ok", usage=usage))
 
     result = result_of(await frames_of(agent(stub_model, stream, [])))
 

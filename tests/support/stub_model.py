@@ -153,30 +153,9 @@ def completion(
     finish_reason: str | None = None,
     refusal: str | None = None,
 ) -> Reply:
-    """A chat completion reply; ``usage`` or ``model`` None leaves the field out. The finish
-    reason defaults to what a provider sends: ``tool_calls`` with calls, else ``stop``."""
-    return Reply(
-        completion_body(
-            text,
-            tool_calls=tool_calls,
-            usage=usage,
-            model=model,
-            finish_reason=finish_reason,
-            refusal=refusal,
-        )
-    )
-
-
-def completion_body(
-    text: str | None = "",
-    *,
-    tool_calls: Sequence[Mapping[str, Any]] = (),
-    usage: Mapping[str, Any] | None = DEFAULT_USAGE,
-    model: str | None = STUB_MODEL,
-    finish_reason: str | None = None,
-    refusal: str | None = None,
-) -> dict[str, Any]:
-    """The JSON document ``completion`` serves."""
+    """A chat completion reply (its document is ``.body``); ``usage`` or ``model`` None
+    leaves the field out. The finish reason defaults to what a provider sends:
+    ``tool_calls`` with calls, else ``stop``."""
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if tool_calls:
         message["tool_calls"] = list(tool_calls)
@@ -193,7 +172,7 @@ def completion_body(
         body["usage"] = dict(usage)
     if model is not None:
         body["model"] = model
-    return body
+    return Reply(body)
 
 
 def streamed(body: Mapping[str, Any], *, pieces: int = 3) -> Stream:

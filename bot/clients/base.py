@@ -28,6 +28,9 @@ class ToolCall(BaseModel):
     sent_id: str | None = None
     """The id as the model sent it, set only when the loop had to replace an empty or
     reused one (providers reject a reply whose tool results share an id)."""
+    note: str | None = None
+    """Added by the loop to this call's result for the model (the calls of the reply that
+    were not run); never sent as part of the call."""
 
     @classmethod
     def of(cls, name: str, arguments: dict[str, Any] | None = None, *, id: str = "") -> ToolCall:

@@ -4,8 +4,8 @@ Four rules, applied by the loop:
 
 1. A tool result longer than ``max_result_chars`` goes back cut, with a note that says how
    to get the rest (``cap_result``).
-2. At most ``max_calls_per_reply`` tool calls of one reply run; the rest are answered with
-   a note to ask again (BEM-099 records).
+2. At most ``max_calls_per_reply`` tool calls of one reply run; the rest are recorded as
+   BEM-099 and named in one note on the last run call's result (``over_cap_note``).
 3. Before each request the loop estimates its size. Past ``compact_at`` of the input budget
    it compacts older tool results, oldest first, into short placeholders that say what was
    there and how to get it again, keeping the latest ``keep_rounds`` rounds whole, until the
@@ -28,13 +28,15 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bot.clients.base import Message
+from bot.clients.base import Message, ToolCall
 from bot.errors import BeamError
 
 DEFAULT_CHARS_PER_TOKEN: Final = 3.0
 """Before the first usage report: JSON and code run about 3 characters a token, prose 4."""
 _CALIBRATION_BOUNDS: Final = (1.0, 4.0)
 _NOTE_ARGUMENT_CHARS: Final = 200
+_LISTED_CALLS: Final = 10
+_LISTED_ARGUMENT_CHARS: Final = 60
 
 
 class ContextBudget(BaseModel):
@@ -101,6 +103,23 @@ def over_cap_message(limit: int) -> str:
         f"not run: at most {limit} tool calls of one reply are run (model.max_calls_per_reply);"
         " ask for this call again in your next reply"
     )
+
+
+def over_cap_note(limit: int, declined: Sequence[ToolCall]) -> str:
+    """What the model reads, once, about the calls of its reply that did not run."""
+    listed = ", ".join(
+        f"{call.name}({_shortened(call.arguments, _LISTED_ARGUMENT_CHARS)})"
+        for call in declined[:_LISTED_CALLS]
+    )
+    more = f" and {len(declined) - _LISTED_CALLS} more" if len(declined) > _LISTED_CALLS else ""
+    return (
+        f"[{len(declined)} more tool calls of your reply were not run: at most {limit} run per"
+        f" reply (model.max_calls_per_reply). Ask again for those you need: {listed}{more}]"
+    )
+
+
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def fit(
@@ -202,8 +221,6 @@ def _call_of(messages: Sequence[Message], index: int, call_id: str) -> tuple[str
         for call in message.get("tool_calls") or ():
             if isinstance(call, dict) and call.get("id") == call_id:
                 function: dict[str, Any] = call.get("function") or {}
-                arguments = str(function.get("arguments", "{}"))
-                if len(arguments) > _NOTE_ARGUMENT_CHARS:
-                    arguments = arguments[:_NOTE_ARGUMENT_CHARS] + "…"
+                arguments = _shortened(str(function.get("arguments", "{}")), _NOTE_ARGUMENT_CHARS)
                 return str(function.get("name", "the tool")), arguments
     return "the tool", "the same arguments"

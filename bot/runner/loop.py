@@ -42,6 +42,7 @@ from bot.runner.budget import (
     cap_result,
     fit,
     over_cap_message,
+    over_cap_note,
 )
 from bot.runner.calls import (
     CheckedCall,
@@ -291,6 +292,8 @@ class ToolLoopAgent:
         if state.budget is not None:
             limit = state.budget.max_result_chars
             message["content"] = cap_result(message["content"], record.name, limit)
+        if call.note:
+            message["content"] += f"\n{call.note}"
         yield await self._record(state, record, message)
         self._count_failure(state, call, record)
 
@@ -298,9 +301,14 @@ class ToolLoopAgent:
         # A skill with confirm_first (gfs-publish) asks a person before every tool call.
         return spec.confirm_required or (self._skill is not None and self._skill.confirm_first)
 
-    async def _record(self, state: RunState, record: ToolCallRecord, message: Message) -> ToolFrame:
+    async def _record(
+        self, state: RunState, record: ToolCallRecord, message: Message | None
+    ) -> ToolFrame:
+        """Keep the record; ``message`` answers the call in the conversation (None: the call
+        is not in it)."""
         state.records.append(record)
-        state.messages.append(message)
+        if message is not None:
+            state.messages.append(message)
         await self._hooks.run_after_tool(state, record)
         return ToolFrame(record=record)
 
@@ -364,10 +372,15 @@ class ToolLoopAgent:
         _absorb(state, completion)
         if state.budget is not None and len(state.queue) > state.budget.max_calls_per_reply:
             limit = state.budget.max_calls_per_reply
-            state.queue, declined = state.queue[:limit], state.queue[limit:]
+            kept, declined = state.queue[:limit], state.queue[limit:]
+            # The reply goes into the history with the calls that run only, and one note
+            # about the rest: answering hundreds of calls one by one would itself overflow.
+            state.messages[-1]["tool_calls"] = [call.openai_format() for call in kept]
+            kept[-1] = kept[-1].model_copy(update={"note": over_cap_note(limit, declined)})
+            state.queue = kept
             for call in declined:
                 record = failed_record(call, BeamError("BEM-099", over_cap_message(limit)))
-                yield await self._record(state, record, tool_message(record))
+                yield await self._record(state, record, None)
         if not completion.tool_calls:
             state.status = ResultStatus.COMPLETED
             state.text = completion.text or ""

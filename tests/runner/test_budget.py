@@ -18,7 +18,17 @@ from bot.runner.budget import ContextBudget, chars_of
 from bot.runner.state import specs_digest
 from bot.tools import ToolSpec
 from sandbox.tool_specs import EARLIER_SPECS, TOOL_SPECS
-from tests.runner.kit import FnTool, call, calls, collect, frames_of, push_tool, request, spec
+from tests.runner.kit import (
+    FnTool,
+    call,
+    calls,
+    collect,
+    frames_of,
+    push_tool,
+    request,
+    result_of,
+    spec,
+)
 
 PAGE_CHARS = 20_000
 
@@ -72,15 +82,20 @@ async def test_only_the_capped_number_of_calls_of_one_reply_run() -> None:
         "helper", client, [tool], budget=budget(max_calls_per_reply=3, max_result_chars=500)
     )
 
-    frames = await frames_of(agent)
+    result = result_of(await frames_of(agent))
 
-    assert len(tool.calls) == 3
-    answered = [m for m in client.requests[1][0] if m["role"] == "tool"]
-    assert sorted(m["tool_call_id"] for m in answered) == sorted(f"c-p{n}" for n in range(7))
-    declined = [m for m in answered if "BEM-099" in m["content"]]
-    assert [m["tool_call_id"] for m in declined] == ["c-p3", "c-p4", "c-p5", "c-p6"]
-    assert "ask for this call again" in declined[0]["content"]
-    assert frames[-1].result.status is ResultStatus.COMPLETED  # type: ignore[union-attr]
+    assert len(tool.calls) == 3 and result.status is ResultStatus.COMPLETED
+    declined = [record for record in result.tool_calls if not record.ok]
+    assert [record.id for record in declined] == ["c-p3", "c-p4", "c-p5", "c-p6"]
+    assert {record.error.code for record in declined if record.error} == {"BEM-099"}
+    # The history keeps the three calls that ran, each answered, and one note on the rest.
+    history = client.requests[1][0]
+    [reply] = [m for m in history if m["role"] == "assistant"]
+    assert [call["id"] for call in reply["tool_calls"]] == ["c-p0", "c-p1", "c-p2"]
+    answered = [m for m in history if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in answered] == ["c-p0", "c-p1", "c-p2"]
+    assert "4 more tool calls of your reply were not run" in answered[-1]["content"]
+    assert 'read({"path": "p6"})' in answered[-1]["content"]
 
 
 async def test_older_results_are_compacted_and_no_request_goes_over_the_budget() -> None:
@@ -109,9 +124,12 @@ async def test_a_hostile_burst_of_calls_never_makes_an_oversized_request() -> No
     client = ScriptedClient([reads(*(f"big{n}" for n in range(500))), "done"])
     agent = ToolLoopAgent("helper", client, [pages_tool()], budget=limit)
 
-    await frames_of(agent)
+    result = result_of(await frames_of(agent))
 
+    assert result.status is ResultStatus.COMPLETED and len(client.requests) == 2
     assert sent_tokens(client.requests[-1]) <= limit.input_tokens
+    assert sum(record.ok for record in result.tool_calls) == limit.max_calls_per_reply
+    assert len(result.tool_calls) == 500
 
 
 async def test_a_request_that_cannot_fit_fails_with_bem_070_and_is_not_sent() -> None:

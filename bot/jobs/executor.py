@@ -42,7 +42,7 @@ from redis.asyncio import Redis as AsyncRedis
 from bot.clients.base import CompletionClient
 from bot.config import RepositoryConfig, SandboxLimits, Settings
 from bot.errors import BeamError
-from bot.frames import DoneFrame, ErrorInfo, Frame, ResultStatus
+from bot.frames import ChunkFrame, DoneFrame, ErrorInfo, Frame, ResultStatus
 from bot.input import AgentContext, AgentInput
 from bot.jobs.changes import branch_tip
 from bot.jobs.host_tools.publish import PublishDocsetTool
@@ -101,6 +101,9 @@ from sandbox.workspace.snapshot import capture, read_header, restore
 log = logging.getLogger(__name__)
 
 STYLE_NOTES = 20
+CHUNK_EVENT_CHARS = 64
+"""A streamed answer is published in events of at least this many characters (the last
+piece, and any piece before another frame, may be shorter)."""
 
 
 class ImageCheck:
@@ -431,10 +434,22 @@ class Executor:
     def _hooks(self, job_id: str, stop: StopCheck) -> Hooks:
         hooks = Hooks()
         store = self._store
+        # A streamed answer comes a token or two per frame; its pieces are joined into
+        # events of CHUNK_EVENT_CHARS or more, so a long answer neither floods the event
+        # stream nor trims the job's earlier events out of it.
+        answer: list[str] = []
 
         @hooks.on_frame
         async def publish(frame: Frame) -> None:
-            store.append_event(job_id, frame)
+            if isinstance(frame, ChunkFrame):
+                answer.append(frame.text)
+                if sum(map(len, answer)) < CHUNK_EVENT_CHARS:
+                    return
+            if answer:
+                store.append_event(job_id, ChunkFrame(text="".join(answer)))
+                answer.clear()
+            if not isinstance(frame, ChunkFrame):
+                store.append_event(job_id, frame)
             # A refused call (cancelled or taken over) ends the run at its tool frame.
             if not isinstance(frame, DoneFrame):
                 stop.raise_if_stopped()

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from bot.frames import ChunkFrame
+from bot.jobs.executor import CHUNK_EVENT_CHARS
 from bot.jobs.models import JobKind, JobRecord, JobState
 from tests.faults.invariants import check_invariants
 from tests.faults.kit import tool_called
@@ -135,7 +136,11 @@ def test_an_endpoint_that_hangs_mid_run_fails_the_job_and_its_container_goes(
 def test_workers_stream_so_the_answer_reaches_the_job_log_as_it_arrives(
     stack: Stack, stub: StubModel
 ) -> None:
-    stub.enqueue(text_stream("The install page ", "needs no change ", "today."))
+    # Pieces of CHUNK_EVENT_CHARS or more are events of their own; shorter ones are joined.
+    long = [
+        f"Part {n} of the answer is long enough to be an event of its very own. " for n in range(3)
+    ]
+    stub.enqueue(text_stream(*long, "A", "nd the", " end."))
     job = _author(stack)
 
     record = check_invariants(stack, [job.id])[job.id]
@@ -147,7 +152,8 @@ def test_workers_stream_so_the_answer_reaches_the_job_log_as_it_arrives(
         for event in stack.store.read_events(job.id, count=10_000)
         if isinstance(event.frame, ChunkFrame)
     ]
-    assert chunks == ["The install page ", "needs no change ", "today."]
+    assert all(len(piece) >= CHUNK_EVENT_CHARS for piece in long)
+    assert chunks == [*long, "And the end."]
 
 
 def test_a_model_refusal_ends_the_job_refused_with_its_words(stack: Stack, stub: StubModel) -> None:

@@ -35,7 +35,7 @@ _SMALL: list[Message] = [{"role": "user", "content": "Reply with the single word
 _TOOL: list[Message] = [
     {"role": "user", "content": "Call the ping tool with value 'riverbeam'. Do not answer in text."}
 ]
-_CHECK_TOKENS = 256
+_CHECK_TOKENS = 1024  # room for a reasoning model to think before "ready"
 
 
 @dataclass(frozen=True)

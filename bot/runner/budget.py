@@ -147,7 +147,8 @@ def fit(
     if tokens() <= limit * budget.compact_at:
         return total
     if budget.compaction:
-        older, latest = _candidates(messages, budget.keep_rounds)
+        done = {item.tool_call_id for item in compacted}
+        older, latest = _candidates(messages, budget.keep_rounds, done)
         target = limit * budget.compact_to
         for group in (older, latest):
             for index in group:
@@ -171,9 +172,12 @@ def fit(
     return total
 
 
-def _candidates(messages: Sequence[Message], keep_rounds: int) -> tuple[list[int], list[int]]:
-    """Indexes of tool results outside the latest ``keep_rounds`` rounds, and inside them,
-    oldest first. A round starts at an assistant message that calls tools."""
+def _candidates(
+    messages: Sequence[Message], keep_rounds: int, done: set[str]
+) -> tuple[list[int], list[int]]:
+    """Indexes of tool results not compacted yet (``done`` holds the call ids that are)
+    outside the latest ``keep_rounds`` rounds, and inside them, oldest first. A round starts
+    at an assistant message that calls tools."""
     starts = [
         index
         for index, message in enumerate(messages)
@@ -185,7 +189,7 @@ def _candidates(messages: Sequence[Message], keep_rounds: int) -> tuple[list[int
     results = [
         index
         for index, message in enumerate(messages)
-        if message.get("role") == "tool" and not _is_placeholder(message)
+        if message.get("role") == "tool" and message.get("tool_call_id") not in done
     ]
     return [i for i in results if i < boundary], [i for i in results if i >= boundary]
 
@@ -209,10 +213,6 @@ def _compact(messages: list[Message], index: int, compacted: list[Compaction]) -
     messages[index] = {**message, "content": placeholder}
     compacted.append(Compaction(tool_call_id=call_id, tool=tool, chars=len(content)))
     return True
-
-
-def _is_placeholder(message: Message) -> bool:
-    return str(message.get("content", "")).startswith('{"compacted": ')
 
 
 def _call_of(messages: Sequence[Message], index: int, call_id: str) -> tuple[str, str]:

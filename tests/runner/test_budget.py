@@ -245,3 +245,18 @@ def _no_history() -> Any:
     from bot.input import AgentContext
 
     return AgentContext()
+
+
+async def test_a_result_that_looks_like_a_placeholder_is_still_compacted() -> None:
+    async def mimic(args: dict[str, JsonValue]) -> JsonValue:
+        return {"compacted": "x" * 2_500}
+
+    tool = FnTool(spec("read", path="string"), mimic)
+    client = ScriptedClient([*(reads(f"page{n}") for n in range(12)), "done"])
+    agent = ToolLoopAgent("helper", client, [tool], budget=budget(), max_rounds=20)
+    state = agent.start(request(), _no_history())
+
+    await collect(agent.run(state))
+
+    assert state.status is ResultStatus.COMPLETED and state.compacted
+    assert max(sent_tokens(sent) for sent in client.requests) <= budget().input_tokens

@@ -16,9 +16,12 @@ from pydantic import JsonValue
 from bot.clients import OpenAiCompatible
 from bot.errors import ModelError
 from bot.frames import ResultStatus
+from bot.input import AgentContext
 from bot.runner import ToolLoopAgent
+from bot.runner.budget import ContextBudget
 from tests.clients.helpers import KEY, MESSAGES, READ_FILE, Sleeps
-from tests.runner.kit import FnTool, frames_of, result_of, spec
+from tests.runner.kit import FnTool, collect, frames_of, result_of, spec
+from tests.runner.kit import request as user_request
 from tests.support import openai_conformance as conformance
 from tests.support.openai_conformance import chat_completion, check_request, chunk
 from tests.support.stub_model import Hang, Reply, Stream, StubModel
@@ -78,9 +81,9 @@ def serve(stub: StubModel, stream: bool, *replies: dict[str, Any]) -> None:
     stub.enqueue(*(as_stream(reply) if stream else Reply(reply) for reply in replies))
 
 
-def lookup_tool() -> FnTool:
+def lookup_tool(padding: int = 0) -> FnTool:
     async def work(args: dict[str, JsonValue]) -> JsonValue:
-        return {"page": args["path"], "text": f"contents of {args['path']}"}
+        return {"page": args["path"], "text": f"contents of {args['path']}" + "." * padding}
 
     return FnTool(spec("read_file", path="string"), work)
 
@@ -162,6 +165,31 @@ async def test_provider_extras_are_ignored(stub: StubModel, stream: bool) -> Non
     result = result_of(await frames_of(agent(stub, stream)))
 
     assert (result.status, result.text) == (ResultStatus.COMPLETED, "An answer.")
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+async def test_requests_under_the_context_budget_stay_conformant(
+    stub: StubModel, stream: bool
+) -> None:
+    # Results cut with a note, calls over the per-reply cap named in a note, older results
+    # compacted into placeholders: still requests the official types accept.
+    burst = [(f"call_{n}", "read_file", json.dumps({"path": f"p{n}.md"})) for n in range(6)]
+    rounds = [
+        chat_completion(tool_calls=[(f"r{n}", "read_file", '{"path": "x"}')]) for n in range(4)
+    ]
+    serve(stub, stream, chat_completion(tool_calls=burst), *rounds, chat_completion("done"))
+    budget = ContextBudget(
+        context_window=2_048, max_output_tokens=512, max_result_chars=500, max_calls_per_reply=4
+    )
+    helper = ToolLoopAgent(
+        "helper", client(stub), [lookup_tool(800)], stream_tokens=stream, budget=budget
+    )
+    state = helper.start(user_request(), AgentContext())
+
+    await collect(helper.run(state))
+
+    assert state.status is ResultStatus.COMPLETED and len(stub.requests) == 6
+    assert state.compacted and any(not record.ok for record in state.records)
 
 
 # -- endings -----------------------------------------------------------------------------

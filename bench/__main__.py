@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "jobs_bench": ([], ["--jobs", "20", "--latency-jobs", "3"]),
     "load_bench": ([], ["--jobs", "40"]),
     "metrics_bench": ([], ["--approvals", "100", "--runs", "5", "--baseline-runs", "1"]),
+    "loop_bench": ([], ["--runs", "2", "--rounds", "20"]),
 }
 
 

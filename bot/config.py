@@ -103,8 +103,17 @@ class WorkspaceSettings(BaseModel):
     )
 
 
+Provider = Literal["openai", "azure-openai", "nvidia", "openai-compatible"]
+TokenParameter = Literal["max_completion_tokens", "max_tokens"]
+
+
 class ModelSettings(BaseModel):
-    """Which model the workers use. Without a factory, ``OpenAiCompatible.from_env()``."""
+    """Which model the workers use and how requests to it are made.
+
+    Every field but ``factory`` may be left unset: the provider profile fills it in
+    (``bot.clients.profiles``), after the conventional environment variables (``BEAM_*``,
+    then ``OPENAI_*``). Sampling, seed and the like are sent only when set here.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -112,6 +121,52 @@ class ModelSettings(BaseModel):
         default=None,
         description="'module:function' returning a CompletionClient for a job (tests, demo)",
     )
+    provider: Provider | None = Field(
+        default=None, description="the family whose defaults apply (default: from the base URL)"
+    )
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = Field(default=None, description="variable holding the API key")
+    api_key_file: Path | None = Field(default=None, description="file holding the API key")
+    organization: str | None = None
+    project: str | None = None
+    api_version: str | None = Field(default=None, description="azure-openai's api-version")
+    headers: dict[str, str] = Field(default_factory=dict, description="sent with every request")
+    connect_timeout: float | None = Field(default=None, gt=0)
+    read_timeout: float | None = Field(default=None, gt=0)
+    max_retries: int | None = Field(default=None, ge=0, le=20)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    output_tokens_parameter: TokenParameter | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: int | None = None
+    parallel_tool_calls: bool | None = None
+    reasoning_effort: str | None = None
+    tool_choice: Literal["auto", "required", "none"] | None = None
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    context_window: int | None = Field(
+        default=None, ge=1024, description="tokens the model reads and writes in one request"
+    )
+    max_result_chars: int = Field(
+        default=24_000, ge=500, description="longest tool result sent back whole"
+    )
+    max_calls_per_reply: int = Field(
+        default=16, ge=1, description="tool calls run from one reply; the rest are declined"
+    )
+    compaction: bool = Field(default=True, description="compact older tool results near budget")
+    context_budget: bool = Field(
+        default=True, description="off: no result cap, call cap, compaction or size check"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key_here(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "api_key" in data:
+            raise ValueError(
+                "the API key never goes in the configuration: name a variable with"
+                " api_key_env or a file with api_key_file"
+            )
+        return data
 
 
 class JobSettings(BaseModel):

@@ -16,12 +16,17 @@ class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    # Parts of the two counts above, when the provider details them (0 when it does not).
+    cached_tokens: int = Field(default=0, description="prompt tokens served from its cache")
+    reasoning_tokens: int = Field(default=0, description="completion tokens spent reasoning")
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
 
@@ -46,6 +51,10 @@ class ToolCallRecord(BaseModel):
     result: JsonValue = None
     error: ErrorInfo | None = None
     duration_ms: float = 0.0
+    sent_id: str | None = Field(
+        default=None,
+        description="the id the model sent when it was empty or reused, and so was replaced",
+    )
 
 
 class PendingCall(BaseModel):
@@ -62,6 +71,8 @@ class ResultStatus(StrEnum):
     COMPLETED = "completed"
     INTERRUPTED = "interrupted"
     FAILED = "failed"
+    REFUSED = "refused"
+    """The model declined the request (its ``refusal``); nothing more was run."""
 
 
 class AgentResult(BaseModel):
@@ -76,6 +87,7 @@ class AgentResult(BaseModel):
     model_used: str | None = None
     pending: PendingCall | None = None
     error: ErrorInfo | None = None
+    refusal: str | None = None
 
 
 class PlaceholderFrame(BaseModel):

@@ -3,14 +3,15 @@
 Descriptions are written for the model: what the tool does, when to reach for it, its
 limits, and what its errors mean, so that a failed call can be corrected rather than retried
 blindly. Argument names are the contract of DESIGN §3.3; ``read_file.start_line`` and
-``git_diff.path`` are optional additions for reading past a cap.
+``limit`` (the line offset and count) and ``git_diff.path`` are optional additions for
+reading past a cap.
 """
 
 from __future__ import annotations
 
 from bot.tools import ToolSpec, json_params
 
-__all__ = ["MAX_LIST_ENTRIES", "MAX_LOG_LIMIT", "MAX_READ_CHARS", "TOOL_SPECS"]
+__all__ = ["EARLIER_SPECS", "MAX_LIST_ENTRIES", "MAX_LOG_LIMIT", "MAX_READ_CHARS", "TOOL_SPECS"]
 
 MAX_LIST_ENTRIES = 2_000
 MAX_READ_CHARS = 100_000
@@ -22,6 +23,54 @@ _PATH_RULES = (
     "they stay inside the working tree."
 )
 _PATH = {"type": "string", "maxLength": 1024}
+
+# read_file as the previous release offered it; a run it parked still resumes (see
+# EARLIER_SPECS).
+_READ_FILE_BEFORE_LIMIT = ToolSpec(
+    name="read_file",
+    description=(
+        "Read a text file of the working tree. Returns 'content' with 'start_line', "
+        f"'end_line' and 'total_lines'; at most {MAX_READ_CHARS} characters per call. "
+        "When 'truncated' is true, call again with start_line=end_line+1 for the rest. "
+        "A binary file (NUL bytes or not UTF-8) returns binary=true with its size and git "
+        f"blob sha instead of content. {_PATH_RULES} Errors: BEM-305 for a directory, "
+        "a special file or a file over the size cap; BEM-303 for a hard-linked file or a "
+        "symlink leading outside; BEM-100 when the file does not exist."
+    ),
+    parameters=json_params(
+        {
+            "path": {**_PATH, "description": "File to read, like 'docs/index.md'."},
+            "start_line": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "First line to return (1-based); default 1.",
+            },
+        },
+        ["path"],
+    ),
+)
+
+_READ_FILE = ToolSpec(
+    name="read_file",
+    description=_READ_FILE_BEFORE_LIMIT.description
+    + " Pass 'limit' to read at most that many lines from start_line (a window of a long"
+    " file; 'total_lines' says how many there are).",
+    parameters=json_params(
+        {
+            **_READ_FILE_BEFORE_LIMIT.parameters["properties"],
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Most lines to return; default: as many as fit.",
+            },
+        },
+        ["path"],
+    ),
+)
+
+EARLIER_SPECS: dict[str, tuple[ToolSpec, ...]] = {"read_file": (_READ_FILE_BEFORE_LIMIT,)}
+"""Earlier versions of a tool's spec that a parked run may have been saved with. A change
+that only adds an optional argument keeps what such a run did valid, so it may resume."""
 
 _SPECS = [
     ToolSpec(
@@ -39,29 +88,7 @@ _SPECS = [
             [],
         ),
     ),
-    ToolSpec(
-        name="read_file",
-        description=(
-            "Read a text file of the working tree. Returns 'content' with 'start_line', "
-            f"'end_line' and 'total_lines'; at most {MAX_READ_CHARS} characters per call. "
-            "When 'truncated' is true, call again with start_line=end_line+1 for the rest. "
-            "A binary file (NUL bytes or not UTF-8) returns binary=true with its size and git "
-            f"blob sha instead of content. {_PATH_RULES} Errors: BEM-305 for a directory, "
-            "a special file or a file over the size cap; BEM-303 for a hard-linked file or a "
-            "symlink leading outside; BEM-100 when the file does not exist."
-        ),
-        parameters=json_params(
-            {
-                "path": {**_PATH, "description": "File to read, like 'docs/index.md'."},
-                "start_line": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "description": "First line to return (1-based); default 1.",
-                },
-            },
-            ["path"],
-        ),
-    ),
+    _READ_FILE,
     ToolSpec(
         name="write_file",
         description=(

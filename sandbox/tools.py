@@ -119,7 +119,8 @@ def _read_file(tree: WorkingTree, args: dict[str, Any]) -> Result:
             "truncated": False,
             "note": "binary file: its content is not shown",
         }
-    return {**described, "binary": False, **_lines(text, args.get("start_line", 1))}
+    window = _lines(text, args.get("start_line", 1), args.get("limit"))
+    return {**described, "binary": False, **window}
 
 
 def decode_text(data: bytes) -> str | None:
@@ -134,8 +135,9 @@ def decode_text(data: bytes) -> str | None:
         return None
 
 
-def _lines(text: str, start: int) -> Result:
-    """Lines from ``start`` while they fit in ``MAX_READ_CHARS`` (always at least one)."""
+def _lines(text: str, start: int, limit: int | None) -> Result:
+    """Lines from ``start`` while they fit in ``MAX_READ_CHARS`` (always at least one), at
+    most ``limit`` of them."""
     # Lines end at "\n" only, as editors and git count them (splitlines would also break
     # at form feeds and U+2028).
     parts = text.split("\n")
@@ -148,7 +150,7 @@ def _lines(text: str, start: int) -> Result:
     taken: list[str] = []
     size = 0
     cut = False
-    for line in lines[start - 1 :]:
+    for line in lines[start - 1 : None if limit is None else start - 1 + limit]:
         if taken and size + len(line) > MAX_READ_CHARS:
             break
         if len(line) > MAX_READ_CHARS:
@@ -160,6 +162,9 @@ def _lines(text: str, start: int) -> Result:
     note: str | None = None
     if cut:
         note = f"line {end} is over {MAX_READ_CHARS} characters and was cut"
+    elif truncated and limit is not None and len(taken) == limit:
+        more = f"call read_file with start_line={end + 1} for more"
+        note = f"lines {start}-{end} of {len(lines)}; {more}"
     elif truncated:
         note = (
             f"content is capped at {MAX_READ_CHARS} characters; "

@@ -22,6 +22,7 @@ from bot.cli.ci import add_ci_commands
 from bot.cli.demo import add_demo_command
 from bot.cli.failures import EXIT_BROKEN_PIPE, report_unexpected
 from bot.cli.jobs import add_jobs_commands
+from bot.cli.model import add_model_commands
 from bot.cli.repos import add_repos_commands
 from bot.cli.sandbox import add_sandbox_commands
 from bot.cli.service import add_service_commands
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_repos_commands(commands)
     add_skills_commands(commands)
     add_sandbox_commands(commands)
+    add_model_commands(commands)
     return parser
 
 

@@ -104,6 +104,10 @@ class FrameRenderer:
             line = f"  ⏸ {result.pending.tool} waits for a person's approval"
             self._out.print(Text(line, style="yellow"))
             return
+        if result.status is ResultStatus.REFUSED:
+            line = f"  ✗ the model declined the request: {result.refusal or ''}"
+            self._out.print(Text(line, style="magenta"))
+            return
         if result.status is ResultStatus.FAILED and result.error is not None:
             line = f"  ✗ the run failed: {result.error.code}: {result.error.message}"
             self._out.print(Text(line, style="red"))
@@ -272,6 +276,8 @@ def show_job(out: Console, record: JobRecord, approval: Approval | None) -> None
         out.print(Text("\nresult", style="bold"))
         if result.text:
             out.print(Text(result.text))
+        if result.refusal is not None:
+            out.print(Text(f"the model declined: {result.refusal}", style="magenta"))
         if result.outcome is not None:
             out.print(_outcome(result.outcome.model_dump(mode="json", exclude={"kind"})))
         usage = f"{result.usage.total_tokens:,} tokens" if result.usage.total_tokens else None

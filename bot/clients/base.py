@@ -25,6 +25,12 @@ class ToolCall(BaseModel):
     id: str
     name: str
     arguments: str = "{}"
+    sent_id: str | None = None
+    """The id as the model sent it, set only when the loop had to replace an empty or
+    reused one (providers reject a reply whose tool results share an id)."""
+    note: str | None = None
+    """Added by the loop to this call's result for the model (the calls of the reply that
+    were not run); never sent as part of the call."""
 
     @classmethod
     def of(cls, name: str, arguments: dict[str, Any] | None = None, *, id: str = "") -> ToolCall:
@@ -43,7 +49,13 @@ class ToolCall(BaseModel):
 
 
 class Completion(BaseModel):
-    """One model turn: answer text, or tool calls to run (possibly with some text)."""
+    """One model turn: answer text, or tool calls to run (possibly with some text).
+
+    ``finish_reason`` is the provider's word for why the turn ended (``stop``,
+    ``tool_calls``, ``length``, ``content_filter``, ...; None when it sent none) and
+    ``refusal`` the text of a declined request. The tool loop decides from both whether the
+    turn may be acted on (see ``bot.runner.endings``).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -51,6 +63,8 @@ class Completion(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage | None = None
     model: str | None = None
+    finish_reason: str | None = None
+    refusal: str | None = None
 
     @classmethod
     def of_text(cls, text: str, **fields: Any) -> Completion:

@@ -2,18 +2,21 @@
 
 Failures map onto the model codes in ``bot.errors``:
 
-- BEM-060: the endpoint could not be reached, or timed out, on every attempt; or a stream
-  broke after part of the answer had already been handed to the caller.
+- BEM-060: the endpoint could not be reached on every attempt; or a stream broke after the
+  model had started its reply (a new request would pay for it again).
 - BEM-061: the endpoint refused the request with a status that another attempt cannot fix
-  (400, 401, 403, 404, 422, ...). Raised at once.
-- BEM-062: the endpoint answered 408, 429 or 5xx on every attempt.
+  (400, 401, 403, 404, 422, ..., or any status with ``x-should-retry: false``). At once.
+- BEM-062: the endpoint answered 408, 409, 429 or 5xx on every attempt.
 - BEM-063: the reply is not a chat completion (not JSON, no choices, a tool call without a
   name, a broken event stream, ...). Raised at once: the same request gets the same reply.
 - BEM-065: ``ALLOW_REMOTE_MODEL_REQUESTS`` is off and the endpoint is not on loopback.
+- BEM-069: a non-streamed reply did not come within the read timeout; it is not requested
+  again, since the model may have been generating it.
 
 The API key never appears in an error message, a log line or ``repr``.
 
-Replies are read in ``bot.clients.openai_replies``; the retry policy is ``bot.clients.retry``.
+Replies are read in ``bot.clients.openai_replies``; the retry policy is ``bot.clients.retry``;
+the settings a client is built from are ``bot.clients.profiles``.
 """
 
 from __future__ import annotations
@@ -39,21 +42,24 @@ from typing import Any, Final
 import httpx
 from pydantic import SecretStr
 
+from bot.clients import profiles
 from bot.clients.base import Completion, Message, TextDelta
 from bot.clients.openai_replies import (
+    Progress,
     malformed_reply,
     parse_completion,
     provider_message,
     read_event_stream,
 )
 from bot.clients.retry import (
-    RETRYABLE_STATUSES,
     RETRYABLE_TRANSPORT_ERRORS,
     RetryableFailure,
     backoff_delay,
-    parse_retry_after,
+    retry_after,
+    should_retry,
 )
 from bot.clients.sse import SseError
+from bot.config import ModelSettings, TokenParameter
 from bot.errors import BeamError
 from bot.tools import ToolSpec
 
@@ -61,22 +67,13 @@ ALLOW_REMOTE_MODEL_REQUESTS: bool = True
 """When False, requests to any host but loopback fail with BEM-065 before any network I/O.
 Read at request time, so tests can turn it off for a whole run."""
 
-DEFAULT_BASE_URL: Final = "https://integrate.api.nvidia.com/v1"
-DEFAULT_MODEL: Final = "deepseek-ai/deepseek-v4-pro-0813"
-DEFAULT_EXTRA_BODY: Final[Mapping[str, Any]] = {"chat_template_kwargs": {"thinking": False}}
-"""Copied by every client, never handed out, so it cannot be changed through one."""
-
-KEY_VARIABLES: Final = ("BEAM_API_KEY", "GFS_BEAM_API_KEY", "NVIDIA_API_KEY")
-BASE_URL_VARIABLES: Final = ("BEAM_API_BASE_URL", "GFS_BEAM_BASE_URL")
-MODEL_VARIABLES: Final = ("BEAM_MODEL", "GFS_BEAM_MODEL")
-
 _SNIPPET_CHARS = 200
 # Shorter "keys" are placeholders for local servers; redacting them would garble messages.
 _MIN_REDACTED_KEY = 8
 
 _HINTS: Final[Mapping[int, str]] = {
     400: "the provider rejected the request body; its message says why",
-    401: "check the API key (BEAM_API_KEY, GFS_BEAM_API_KEY or NVIDIA_API_KEY)",
+    401: "check the API key (model.api_key_env, BEAM_API_KEY or OPENAI_API_KEY)",
     403: "the API key has no access to this model or endpoint",
     404: "check the base URL (it usually ends in /v1) and the model name",
     422: "the provider rejected the request body; its message says why",
@@ -88,8 +85,14 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 class OpenAiCompatible:
-    """``POST {base_url}/chat/completions`` with bearer auth, for any OpenAI-compatible
-    endpoint. Immutable: ``with_max_tokens`` and ``with_extra_body`` return new clients.
+    """``POST {base_url}/chat/completions`` for any OpenAI-compatible endpoint. Immutable:
+    ``with_max_tokens`` and ``with_extra_body`` return new clients.
+
+    Only what is set is sent: sampling, seed, ``parallel_tool_calls``, ``reasoning_effort``
+    and ``tool_choice`` are left out unless given, so the provider's defaults apply and a
+    reasoning model is not sent a parameter it rejects. The output-token limit goes in
+    ``token_parameter`` (``max_completion_tokens`` for OpenAI's newer models,
+    ``max_tokens`` for most other servers).
 
     ``transport`` replaces the network (the caller keeps ownership and closes it), ``sleep``
     and ``rng`` replace the waiting and the jitter between attempts, for tests.
@@ -101,14 +104,22 @@ class OpenAiCompatible:
         api_key: str,
         model: str,
         *,
-        max_tokens: int = 4096,
-        temperature: float = 1.0,
-        top_p: float = 0.95,
-        timeout: float = 60.0,
-        extra_body: Mapping[str, Any] = DEFAULT_EXTRA_BODY,
-        max_retries: int = 4,
+        max_tokens: int = profiles.DEFAULT_MAX_OUTPUT_TOKENS,
+        token_parameter: TokenParameter = "max_tokens",
+        temperature: float | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+        parallel_tool_calls: bool | None = None,
+        reasoning_effort: str | None = None,
+        tool_choice: str | None = None,
+        connect_timeout: float = profiles.DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = profiles.DEFAULT_READ_TIMEOUT,
+        extra_body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        auth: profiles.Auth = "bearer",
+        max_retries: int = profiles.DEFAULT_MAX_RETRIES,
         backoff_base: float = 0.5,
-        backoff_cap: float = 20.0,
+        backoff_cap: float = 8.0,
         retry_after_cap: float = 60.0,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Sleep = asyncio.sleep,
@@ -118,15 +129,36 @@ class OpenAiCompatible:
         self._base_url = base_url.strip().rstrip("/")
         self._api_key = SecretStr(api_key.strip())
         self._model = model.strip()
+        self._options: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "token_parameter": token_parameter,
+            "temperature": temperature,
+            "top_p": top_p,
+            "seed": seed,
+            "parallel_tool_calls": parallel_tool_calls,
+            "reasoning_effort": reasoning_effort,
+            "tool_choice": tool_choice,
+            "connect_timeout": connect_timeout,
+            "read_timeout": read_timeout,
+            "extra_body": _json_copy(extra_body or {}),
+            "headers": dict(headers or {}),
+            "auth": auth,
+            "max_retries": max_retries,
+            "backoff_base": backoff_base,
+            "backoff_cap": backoff_cap,
+            "retry_after_cap": retry_after_cap,
+            "transport": transport,
+            "sleep": sleep,
+            "rng": rng,
+        }
         self._max_tokens = max_tokens
-        self._temperature = temperature
-        self._top_p = top_p
-        self._timeout = timeout
-        self._extra_body = _json_copy(extra_body)
+        self._token_parameter = token_parameter
+        self._extra_body: dict[str, Any] = self._options["extra_body"]
         self._max_retries = max_retries
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
         self._retry_after_cap = retry_after_cap
+        self._timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
         self._transport = transport
         self._sleep = sleep
         self._rng = rng
@@ -135,14 +167,48 @@ class OpenAiCompatible:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OpenAiCompatible | None:
-        """A client configured from the environment, or None when no API key is set.
+        """A client configured from the environment alone, or None when no API key is set.
         Blank values count as unset."""
-        env = os.environ if environ is None else environ
-        api_key = _first_set(env, KEY_VARIABLES)
-        if api_key is None:
-            return None
-        base_url = _first_set(env, BASE_URL_VARIABLES) or DEFAULT_BASE_URL
-        return cls(base_url, api_key, _first_set(env, MODEL_VARIABLES) or DEFAULT_MODEL)
+        return cls.from_settings(ModelSettings(), environ)
+
+    @classmethod
+    def from_settings(
+        cls, settings: ModelSettings, environ: Mapping[str, str] | None = None
+    ) -> OpenAiCompatible | None:
+        """A client for the ``[model]`` settings, the variables and the provider profile
+        (see ``bot.clients.profiles``); None when no API key is found."""
+        resolved = profiles.resolve(settings, os.environ if environ is None else environ)
+        return None if resolved is None else cls.from_resolved(resolved)
+
+    @classmethod
+    def from_resolved(cls, resolved: profiles.ResolvedModel, **options: Any) -> OpenAiCompatible:
+        headers = dict(resolved.headers)
+        if resolved.organization:
+            headers.setdefault("OpenAI-Organization", resolved.organization)
+        if resolved.project:
+            headers.setdefault("OpenAI-Project", resolved.project)
+        base_url = resolved.base_url
+        if resolved.api_version and "api-version=" not in base_url:
+            joiner = "&" if "?" in base_url else "?"
+            base_url = f"{base_url}{joiner}api-version={resolved.api_version}"
+        settings: dict[str, Any] = {
+            "max_tokens": resolved.max_output_tokens,
+            "token_parameter": resolved.output_tokens_parameter,
+            "temperature": resolved.temperature,
+            "top_p": resolved.top_p,
+            "seed": resolved.seed,
+            "parallel_tool_calls": resolved.parallel_tool_calls,
+            "reasoning_effort": resolved.reasoning_effort,
+            "tool_choice": resolved.tool_choice,
+            "connect_timeout": resolved.connect_timeout,
+            "read_timeout": resolved.read_timeout,
+            "extra_body": resolved.extra_body,
+            "headers": headers,
+            "auth": resolved.auth,
+            "max_retries": resolved.max_retries,
+        }
+        secret = resolved.api_key.get_secret_value()
+        return cls(base_url, secret, resolved.model, **(settings | options))
 
     def with_max_tokens(self, max_tokens: int) -> OpenAiCompatible:
         return self._replace(max_tokens=max_tokens)
@@ -164,6 +230,16 @@ class OpenAiCompatible:
         return self._max_tokens
 
     @property
+    def endpoint(self) -> str:
+        """The URL requests go to, without user info or query (either may hold a secret)."""
+        return self._where
+
+    @property
+    def output_limit(self) -> str:
+        """The output-token limit as the request carries it, for messages."""
+        return f"{self._token_parameter}={self._max_tokens}"
+
+    @property
     def extra_body(self) -> dict[str, Any]:
         return _json_copy(self._extra_body)
 
@@ -181,6 +257,8 @@ class OpenAiCompatible:
                     response = await self._post(http, body)
                     break
                 except RetryableFailure as failure:
+                    if isinstance(failure.__cause__, httpx.ReadTimeout):
+                        raise self._not_replayed(failure) from failure
                     failures += 1
                     await self._back_off(failure, failures)
         return self._parse_json_reply(response)
@@ -198,21 +276,22 @@ class OpenAiCompatible:
         failures = 0
         async with self._http() as http:
             while True:
-                answered = False
+                progress = Progress()
                 try:
                     # aclosing: a caller that stops early closes the response now, not at GC.
-                    async with contextlib.aclosing(self._stream_once(http, body)) as items:
+                    stream = self._stream_once(http, body, progress)
+                    async with contextlib.aclosing(stream) as items:
                         async for item in items:
-                            answered = answered or isinstance(item, TextDelta)
                             yield item
                     return
                 except RetryableFailure as failure:
-                    if answered:
+                    if progress.started:
                         raise BeamError(
                             "BEM-060",
-                            f"the model stream from {self._where} broke after part of the"
-                            f" answer was sent ({failure}); a stream cannot resume,"
-                            " run the turn again",
+                            f"the model stream from {self._where} broke after the model had"
+                            f" started its reply ({failure}); a stream cannot resume and a new"
+                            " request would pay for the whole reply again, so it was not"
+                            " repeated: run the turn again",
                         ) from failure
                     failures += 1
                     await self._back_off(failure, failures)
@@ -220,10 +299,15 @@ class OpenAiCompatible:
     # -- configuration ---------------------------------------------------------------
 
     def _validate(self) -> None:
+        options = self._options
+        sampling = [options["temperature"], options["top_p"]]
         problems = [
             ("model must not be empty", bool(self._model)),
             ("max_tokens must be at least 1", self._max_tokens >= 1),
-            ("timeout must be more than 0 seconds", self._timeout > 0),
+            (
+                "connect_timeout and read_timeout must be more than 0 seconds",
+                min(options["connect_timeout"], options["read_timeout"]) > 0,
+            ),
             ("max_retries must not be negative", self._max_retries >= 0),
             (
                 "backoff_base, backoff_cap and retry_after_cap must not be negative",
@@ -231,7 +315,7 @@ class OpenAiCompatible:
             ),
             (
                 "temperature and top_p must be finite",
-                math.isfinite(self._temperature) and math.isfinite(self._top_p),
+                all(math.isfinite(value) for value in sampling if value is not None),
             ),
         ]
         failed = [message for message, ok in problems if not ok]
@@ -239,22 +323,8 @@ class OpenAiCompatible:
             raise BeamError("BEM-900", f"model client configuration: {'; '.join(failed)}")
 
     def _replace(self, **changes: Any) -> OpenAiCompatible:
-        options: dict[str, Any] = {
-            "max_tokens": self._max_tokens,
-            "temperature": self._temperature,
-            "top_p": self._top_p,
-            "timeout": self._timeout,
-            "extra_body": self._extra_body,
-            "max_retries": self._max_retries,
-            "backoff_base": self._backoff_base,
-            "backoff_cap": self._backoff_cap,
-            "retry_after_cap": self._retry_after_cap,
-            "transport": self._transport,
-            "sleep": self._sleep,
-            "rng": self._rng,
-        }
         secret = self._api_key.get_secret_value()
-        return OpenAiCompatible(self._base_url, secret, self._model, **(options | changes))
+        return OpenAiCompatible(self._base_url, secret, self._model, **(self._options | changes))
 
     def _refuse_remote_when_disabled(self) -> None:
         if ALLOW_REMOTE_MODEL_REQUESTS or _is_loopback(self._endpoint.host):
@@ -274,13 +344,17 @@ class OpenAiCompatible:
         body: dict[str, Any] = {
             "model": self._model,
             "messages": list(messages),
-            "temperature": self._temperature,
-            "top_p": self._top_p,
-            "max_tokens": self._max_tokens,
+            self._token_parameter: self._max_tokens,
         }
+        for name in _OPTIONAL_PARAMETERS:
+            if self._options[name] is not None:
+                body[name] = self._options[name]
         if tools:
             body["tools"] = [spec.openai_format() for spec in tools]
-            body["tool_choice"] = "auto"
+        else:
+            # Tool settings without tools are an error on the OpenAI API.
+            body.pop("tool_choice", None)
+            body.pop("parallel_tool_calls", None)
         body.update(self._extra_body)
         # The reply parser depends on these two, so the extra body does not get to set them.
         body["stream"] = stream
@@ -296,9 +370,12 @@ class OpenAiCompatible:
         # Reconnecting costs one TLS handshake per model turn, small next to the turn, and
         # leaves the instance with nothing to close.
         transport = None if self._transport is None else _Borrowed(self._transport)
-        headers = {}
+        headers = dict(self._options["headers"])
         if secret := self._api_key.get_secret_value():
-            headers["Authorization"] = f"Bearer {secret}"
+            if self._options["auth"] == "api-key":
+                headers["api-key"] = secret
+            else:
+                headers["Authorization"] = f"Bearer {secret}"
         return httpx.AsyncClient(transport=transport, timeout=self._timeout, headers=headers)
 
     async def _post(self, http: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
@@ -310,7 +387,7 @@ class OpenAiCompatible:
         return response
 
     async def _stream_once(
-        self, http: httpx.AsyncClient, body: dict[str, Any]
+        self, http: httpx.AsyncClient, body: dict[str, Any], progress: Progress
     ) -> AsyncGenerator[TextDelta | Completion, None]:
         accept = {"Accept": "text/event-stream"}
         with self._translated_errors():
@@ -330,7 +407,7 @@ class OpenAiCompatible:
                         " text/event-stream; the base URL may not point at an OpenAI-compatible"
                         " API"
                     )
-                events = read_event_stream(reply, self._model, self._quote)
+                events = read_event_stream(reply, self._model, self._quote, progress)
                 async with contextlib.aclosing(events):
                     async for item in events:
                         yield item
@@ -365,11 +442,11 @@ class OpenAiCompatible:
             return
         status = response.status_code
         detail = self._snippet(response.text)
-        if status in RETRYABLE_STATUSES:
-            retry_after = parse_retry_after(response.headers.get("Retry-After"))
-            if retry_after is not None:
-                retry_after = min(retry_after, self._retry_after_cap)
-            raise RetryableFailure("BEM-062", f"status {status}", detail, retry_after)
+        if should_retry(status, response.headers):
+            wait = retry_after(response.headers)
+            if wait is not None:
+                wait = min(wait, self._retry_after_cap)
+            raise RetryableFailure("BEM-062", f"status {status}", detail, wait)
         hint = _HINTS.get(status, "another attempt will not help; check the request")
         raise BeamError(
             "BEM-061",
@@ -390,6 +467,16 @@ class OpenAiCompatible:
         return parse_completion(payload, self._model, self._quote)
 
     # -- retries -----------------------------------------------------------------------
+
+    def _not_replayed(self, failure: RetryableFailure) -> BeamError:
+        seconds = self._timeout.read
+        return BeamError(
+            "BEM-069",
+            f"the model endpoint {self._where} sent no reply within the read timeout"
+            f" ({seconds:g} s); it may have been generating a long reply, which a new request"
+            " would pay for again, so it was not repeated. Raise model.read_timeout, or use"
+            " streaming (the workers do)",
+        )
 
     async def _back_off(self, failure: RetryableFailure, failures: int) -> None:
         """Wait before the next attempt, or raise the final error when none is left."""
@@ -448,6 +535,16 @@ class _Borrowed(httpx.AsyncBaseTransport):
 
 # -- small helpers -------------------------------------------------------------------------
 
+# Sent only when set; the provider's own defaults apply otherwise.
+_OPTIONAL_PARAMETERS: Final = (
+    "temperature",
+    "top_p",
+    "seed",
+    "parallel_tool_calls",
+    "reasoning_effort",
+    "tool_choice",
+)
+
 
 def _endpoint(base_url: str) -> httpx.URL:
     """``{base_url}/chat/completions``, whatever trailing slashes the base URL has; a query
@@ -487,14 +584,6 @@ def _is_loopback(host: str) -> bool:
 def _media_type(response: httpx.Response) -> str:
     content_type: str = response.headers.get("content-type", "")
     return content_type.split(";")[0].strip().lower()
-
-
-def _first_set(env: Mapping[str, str], names: Sequence[str]) -> str | None:
-    for name in names:
-        value = env.get(name, "").strip()
-        if value:
-            return value
-    return None
 
 
 def _json_copy(body: Mapping[str, Any]) -> dict[str, Any]:

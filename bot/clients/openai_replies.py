@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -47,7 +46,8 @@ def parse_completion(payload: Any, fallback_model: str, quote: Quote) -> Complet
         raise malformed_reply(f"the reply has no 'choices' list{says}")
     if not choices:
         raise malformed_reply("'choices' is empty")
-    message = choices[0].get("message") if isinstance(choices[0], dict) else None
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
     if not isinstance(message, dict):
         raise malformed_reply("choices[0] has no 'message' object")
     return Completion(
@@ -55,7 +55,15 @@ def parse_completion(payload: Any, fallback_model: str, quote: Quote) -> Complet
         tool_calls=_tool_calls(message.get("tool_calls")),
         usage=_usage(payload.get("usage")),
         model=_model(payload, fallback_model),
+        finish_reason=_finish_reason(choice.get("finish_reason")),
+        refusal=_content(message.get("refusal"), "choices[0].message.refusal") or None,
     )
+
+
+def _finish_reason(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value or None
+    raise malformed_reply(f"'finish_reason' is a JSON {type(value).__name__}, not a string")
 
 
 def _content(value: Any, where: str) -> str | None:
@@ -82,8 +90,8 @@ def _tool_calls(raw: Any) -> list[ToolCall]:
 def _tool_call(number: int, call_id: Any, name: Any, arguments: Any) -> ToolCall:
     if not isinstance(name, str) or not name:
         raise malformed_reply(f"tool call {number} has no function name")
-    if not isinstance(call_id, str) or not call_id:
-        call_id = f"call_{uuid.uuid4().hex[:24]}"
+    # A missing id stays empty: the tool loop gives it a unique one and records that it did.
+    call_id = call_id if isinstance(call_id, str) else ""
     return ToolCall(id=call_id, name=name, arguments=_arguments_text(arguments))
 
 
@@ -109,7 +117,14 @@ def _usage(raw: Any) -> Usage | None:
         prompt_tokens=prompt,
         completion_tokens=completion,
         total_tokens=prompt + completion if total is None else total,
+        cached_tokens=_detail(raw, "prompt_tokens_details", "cached_tokens"),
+        reasoning_tokens=_detail(raw, "completion_tokens_details", "reasoning_tokens"),
     )
+
+
+def _detail(raw: dict[str, Any], block: str, key: str) -> int:
+    details = raw.get(block)
+    return (_count(details.get(key)) or 0) if isinstance(details, dict) else 0
 
 
 def _count(value: Any) -> int | None:
@@ -172,14 +187,26 @@ class _PartialCall:
             self.arguments.append(json.dumps(arguments))
 
 
+@dataclass
+class Progress:
+    """Whether the model has started its reply: any delta beyond the role (text, a tool
+    call, a refusal, a provider's reasoning). A stream that breaks after that is not asked
+    again: the new request would pay for the whole reply a second time."""
+
+    started: bool = False
+
+
 class _StreamedReply:
     """Folds chat-completion chunks into the final ``Completion``."""
 
-    def __init__(self, fallback_model: str, quote: Quote) -> None:
+    def __init__(self, fallback_model: str, quote: Quote, progress: Progress) -> None:
         self.ended = False
+        self._progress = progress
         self._quote = quote
         self._model = fallback_model
         self._text: list[str] = []
+        self._refusal: list[str] = []
+        self._finish_reason: str | None = None
         self._calls: dict[int, _PartialCall] = {}
         self._usage: Usage | None = None
 
@@ -204,14 +231,21 @@ class _StreamedReply:
     def _absorb_choice(self, choice: Any) -> str:
         if not isinstance(choice, dict):
             raise malformed_reply("a stream chunk's choice is not an object")
-        if choice.get("finish_reason"):
+        reason = _finish_reason(choice.get("finish_reason"))
+        if reason:
             self.ended = True
+            self._finish_reason = reason
         delta = choice.get("delta")
         if delta is None:
             return ""
         if not isinstance(delta, dict):
             raise malformed_reply("a stream chunk's 'delta' is not an object")
+        if any(value for key, value in delta.items() if key != "role"):
+            self._progress.started = True
         self._absorb_tool_calls(delta.get("tool_calls"))
+        refusal = _content(delta.get("refusal"), "a stream chunk's delta.refusal")
+        if refusal:
+            self._refusal.append(refusal)
         text = _content(delta.get("content"), "a stream chunk's delta.content") or ""
         if text:
             self._text.append(text)
@@ -233,14 +267,20 @@ class _StreamedReply:
             _tool_call(number, part.id, part.name, "".join(part.arguments))
             for number, (_, part) in enumerate(sorted(self._calls.items()))
         ]
-        text = "".join(self._text) or None
-        return Completion(text=text, tool_calls=calls, usage=self._usage, model=self._model)
+        return Completion(
+            text="".join(self._text) or None,
+            tool_calls=calls,
+            usage=self._usage,
+            model=self._model,
+            finish_reason=self._finish_reason,
+            refusal="".join(self._refusal) or None,
+        )
 
 
 async def read_event_stream(
-    reply: httpx.Response, fallback_model: str, quote: Quote
+    reply: httpx.Response, fallback_model: str, quote: Quote, progress: Progress
 ) -> AsyncGenerator[TextDelta | Completion, None]:
-    streamed = _StreamedReply(fallback_model, quote)
+    streamed = _StreamedReply(fallback_model, quote, progress)
     async with contextlib.aclosing(aiter_events(reply.aiter_bytes())) as events:
         async for event in events:
             if event.data.strip() == "[DONE]":

@@ -18,7 +18,8 @@ import httpx
 
 from bot.errors import BeamError
 
-RETRYABLE_STATUSES: Final = frozenset({408, 429, 500, 502, 503, 504})
+RETRY_STATUSES_BELOW_500: Final = frozenset({408, 409, 429})
+"""Request timeout, a lock conflict and rate limiting; every 5xx is retried too."""
 
 # The request may never have reached the model, or its reply was lost on the way back:
 # another attempt can succeed. Model calls have no side effects beyond their cost, so
@@ -60,11 +61,33 @@ class RetryableFailure(Exception):
         )
 
 
+def should_retry(status: int, headers: httpx.Headers) -> bool:
+    """Whether another attempt may help, as the official SDK decides: the provider's own
+    ``x-should-retry`` header first, then 408, 409, 429 and any 5xx."""
+    hint = str(headers.get("x-should-retry", "")).strip().lower()
+    if hint in ("true", "false"):
+        return hint == "true"
+    return status in RETRY_STATUSES_BELOW_500 or status >= 500
+
+
+def retry_after(headers: httpx.Headers) -> float | None:
+    """The provider's wait: ``retry-after-ms`` (milliseconds) first, then ``Retry-After``."""
+    milliseconds = headers.get("retry-after-ms")
+    if milliseconds is not None:
+        try:
+            wait = float(milliseconds.strip()) / 1000
+        except ValueError:
+            wait = math.nan
+        if math.isfinite(wait):
+            return max(0.0, wait)
+    return parse_retry_after(headers.get("retry-after"))
+
+
 def backoff_delay(failures: int, *, base: float, cap: float, rng: Callable[[], float]) -> float:
-    """Full jitter: anywhere between 0 and the capped exponential step, so clients that
-    failed together do not retry together."""
+    """The capped exponential step, less up to a quarter of it at random, so clients that
+    failed together do not retry together (the official SDK's jitter)."""
     exponent = min(failures - 1, _MAX_BACKOFF_EXPONENT)
-    return rng() * min(cap, base * 2.0**exponent)
+    return min(cap, base * 2.0**exponent) * (1.0 - 0.25 * rng())
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:

@@ -42,12 +42,12 @@ from redis.asyncio import Redis as AsyncRedis
 from bot.clients.base import CompletionClient
 from bot.config import RepositoryConfig, SandboxLimits, Settings
 from bot.errors import BeamError
-from bot.frames import DoneFrame, ErrorInfo, Frame, ResultStatus
+from bot.frames import ChunkFrame, DoneFrame, ErrorInfo, Frame, ResultStatus
 from bot.input import AgentContext, AgentInput
 from bot.jobs.changes import branch_tip
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.lease import LeaseKeeper, StopCheck
-from bot.jobs.model_client import model_client_for
+from bot.jobs.model_client import context_budget_for, model_client_for
 from bot.jobs.models import (
     Approval,
     ApprovalState,
@@ -101,6 +101,9 @@ from sandbox.workspace.snapshot import capture, read_header, restore
 log = logging.getLogger(__name__)
 
 STYLE_NOTES = 20
+CHUNK_EVENT_CHARS = 64
+"""A streamed answer is published in events of at least this many characters (the last
+piece, and any piece before another frame, may be shorter)."""
 
 
 class ImageCheck:
@@ -404,6 +407,10 @@ class Executor:
             segment.tools.tools,
             hooks=self._hooks(record.id, stop),
             prompt_values=self._prompt_values(segment, [note.text for note in notes]),
+            # Streamed: a long generation is no read timeout, and its text reaches the live
+            # job page as it arrives.
+            stream_tokens=True,
+            budget=context_budget_for(self._settings),
         )
 
     def _prompt_values(self, segment: _Segment, notes: list[str]) -> dict[str, Any]:
@@ -428,10 +435,22 @@ class Executor:
     def _hooks(self, job_id: str, stop: StopCheck) -> Hooks:
         hooks = Hooks()
         store = self._store
+        # A streamed answer comes a token or two per frame; its pieces are joined into
+        # events of CHUNK_EVENT_CHARS or more, so a long answer neither floods the event
+        # stream nor trims the job's earlier events out of it.
+        answer: list[str] = []
 
         @hooks.on_frame
         async def publish(frame: Frame) -> None:
-            store.append_event(job_id, frame)
+            if isinstance(frame, ChunkFrame):
+                answer.append(frame.text)
+                if sum(map(len, answer)) < CHUNK_EVENT_CHARS:
+                    return
+            if answer:
+                store.append_event(job_id, ChunkFrame(text="".join(answer)))
+                answer.clear()
+            if not isinstance(frame, ChunkFrame):
+                store.append_event(job_id, frame)
             # A refused call (cancelled or taken over) ends the run at its tool frame.
             if not isinstance(frame, DoneFrame):
                 stop.raise_if_stopped()
@@ -497,6 +516,9 @@ class Executor:
         if state.status is ResultStatus.FAILED:
             error = state.error or ErrorInfo(code="BEM-509", message="the run failed")
             return self._end(segment, _final_state(error.code), error=error, result=result)
+        if state.status is ResultStatus.REFUSED:
+            # The model declined: nothing it would have done is reported as an outcome.
+            return self._end(segment, JobState.REFUSED, result=result)
         result.outcome = self._outcome(segment, state)
         to = JobState.REFUSED if ended_refused(state) else JobState.SUCCEEDED
         return self._end(segment, to, result=result)
@@ -574,6 +596,7 @@ def _result(state: RunState) -> JobResult:
         usage=state.usage,
         model_used=state.model_used,
         tool_calls=len(state.records),
+        refusal=state.refusal,
     )
 
 

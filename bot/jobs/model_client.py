@@ -2,21 +2,25 @@
 
 ``model.factory = "module:function"`` in the config names a function that gets the job's
 ``JobRecord`` and returns a ``CompletionClient``: tests and the demo use it to put scripted
-models into real worker processes. Without it, the workers use
-``OpenAiCompatible.from_env()``; without an API key either, the job fails with BEM-508.
+models into real worker processes. Without it, the workers use ``OpenAiCompatible`` built
+from the rest of ``[model]`` and the environment (``bot.clients.profiles``); without an API
+key either, the job fails with BEM-508.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from typing import cast
 
 from bot.clients.base import CompletionClient
 from bot.clients.openai_compatible import OpenAiCompatible
+from bot.clients.profiles import DEFAULT_MAX_OUTPUT_TOKENS, context_window
 from bot.config import Settings
 from bot.errors import BeamError
 from bot.jobs.models import JobRecord
+from bot.runner.budget import ContextBudget
 
 ModelFactory = Callable[[JobRecord], CompletionClient]
 
@@ -32,14 +36,30 @@ def model_client_for(settings: Settings, job: JobRecord) -> CompletionClient:
                 "not a CompletionClient (an object with an async complete(messages, tools))",
             )
         return client
-    live = OpenAiCompatible.from_env()
+    live = OpenAiCompatible.from_settings(settings.model)
     if live is None:
         raise BeamError(
             "BEM-508",
-            "no model is configured for the workers: set BEAM_API_KEY (or GFS_BEAM_API_KEY, "
-            "NVIDIA_API_KEY) in the worker's environment, or model.factory in the config",
+            "no model is configured for the workers: set BEAM_API_KEY (or OPENAI_API_KEY, or"
+            " model.api_key_env / model.api_key_file) in the worker's environment, or"
+            " model.factory in the config",
         )
     return live
+
+
+def context_budget_for(settings: Settings) -> ContextBudget | None:
+    """The budget of a job's run: the ``[model]`` limits and the provider's window; None
+    when ``model.context_budget`` is off."""
+    model = settings.model
+    if not model.context_budget:
+        return None
+    return ContextBudget(
+        context_window=context_window(model, os.environ),
+        max_output_tokens=model.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,
+        max_result_chars=model.max_result_chars,
+        max_calls_per_reply=model.max_calls_per_reply,
+        compaction=model.compaction,
+    )
 
 
 def load_factory(reference: str) -> ModelFactory:

@@ -222,6 +222,7 @@ class JobResult(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     model_used: str | None = None
     tool_calls: int = 0
+    refusal: str | None = Field(default=None, description="what the model said in declining")
 
 
 class JobRecord(BaseModel):

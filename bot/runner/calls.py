@@ -76,6 +76,7 @@ def failed_record(call: ToolCall, error: BeamError, duration_ms: float = 0.0) ->
         ok=False,
         error=ErrorInfo(code=error.code, message=error.message),
         duration_ms=duration_ms,
+        sent_id=call.sent_id,
     )
 
 
@@ -103,6 +104,7 @@ async def invoke(checked: CheckedCall, state: RunState, hooks: Hooks) -> ToolCal
         ok=True,
         result=result,
         duration_ms=_since(started),
+        sent_id=checked.call.sent_id,
     )
 
 

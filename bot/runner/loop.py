@@ -36,6 +36,14 @@ from bot.frames import (
     ToolFrame,
 )
 from bot.input import AgentContext, AgentInput
+from bot.runner.budget import (
+    ContextBudget,
+    calibrated,
+    cap_result,
+    fit,
+    over_cap_message,
+    over_cap_note,
+)
 from bot.runner.calls import (
     CheckedCall,
     call_key,
@@ -45,10 +53,12 @@ from bot.runner.calls import (
     reply_message,
     tool_message,
 )
+from bot.runner.endings import check_ending, unique_call_ids
 from bot.runner.hooks import Hooks
 from bot.runner.interrupts import INTERRUPTS
-from bot.runner.state import Decision, RunState, specs_digest
+from bot.runner.state import Decision, RunState, accepted_digests, specs_digest
 from bot.tools import Tool, ToolSpec
+from sandbox.tool_specs import EARLIER_SPECS
 from skills.loader import Skill, skill_by_name
 
 
@@ -61,6 +71,7 @@ class LoopOptions(TypedDict, total=False):
     stream_tokens: bool
     prompt_values: Mapping[str, Any] | None
     description: str
+    budget: ContextBudget | None
 
 
 class ToolLoopAgent:
@@ -79,6 +90,7 @@ class ToolLoopAgent:
         stream_tokens: bool = False,
         prompt_values: Mapping[str, Any] | None = None,
         description: str = "",
+        budget: ContextBudget | None = None,
     ) -> None:
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be at least 1, not {max_rounds}")
@@ -88,6 +100,10 @@ class ToolLoopAgent:
         self._skill = skill
         self._tools, self._specs = _index(tools)
         self._digest = specs_digest(self._specs.values())
+        self._accepted = accepted_digests(self._specs.values(), EARLIER_SPECS)
+        self._budget = budget
+        # Every request carries the tool specs; the budget counts them once.
+        self._specs_chars = len(json.dumps([spec.openai_format() for spec in self.tools]))
         self._max_rounds = max_rounds
         self._retry_limit = tool_retry_limit
         self._hooks = hooks or Hooks()
@@ -155,6 +171,7 @@ class ToolLoopAgent:
             tools_digest=self._digest,
             input=input.model_copy(deep=True),
             messages=messages,
+            budget=self._budget,
         )
 
     def run(self, state: RunState) -> AsyncGenerator[Frame, None]:
@@ -185,7 +202,7 @@ class ToolLoopAgent:
             agent=self.name,
             skill=self._skill.name if self._skill else None,
             tools=sorted(self._specs),
-            digest=self._digest,
+            digests=self._accepted,
         )
         if differences:
             raise BeamError(
@@ -271,16 +288,27 @@ class ToolLoopAgent:
                 _park(state, checked)
                 return
             record = await invoke(checked, state, self._hooks)
-        yield await self._record(state, record, tool_message(record))
+        message = tool_message(record)
+        if state.budget is not None:
+            limit = state.budget.max_result_chars
+            message["content"] = cap_result(message["content"], record.name, limit)
+        if call.note:
+            message["content"] += f"\n{call.note}"
+        yield await self._record(state, record, message)
         self._count_failure(state, call, record)
 
     def _needs_person(self, spec: ToolSpec) -> bool:
         # A skill with confirm_first (gfs-publish) asks a person before every tool call.
         return spec.confirm_required or (self._skill is not None and self._skill.confirm_first)
 
-    async def _record(self, state: RunState, record: ToolCallRecord, message: Message) -> ToolFrame:
+    async def _record(
+        self, state: RunState, record: ToolCallRecord, message: Message | None
+    ) -> ToolFrame:
+        """Keep the record; ``message`` answers the call in the conversation (None: the call
+        is not in it)."""
         state.records.append(record)
-        state.messages.append(message)
+        if message is not None:
+            state.messages.append(message)
         await self._hooks.run_after_tool(state, record)
         return ToolFrame(record=record)
 
@@ -308,6 +336,15 @@ class ToolLoopAgent:
                 "the request",
             )
         state.rounds += 1
+        sent_chars = 0
+        if state.budget is not None:
+            sent_chars = fit(
+                state.messages,
+                state.budget,
+                chars_per_token=state.chars_per_token,
+                fixed_chars=self._specs_chars,
+                compacted=state.compacted,
+            )
         # Hooks edit copies: what they add reaches this one request, never the history.
         messages = copy.deepcopy(state.messages)
         specs = self.tools
@@ -324,7 +361,26 @@ class ToolLoopAgent:
         if completion is None:
             raise BeamError("BEM-063", "the model stream ended without a completion")
         completion = await self._hooks.run_after_completion(state, completion)
+        _count_usage(state, completion, sent_chars)
+        if completion.refusal:
+            # A declined request is an answer of its own kind, not a failure to retry.
+            state.status = ResultStatus.REFUSED
+            state.refusal = completion.refusal
+            state.text = completion.text or ""
+            return
+        check_ending(completion, _output_limit(self._client))
         _absorb(state, completion)
+        if state.budget is not None and len(state.queue) > state.budget.max_calls_per_reply:
+            limit = state.budget.max_calls_per_reply
+            kept, declined = state.queue[:limit], state.queue[limit:]
+            # The reply goes into the history with the calls that run only, and one note
+            # about the rest: answering hundreds of calls one by one would itself overflow.
+            state.messages[-1]["tool_calls"] = [call.openai_format() for call in kept]
+            kept[-1] = kept[-1].model_copy(update={"note": over_cap_note(limit, declined)})
+            state.queue = kept
+            for call in declined:
+                record = failed_record(call, BeamError("BEM-099", over_cap_message(limit)))
+                yield await self._record(state, record, None)
         if not completion.tool_calls:
             state.status = ResultStatus.COMPLETED
             state.text = completion.text or ""
@@ -368,7 +424,7 @@ def _index(tools: Sequence[Tool]) -> tuple[dict[str, Tool], dict[str, ToolSpec]]
 
 
 def _differences(
-    state: RunState, *, agent: str, skill: str | None, tools: list[str], digest: str
+    state: RunState, *, agent: str, skill: str | None, tools: list[str], digests: frozenset[str]
 ) -> list[str]:
     found: list[str] = []
     if state.agent != agent:
@@ -381,7 +437,7 @@ def _differences(
         found.append(f"this agent lacks tools {missing}")
     if extra:
         found.append(f"this agent has tools the run did not: {extra}")
-    if not missing and not extra and state.tools_digest != digest:
+    if not missing and not extra and state.tools_digest not in digests:
         found.append("the tool specs (descriptions, schemas or confirm flags) have changed")
     return found
 
@@ -407,13 +463,29 @@ def _park(state: RunState, checked: CheckedCall) -> None:
     state.status = ResultStatus.INTERRUPTED
 
 
-def _absorb(state: RunState, completion: Completion) -> None:
-    state.messages.append(completion.assistant_message())
+def _count_usage(state: RunState, completion: Completion, sent_chars: int) -> None:
+    """Tokens are paid for whether or not the turn can be acted on; the prompt's count also
+    calibrates the budget's estimate (``sent_chars`` 0: no budget to calibrate)."""
     if completion.usage is not None:
         state.usage = state.usage + completion.usage
+        ratio = calibrated(sent_chars, completion.usage.prompt_tokens)
+        if ratio is not None:
+            state.chars_per_token = ratio
     if completion.model is not None:
         state.model_used = completion.model
-    state.queue = list(completion.tool_calls)
+
+
+def _absorb(state: RunState, completion: Completion) -> None:
+    calls = unique_call_ids(completion.tool_calls, state.messages)
+    turn = completion.model_copy(update={"tool_calls": calls})
+    state.messages.append(turn.assistant_message())
+    state.queue = calls
+
+
+def _output_limit(client: CompletionClient) -> str | None:
+    """The client's output-token limit as ``parameter=N``, when it says (for messages)."""
+    limit = getattr(client, "output_limit", None)
+    return limit if isinstance(limit, str) else None
 
 
 def _refusal(decision: Decision) -> Message:

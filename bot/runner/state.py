@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -19,6 +19,7 @@ from bot.clients.base import Message, ToolCall
 from bot.errors import BeamError
 from bot.frames import AgentResult, ErrorInfo, PendingCall, ResultStatus, ToolCallRecord, Usage
 from bot.input import AgentInput
+from bot.runner.budget import DEFAULT_CHARS_PER_TOKEN, Compaction, ContextBudget
 from bot.tools import ToolSpec
 
 STATE_VERSION: Final = 1
@@ -64,6 +65,13 @@ class RunState(BaseModel):
     status: ResultStatus | None = None
     text: str = ""
     error: ErrorInfo | None = None
+    refusal: str | None = None
+    # The context budget the run started with, its calibration and what it compacted: a
+    # resumed run must send what the parked one would have. A state saved before budgets
+    # existed has none, and runs on without one, as it would have.
+    budget: ContextBudget | None = None
+    chars_per_token: float = DEFAULT_CHARS_PER_TOKEN
+    compacted: list[Compaction] = Field(default_factory=list)
 
     @classmethod
     def load(cls, data: str | bytes) -> RunState:
@@ -114,7 +122,25 @@ class RunState(BaseModel):
             model_used=self.model_used,
             pending=self.pending,
             error=self.error,
+            refusal=self.refusal,
         )
+
+
+def accepted_digests(
+    specs: Iterable[ToolSpec], earlier: Mapping[str, Sequence[ToolSpec]]
+) -> frozenset[str]:
+    """The digest of ``specs``, and the digests of the same tools with each earlier
+    version in ``earlier`` put back, so a run parked before a compatible change resumes."""
+    current = {spec.name: spec for spec in specs}
+    digests = {specs_digest(current.values())}
+    depth = max((len(versions) for versions in earlier.values()), default=0)
+    for back in range(depth):
+        older = dict(current)
+        for name, versions in earlier.items():
+            if name in older and back < len(versions):
+                older[name] = versions[back]
+        digests.add(specs_digest(older.values()))
+    return frozenset(digests)
 
 
 def specs_digest(specs: Iterable[ToolSpec]) -> str:

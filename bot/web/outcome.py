@@ -95,7 +95,7 @@ def describe(record: JobRecord, approval: Approval | None) -> Outcome:
     if state is JobState.SUCCEEDED:
         return _succeeded(record)
     if state is JobState.REFUSED:
-        return _refused(approval)
+        return _refused(record, approval)
     if state is JobState.CANCELLED:
         return Outcome(tone="bad", headline="Cancelled: nothing more will happen.")
     return _failed(record.error)
@@ -134,7 +134,15 @@ def _succeeded(record: JobRecord) -> Outcome:
             return Outcome(tone="ok", headline="Finished.")
 
 
-def _refused(approval: Approval | None) -> Outcome:
+def _refused(record: JobRecord, approval: Approval | None) -> Outcome:
+    refusal = record.result.refusal if record.result is not None else None
+    if refusal is not None:
+        return Outcome(
+            tone="bad",
+            headline="The model declined the request; nothing was changed.",
+            details=[f"It said: “{refusal}”"],
+            hint="Submit a request reworded so the model can take it on.",
+        )
     if approval is None or approval.state is not ApprovalState.REFUSED:
         return Outcome(tone="bad", headline="The change was refused; nothing was pushed.")
     said = f": “{approval.comment}”" if approval.comment else "."

@@ -84,9 +84,12 @@ def frame_line(frame: Frame) -> FrameLine:
                 ResultStatus.COMPLETED: "Run finished",
                 ResultStatus.INTERRUPTED: "Paused: a reviewer must approve the next step",
                 ResultStatus.FAILED: "Run failed",
+                ResultStatus.REFUSED: "The model declined the request",
             }
             body = "" if result.error is None else f"{result.error.code}: {result.error.message}"
-            failed = result.status is ResultStatus.FAILED
+            if result.refusal is not None:
+                body = result.refusal
+            failed = result.status in (ResultStatus.FAILED, ResultStatus.REFUSED)
             return FrameLine(type="done", title=titles[result.status], body=body, failed=failed)
         case ErrorFrame(error=error):
             return FrameLine(type="error", title=error.code, body=error.message, failed=True)

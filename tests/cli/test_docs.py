@@ -27,8 +27,9 @@ def _settings(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, A
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             yield from _settings(annotation, f"{key}.")
-        elif typing.get_origin(annotation) is dict:
-            assert typing.get_args(annotation)[1] is RepositoryConfig
+        elif typing.get_origin(annotation) is dict and typing.get_args(annotation)[1] is (
+            RepositoryConfig
+        ):
             yield from _settings(RepositoryConfig, f"{key}.<name>.")
         elif field.is_required():
             yield key, REQUIRED
@@ -43,6 +44,8 @@ def _toml(value: Any) -> str:
         return json.dumps(str(value))
     if isinstance(value, tuple):
         return "[" + ", ".join(_toml(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key} = {_toml(item)}" for key, item in value.items()) + "}"
     return str(value)
 
 

@@ -33,8 +33,13 @@ class Sleeps:
 
 
 def make_client(stub: StubModel, sleeps: Sleeps, **options: Any) -> OpenAiCompatible:
-    """A client for the stub; jitter fixed at its ceiling so backoff delays are exact."""
-    settings: dict[str, Any] = {"sleep": sleeps, "rng": lambda: 1.0, "timeout": 5.0}
+    """A client for the stub; no jitter (rng 0), so backoff delays are exact."""
+    settings: dict[str, Any] = {
+        "sleep": sleeps,
+        "rng": lambda: 0.0,
+        "read_timeout": 5.0,
+        "max_retries": 4,
+    }
     return OpenAiCompatible(stub.base_url, KEY, CONFIGURED_MODEL, **(settings | options))
 
 

@@ -9,13 +9,14 @@ import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
+import httpx
 import pytest
 
 from bot.clients import OpenAiCompatible
 from bot.clients.retry import parse_retry_after
 from bot.errors import ModelError
 from tests.clients.helpers import KEY, MESSAGES, Sleeps, make_client
-from tests.support.stub_model import Hang, StubModel, completion, error
+from tests.support.stub_model import Hang, Reply, StubModel, completion, error
 
 
 async def test_429_then_success_waits_as_retry_after_says(
@@ -65,7 +66,7 @@ async def test_retry_after_is_capped_and_an_unreadable_one_falls_back_to_backoff
 
 
 async def test_retry_after_really_waits(stub_model: StubModel) -> None:
-    client = OpenAiCompatible(stub_model.base_url, KEY, "m", timeout=5.0)
+    client = OpenAiCompatible(stub_model.base_url, KEY, "m", read_timeout=5.0)
     stub_model.enqueue(error(429, "busy", retry_after="1"), completion("ok"))
 
     started = time.monotonic()
@@ -76,7 +77,7 @@ async def test_retry_after_really_waits(stub_model: StubModel) -> None:
     assert elapsed >= 1.0
 
 
-@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])
+@pytest.mark.parametrize("status", [408, 409, 429, 500, 502, 503, 504, 520, 529])
 async def test_retryable_statuses_then_success(
     client: OpenAiCompatible, stub_model: StubModel, sleeps: Sleeps, status: int
 ) -> None:
@@ -101,6 +102,71 @@ async def test_exhausted_retries_are_bem_062_with_the_last_status(
     assert len(stub_model.requests) == 5
 
 
+async def test_the_default_is_two_retries_capped_at_eight_seconds(
+    stub_model: StubModel, sleeps: Sleeps
+) -> None:
+    client = OpenAiCompatible(stub_model.base_url, KEY, "m", sleep=sleeps, rng=lambda: 0.0)
+    stub_model.enqueue(*[error(500, "down")] * 3)
+
+    with pytest.raises(ModelError, match="after 3 attempts"):
+        await client.complete(MESSAGES, [])
+
+    assert sleeps.calls == [0.5, 1.0]
+    longer = make_client(stub_model, sleeps, max_retries=6)
+    sleeps.calls.clear()
+    stub_model.enqueue(*[error(500, "down")] * 7)
+    with pytest.raises(ModelError):
+        await longer.complete(MESSAGES, [])
+    assert sleeps.calls == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({"retry-after-ms": "250"}, 0.25),
+        ({"retry-after-ms": "1500", "Retry-After": "30"}, 1.5),
+        ({"retry-after-ms": "soon", "Retry-After": "4"}, 4.0),
+        ({"Retry-After": "2"}, 2.0),
+    ],
+)
+async def test_retry_after_ms_comes_before_retry_after(
+    stub_model: StubModel, sleeps: Sleeps, headers: dict[str, str], expected: float
+) -> None:
+    busy = error(429, "busy")
+    stub_model.enqueue(Reply(busy.body, status=429, headers=headers), completion("ok"))
+
+    await make_client(stub_model, sleeps).complete(MESSAGES, [])
+
+    assert sleeps.calls == [expected]
+
+
+@pytest.mark.parametrize(("status", "hint"), [(400, "true"), (409, "true"), (418, "true")])
+async def test_x_should_retry_true_retries_any_status(
+    stub_model: StubModel, sleeps: Sleeps, status: int, hint: str
+) -> None:
+    said = error(status, "again")
+    stub_model.enqueue(
+        Reply(said.body, status=status, headers={"x-should-retry": hint}), completion("ok")
+    )
+
+    assert (await make_client(stub_model, sleeps).complete(MESSAGES, [])).text == "ok"
+    assert len(stub_model.requests) == 2
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+async def test_x_should_retry_false_stops_at_once(
+    stub_model: StubModel, sleeps: Sleeps, status: int
+) -> None:
+    said = error(status, "do not")
+    stub_model.enqueue(Reply(said.body, status=status, headers={"x-should-retry": "false"}))
+
+    with pytest.raises(ModelError) as caught:
+        await make_client(stub_model, sleeps).complete(MESSAGES, [])
+
+    assert caught.value.code == "BEM-061"
+    assert (len(stub_model.requests), sleeps.calls) == (1, [])
+
+
 async def test_backoff_is_capped(stub_model: StubModel, sleeps: Sleeps) -> None:
     client = make_client(stub_model, sleeps, backoff_cap=1.5)
     stub_model.enqueue(*[error(500, "down")] * 5)
@@ -111,16 +177,16 @@ async def test_backoff_is_capped(stub_model: StubModel, sleeps: Sleeps) -> None:
     assert sleeps.calls == [0.5, 1.0, 1.5, 1.5]
 
 
-async def test_full_jitter_scales_each_step_by_the_rng(
+async def test_jitter_takes_up_to_a_quarter_off_each_step(
     stub_model: StubModel, sleeps: Sleeps
 ) -> None:
-    client = make_client(stub_model, sleeps, rng=lambda: 0.25, max_retries=3)
+    client = make_client(stub_model, sleeps, rng=lambda: 1.0, max_retries=3)
     stub_model.enqueue(*[error(500, "down")] * 4)
 
     with pytest.raises(ModelError):
         await client.complete(MESSAGES, [])
 
-    assert sleeps.calls == [0.125, 0.25, 0.5]
+    assert sleeps.calls == [0.375, 0.75, 1.5]
 
 
 async def test_random_jitter_stays_between_zero_and_the_step(
@@ -133,7 +199,8 @@ async def test_random_jitter_stays_between_zero_and_the_step(
         await client.complete(MESSAGES, [])
 
     steps = [0.5, 1.0, 2.0, 4.0]
-    assert all(0.0 <= delay <= step for delay, step in zip(sleeps.calls, steps, strict=True))
+    pairs = zip(sleeps.calls, steps, strict=True)
+    assert all(0.75 * step <= delay <= step for delay, step in pairs)
     assert len(set(sleeps.calls)) == 4
 
 
@@ -147,27 +214,40 @@ async def test_no_retries_means_one_attempt(stub_model: StubModel, sleeps: Sleep
     assert (len(stub_model.requests), sleeps.calls) == (1, [])
 
 
-async def test_a_hang_times_out_is_retried_then_bem_060(
+async def test_a_reply_slower_than_the_read_timeout_is_not_requested_again(
     stub_model: StubModel, sleeps: Sleeps
 ) -> None:
-    client = make_client(stub_model, sleeps, timeout=0.5, max_retries=1)
-    stub_model.enqueue(Hang(), Hang())
+    client = make_client(stub_model, sleeps, read_timeout=0.5, max_retries=3)
+    stub_model.enqueue(Hang(), completion("unused"))
 
     with pytest.raises(ModelError) as caught:
         await client.complete(MESSAGES, [])
 
-    assert caught.value.code == "BEM-060"
-    assert "ReadTimeout" in caught.value.message
-    assert "after 2 attempts" in caught.value.message
-    assert (len(stub_model.requests), sleeps.calls) == (2, [0.5])
+    assert caught.value.code == "BEM-069"
+    assert "model.read_timeout" in caught.value.message
+    assert (len(stub_model.requests), sleeps.calls) == (1, [])
 
 
-async def test_a_hang_then_success(stub_model: StubModel, sleeps: Sleeps) -> None:
-    client = make_client(stub_model, sleeps, timeout=0.5)
-    stub_model.enqueue(Hang(), completion("ok"))
+async def test_connect_and_read_have_their_own_timeouts() -> None:
+    seen: list[dict[str, float]] = []
 
-    assert (await client.complete(MESSAGES, [])).text == "ok"
-    assert sleeps.calls == [0.5]
+    async def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.extensions["timeout"])
+        return httpx.Response(200, json=completion("ok").body)
+
+    transport = httpx.MockTransport(answer)
+    default = OpenAiCompatible("http://127.0.0.1:9/v1", KEY, "m", transport=transport)
+    tuned = OpenAiCompatible(
+        "http://127.0.0.1:9/v1", KEY, "m", transport=transport, connect_timeout=1.5, read_timeout=90
+    )
+
+    await default.complete(MESSAGES, [])
+    await tuned.complete(MESSAGES, [])
+
+    assert [(timeouts["connect"], timeouts["read"]) for timeouts in seen] == [
+        (5.0, 600.0),
+        (1.5, 90.0),
+    ]
 
 
 async def test_a_dropped_connection_is_retried(
@@ -184,7 +264,7 @@ async def test_connection_refused_is_retried_then_bem_060(sleeps: Sleeps) -> Non
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     client = OpenAiCompatible(
-        f"http://127.0.0.1:{port}/v1", KEY, "m", sleep=sleeps, rng=lambda: 1.0, max_retries=2
+        f"http://127.0.0.1:{port}/v1", KEY, "m", sleep=sleeps, rng=lambda: 0.0, max_retries=2
     )
 
     with pytest.raises(ModelError) as caught:

@@ -51,7 +51,7 @@ async def test_yields_each_text_delta_then_the_completion(
         TextDelta(text="Hel"),
         TextDelta(text="lo"),
         TextDelta(text=", docs"),
-        Completion(text="Hello, docs", usage=USAGE, model=STUB_MODEL),
+        Completion(text="Hello, docs", usage=USAGE, model=STUB_MODEL, finish_reason="stop"),
     ]
     request = stub_model.requests[0]
     assert request.headers["accept"] == "text/event-stream"
@@ -86,6 +86,7 @@ async def test_accumulates_tool_call_deltas_by_index(
             ],
             usage=USAGE,
             model=STUB_MODEL,
+            finish_reason="tool_calls",
         )
     ]
 
@@ -131,25 +132,26 @@ async def test_reads_comments_crlf_named_events_and_multi_line_data(
     assert items == [
         TextDelta(text="Hi"),
         TextDelta(text=" there"),
-        Completion(text="Hi there", model=STUB_MODEL),
+        Completion(text="Hi there", model=STUB_MODEL, finish_reason="stop"),
     ]
 
 
 @pytest.mark.parametrize(
-    "stream",
+    ("stream", "reason"),
     [
-        Stream([chunk("ok")]),  # [DONE] without a finish_reason
-        Stream([chunk("ok", finish_reason="stop")], done=False),  # a finish_reason, no [DONE]
+        (Stream([chunk("ok")]), None),  # [DONE] without a finish_reason
+        (Stream([chunk("ok", finish_reason="stop")], done=False), "stop"),  # no [DONE]
     ],
 )
 async def test_either_done_or_a_finish_reason_ends_the_answer(
-    client: OpenAiCompatible, stub_model: StubModel, stream: Stream
+    client: OpenAiCompatible, stub_model: StubModel, stream: Stream, reason: str | None
 ) -> None:
     stub_model.enqueue(stream)
 
     items = await collect(client.stream(MESSAGES, []))
 
-    assert items == [TextDelta(text="ok"), Completion(text="ok", model=STUB_MODEL)]
+    ended = Completion(text="ok", model=STUB_MODEL, finish_reason=reason)
+    assert items == [TextDelta(text="ok"), ended]
 
 
 async def test_a_json_reply_to_a_stream_request_is_taken_whole(
@@ -161,56 +163,58 @@ async def test_a_json_reply_to_a_stream_request_is_taken_whole(
 
     assert items == [
         TextDelta(text="in one piece"),
-        Completion(text="in one piece", usage=USAGE, model=STUB_MODEL),
+        Completion(text="in one piece", usage=USAGE, model=STUB_MODEL, finish_reason="stop"),
     ]
 
 
 @pytest.mark.parametrize(
     "broken",
     [
-        Stream([chunk(tool_calls=[call_piece(0, "{", call_id="c", name="read_file")])], done=False),
-        Stream(
-            [chunk(tool_calls=[call_piece(0, "{", call_id="c", name="read_file")])],
-            done=False,
-            ending="cut",
-        ),
+        Stream([chunk()], done=False),  # only the role: the reply had not started
+        Stream([], done=False, ending="cut"),
         Stream([], done=False, ending="hang"),
     ],
 )
-async def test_a_stream_that_breaks_before_any_text_is_retried(
+async def test_a_stream_that_breaks_before_the_reply_started_is_retried(
     stub_model: StubModel, sleeps: Sleeps, broken: Stream
 ) -> None:
-    client = make_client(stub_model, sleeps, timeout=0.5)
+    client = make_client(stub_model, sleeps, read_timeout=0.5)
     stub_model.enqueue(broken, text_stream("fine"))
 
     items = await collect(client.stream(MESSAGES, []))
 
-    assert items[-1] == Completion(text="fine", usage=USAGE, model=STUB_MODEL)
+    assert items[-1] == Completion(text="fine", usage=USAGE, model=STUB_MODEL, finish_reason="stop")
     assert (len(stub_model.requests), sleeps.calls) == (2, [0.5])
 
 
+TOOL_START = chunk(tool_calls=[call_piece(0, "{", call_id="c", name="read_file")])
+
+
 @pytest.mark.parametrize(
-    ("ending", "reason"),
+    ("started", "ending", "reason"),
     [
-        ("clean", "ended before its last chunk"),
-        ("cut", "RemoteProtocolError"),
-        ("hang", "ReadTimeout"),
+        (chunk("Hel"), "clean", "ended before its last chunk"),
+        (chunk("Hel"), "cut", "RemoteProtocolError"),
+        (chunk("Hel"), "hang", "ReadTimeout"),
+        (TOOL_START, "clean", "ended before its last chunk"),
+        (TOOL_START, "cut", "RemoteProtocolError"),
+        (TOOL_START, "hang", "ReadTimeout"),
     ],
 )
-async def test_a_stream_that_breaks_after_text_is_bem_060_without_retry(
-    stub_model: StubModel, sleeps: Sleeps, ending: Any, reason: str
+async def test_a_stream_that_breaks_after_the_reply_started_is_bem_060_without_retry(
+    stub_model: StubModel, sleeps: Sleeps, started: dict[str, Any], ending: Any, reason: str
 ) -> None:
-    client = make_client(stub_model, sleeps, timeout=0.5)
-    stub_model.enqueue(Stream([chunk("Hel")], done=False, ending=ending), text_stream("unused"))
+    client = make_client(stub_model, sleeps, read_timeout=0.5)
+    stub_model.enqueue(Stream([started], done=False, ending=ending), text_stream("unused"))
     received: list[TextDelta | Completion] = []
 
     with pytest.raises(ModelError) as caught:
         async for item in client.stream(MESSAGES, []):
             received.append(item)
 
-    assert received == [TextDelta(text="Hel")]
+    assert received == ([TextDelta(text="Hel")] if started is not TOOL_START else [])
     assert caught.value.code == "BEM-060"
-    assert "broke after part of the answer was sent" in caught.value.message
+    assert "broke after the model had started its reply" in caught.value.message
     assert reason in caught.value.message
     assert (len(stub_model.requests), sleeps.calls) == (1, [])
 
@@ -240,7 +244,7 @@ async def test_stream_status_errors_retry_or_refuse_like_complete(
     with pytest.raises(ModelError) as caught:
         await collect(client.stream(MESSAGES, []))
 
-    assert items[-1] == Completion(text="ok", usage=USAGE, model=STUB_MODEL)
+    assert items[-1] == Completion(text="ok", usage=USAGE, model=STUB_MODEL, finish_reason="stop")
     assert sleeps.calls == [3.0]
     assert caught.value.code == "BEM-061"
     assert "HTTP 401: bad key" in caught.value.message

@@ -24,7 +24,7 @@ def for_job(job: JobRecord) -> OpenAiCompatible:
         os.environ[URL_VARIABLE],
         "fault-test-key",
         STUB_MODEL,
-        timeout=TIMEOUT_SECONDS,
+        read_timeout=TIMEOUT_SECONDS,
         max_retries=MAX_RETRIES,
         backoff_base=0.05,
         backoff_cap=0.2,

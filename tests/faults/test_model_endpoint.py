@@ -13,13 +13,23 @@ from collections.abc import Iterator
 
 import pytest
 
+from bot.frames import ChunkFrame
+from bot.jobs.executor import CHUNK_EVENT_CHARS
 from bot.jobs.models import JobKind, JobRecord, JobState
 from tests.faults.invariants import check_invariants
 from tests.faults.kit import tool_called
 from tests.faults.stub_client import MAX_RETRIES, URL_VARIABLE
 from tests.support.playbooks import AUTHOR_REQUEST, COMMIT_SUBJECT, FIXED_INSTALL
 from tests.support.stack import Stack, job_stack
-from tests.support.stub_model import Hang, Reply, StubModel, completion, error, tool_call
+from tests.support.stub_model import (
+    Hang,
+    Reply,
+    StubModel,
+    completion,
+    error,
+    text_stream,
+    tool_call,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -121,3 +131,36 @@ def test_an_endpoint_that_hangs_mid_run_fails_the_job_and_its_container_goes(
     failed = records[job.id]
     assert failed.state is JobState.FAILED and failed.error is not None
     assert failed.error.code == "BEM-060" and "ReadTimeout" in failed.error.message
+
+
+def test_workers_stream_so_the_answer_reaches_the_job_log_as_it_arrives(
+    stack: Stack, stub: StubModel
+) -> None:
+    # Pieces of CHUNK_EVENT_CHARS or more are events of their own; shorter ones are joined.
+    long = [
+        f"Part {n} of the answer is long enough to be an event of its very own. " for n in range(3)
+    ]
+    stub.enqueue(text_stream(*long, "A", "nd the", " end."))
+    job = _author(stack)
+
+    record = check_invariants(stack, [job.id])[job.id]
+
+    assert record.state is JobState.SUCCEEDED
+    assert stub.requests[-1].json["stream"] is True
+    chunks = [
+        event.frame.text
+        for event in stack.store.read_events(job.id, count=10_000)
+        if isinstance(event.frame, ChunkFrame)
+    ]
+    assert all(len(piece) >= CHUNK_EVENT_CHARS for piece in long)
+    assert chunks == [*long, "And the end."]
+
+
+def test_a_model_refusal_ends_the_job_refused_with_its_words(stack: Stack, stub: StubModel) -> None:
+    stub.enqueue(completion(None, refusal="I won't edit that page."))
+    job = _author(stack)
+
+    record = check_invariants(stack, [job.id])[job.id]
+
+    assert record.state is JobState.REFUSED and record.error is None
+    assert record.result is not None and record.result.refusal == "I won't edit that page."

@@ -73,12 +73,20 @@ async def test_the_whole_result_of_a_tool_run() -> None:
                 "ok": True,
                 "result": {"echo": "one"},
                 "error": None,
+                "sent_id": None,
             }
         ],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 16},
+        "usage": {
+            "prompt_tokens": 10,
+            "completion_tokens": 1,
+            "total_tokens": 16,
+            "cached_tokens": 0,
+            "reasoning_tokens": 0,
+        },
         "model_used": "m-2",
         "pending": None,
         "error": None,
+        "refusal": None,
     }
 
 

@@ -62,7 +62,7 @@ def test_sandbox_tools_are_the_nine_in_order(env: GitEnv) -> None:
     ("name", "required", "optional"),
     [
         ("list_tree", [], ["path"]),
-        ("read_file", ["path"], ["start_line"]),
+        ("read_file", ["path"], ["start_line", "limit"]),
         ("write_file", ["path", "body"], []),
         ("git_status", [], []),
         ("git_diff", [], ["path"]),
@@ -98,6 +98,7 @@ def test_git_diff_and_git_log_tell_the_model_about_the_compare_point() -> None:
         ("list_tree", {"path": 3}),
         ("read_file", {}),
         ("read_file", {"path": "a", "start_line": 0}),
+        ("read_file", {"path": "a", "limit": 0}),
         ("write_file", {"path": "a"}),
         ("git_status", {"verbose": True}),
         ("git_log", {"limit": 0}),
@@ -230,6 +231,22 @@ def test_read_file_cuts_a_single_huge_line(env: GitEnv) -> None:
     assert len(result["content"]) == MAX_READ_CHARS
     assert result["truncated"] is True
     assert "was cut" in result["note"]
+
+
+def test_read_file_reads_a_window_of_lines_and_reports_the_total(env: GitEnv) -> None:
+    env.write("many.md", "".join(f"line {number}\n" for number in range(1, 101)))
+
+    window = call(env, "read_file", path="many.md", start_line=41, limit=3)
+    tail = call(env, "read_file", path="many.md", start_line=99, limit=10)
+
+    assert window["content"] == "line 41\nline 42\nline 43\n"
+    assert (window["start_line"], window["end_line"], window["total_lines"]) == (41, 43, 100)
+    assert window["truncated"] is True and window["note"].startswith("lines 41-43 of 100")
+    assert (tail["content"], tail["end_line"], tail["truncated"]) == (
+        "line 99\nline 100\n",
+        100,
+        False,
+    )
 
 
 def test_read_file_past_the_end_is_bem_090(env: GitEnv) -> None:

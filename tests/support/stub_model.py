@@ -148,23 +148,74 @@ def completion(
     text: str | None = "",
     *,
     tool_calls: Sequence[Mapping[str, Any]] = (),
-    usage: Mapping[str, int] | None = DEFAULT_USAGE,
+    usage: Mapping[str, Any] | None = DEFAULT_USAGE,
     model: str | None = STUB_MODEL,
+    finish_reason: str | None = None,
+    refusal: str | None = None,
 ) -> Reply:
-    """A chat completion reply; ``usage`` or ``model`` None leaves the field out."""
+    """A chat completion reply (its document is ``.body``); ``usage`` or ``model`` None
+    leaves the field out. The finish reason defaults to what a provider sends:
+    ``tool_calls`` with calls, else ``stop``."""
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if tool_calls:
         message["tool_calls"] = list(tool_calls)
+    if refusal is not None:
+        message["refusal"] = refusal
+    reason = finish_reason or ("tool_calls" if tool_calls else "stop")
     body: dict[str, Any] = {
         "id": "chatcmpl-stub",
         "object": "chat.completion",
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "created": 0,
+        "choices": [{"index": 0, "message": message, "finish_reason": reason}],
     }
     if usage is not None:
         body["usage"] = dict(usage)
     if model is not None:
         body["model"] = model
     return Reply(body)
+
+
+def streamed(body: Mapping[str, Any], *, pieces: int = 3) -> Stream:
+    """The event stream a provider sends for the completion ``body``: the text, refusal and
+    each call's arguments split into ``pieces`` deltas, calls interleaved by ``index``, the
+    finish reason in its own chunk, then a usage-only chunk when ``body`` has usage."""
+    choice = body["choices"][0]
+    message = choice["message"]
+    model = body.get("model", STUB_MODEL)
+    events: list[Mapping[str, Any] | str] = [_delta({"role": "assistant"}, model)]
+    for field_name in ("content", "refusal"):
+        for part in _split(message.get(field_name) or "", pieces):
+            events.append(_delta({field_name: part}, model))
+    calls = list(message.get("tool_calls") or ())
+    for index, call in enumerate(calls):
+        head = {"index": index, "id": call["id"], "type": "function"}
+        head["function"] = {"name": call["function"]["name"], "arguments": ""}
+        events.append(_delta({"tool_calls": [head]}, model))
+    split_arguments = [_split(call["function"]["arguments"], pieces) for call in calls]
+    for round_ in range(max((len(parts) for parts in split_arguments), default=0)):
+        for index, parts in enumerate(split_arguments):
+            if round_ < len(parts):
+                piece = {"index": index, "function": {"arguments": parts[round_]}}
+                events.append(_delta({"tool_calls": [piece]}, model))
+    ending = chunk(finish_reason=choice["finish_reason"], model=model)
+    ending["choices"][0]["delta"] = {}
+    events.append(ending)
+    if "usage" in body:
+        events.append(chunk(usage=body["usage"], model=model))
+    return Stream(events)
+
+
+def _delta(delta: Mapping[str, Any], model: str) -> dict[str, Any]:
+    body = chunk(model=model)
+    body["choices"][0]["delta"] = dict(delta)
+    return body
+
+
+def _split(text: str, pieces: int) -> list[str]:
+    if not text:
+        return []
+    size = max(1, -(-len(text) // pieces))
+    return [text[start : start + size] for start in range(0, len(text), size)]
 
 
 def tool_call(
@@ -186,11 +237,15 @@ def chunk(
     *,
     tool_calls: Sequence[Mapping[str, Any]] | None = None,
     finish_reason: str | None = None,
-    usage: Mapping[str, int] | None = None,
+    usage: Mapping[str, Any] | None = None,
     model: str = STUB_MODEL,
 ) -> dict[str, Any]:
     """One chat.completion.chunk; with ``usage`` it is the final, choice-less usage chunk."""
-    body: dict[str, Any] = {"id": "chatcmpl-stub", "object": "chat.completion.chunk"}
+    body: dict[str, Any] = {
+        "id": "chatcmpl-stub",
+        "object": "chat.completion.chunk",
+        "created": 0,
+    }
     body["model"] = model
     if usage is not None:
         return {**body, "choices": [], "usage": dict(usage)}

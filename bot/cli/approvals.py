@@ -7,7 +7,10 @@ import argparse
 import json
 from typing import Any
 
+from pydantic import ValidationError
+
 from bot.errors import ApprovalError
+from bot.jobs.models import DecisionBinding
 
 
 def add_approvals_commands(commands: Any) -> None:
@@ -35,7 +38,18 @@ def add_approvals_commands(commands: Any) -> None:
             + (" (required: say why)" if name == "refuse" else ""),
         )
         decide.add_argument(
-            "--as", dest="as_name", metavar="NAME", help="reviewer (default: $USER)"
+            "--approval",
+            metavar="ID",
+            help="the approval you looked at, as `approvals show` prints it"
+            + (" (required)" if name == "approve" else " (optional: refusing releases nothing)"),
+        )
+        decide.add_argument("--commit", metavar="SHA", help="its commit, as shown")
+        decide.add_argument("--digest", metavar="DIGEST", help="its diff digest, as shown")
+        decide.add_argument(
+            "--as",
+            dest="as_name",
+            metavar="NAME",
+            help="reviewer name to record (default: $USER); your OS account is recorded beside it",
         )
         decide.add_argument("--follow", action="store_true", help="then stream the job's frames")
         decide.set_defaults(handler=_decide, approve=name == "approve")
@@ -75,13 +89,33 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _binding(args: argparse.Namespace) -> DecisionBinding | None:
+    """What the decision names, from ``--approval``, ``--commit`` and ``--digest``."""
+    if args.approval is None:
+        if args.approve:
+            raise ApprovalError(
+                "BEM-605",
+                f"name what you approve: run `riverbeam approvals show {args.job_id}`, look "
+                "at the change, then approve with the --approval, --commit and --digest it "
+                "prints",
+            )
+        return None
+    try:
+        return DecisionBinding(
+            approval_id=args.approval, commit_sha=args.commit, diff_digest=args.digest or ""
+        )
+    except ValidationError:
+        raise ApprovalError("BEM-604", f"{args.approval!r} is not an approval id") from None
+
+
 def _decide(args: argparse.Namespace) -> int:
-    from bot.cli.common import acting_as, console, services
+    from bot.cli.common import acting_as, console, os_account, services
     from bot.cli.follow import finish, follow
     from bot.cli.render import FrameRenderer
     from bot.jobs.tasks import decide_job
 
     out = console()
+    binding = _binding(args)
     with services() as running:
         # Decided from here on: frames already in the stream belong to the parked segment.
         resume_from = running.store.last_event_id(args.job_id)
@@ -91,13 +125,15 @@ def _decide(args: argparse.Namespace) -> int:
             args.approve,
             acting_as(args.as_name),
             args.comment,
+            binding=binding,
             settings=running.settings,
             app=running.app,
+            os_user=os_account(),
         )
         target = f"{decided.target_ref} (commit {(decided.commit_sha or '')[:12]})"
         out.print(
             f"{decided.state.value}: job {decided.job_id}'s {decided.tool} to {target}, "
-            f"by {decided.decided_by}; the job resumes on a worker"
+            f"by {decided.decider}; the job resumes on a worker"
         )
         if not args.follow:
             return 0

@@ -19,6 +19,7 @@ from bot.jobs.models import (
     JobRecord,
     JobState,
     PublishOutcome,
+    PushState,
     ReviewOutcome,
     SummaryOutcome,
 )
@@ -94,8 +95,27 @@ def describe(record: JobRecord, approval: Approval | None) -> Outcome:
     if state is JobState.REFUSED:
         return _refused(approval)
     if state is JobState.CANCELLED:
-        return Outcome(tone="bad", headline="Cancelled: nothing more will happen.")
+        return _cancelled(record)
     return _failed(record.error)
+
+
+def _cancelled(record: JobRecord) -> Outcome:
+    """A cancel never hides a push: what reached the upstream before it is said first."""
+    sent = [push for push in record.pushes if push.state is not PushState.FAILED]
+    if not sent:
+        return Outcome(
+            tone="bad", headline="Cancelled: nothing was pushed; nothing more will happen."
+        )
+    details = [
+        f"{push.sha} on branch {push.ref}: "
+        + ("landed upstream" if push.state is PushState.LANDED else "unknown, check upstream")
+        for push in sent
+    ]
+    return Outcome(
+        tone="bad",
+        headline="Cancelled after pushing upstream; nothing more will happen.",
+        details=details,
+    )
 
 
 def _succeeded(record: JobRecord) -> Outcome:
@@ -137,7 +157,7 @@ def _refused(approval: Approval | None) -> Outcome:
     said = f": “{approval.comment}”" if approval.comment else "."
     return Outcome(
         tone="bad",
-        headline=f"{approval.decided_by} refused the change; nothing was pushed.",
+        headline=f"{approval.decider} refused the change; nothing was pushed.",
         details=[f"Their comment{said}"],
         hint="Submit a new request that addresses the comment.",
     )

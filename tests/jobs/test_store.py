@@ -20,6 +20,7 @@ from bot.jobs.models import (
     Approval,
     ApprovalState,
     AuthorOutcome,
+    DecisionBinding,
     JobKind,
     JobRecord,
     JobResult,
@@ -80,6 +81,12 @@ def pending_for(record: JobRecord, approval_id: str = "ap1") -> Approval:
     )
 
 
+def seen(store: JobStore, job_id: str) -> DecisionBinding | None:
+    """What a reviewer looking at the job's approval now would name in a decision."""
+    current = store.approval(job_id)
+    return None if current is None else current.binding()
+
+
 def parked(store: JobStore, spec: JobSpec | None = None, approval_id: str = "ap1") -> JobRecord:
     """A job that ran, opened an approval and parked on it, as the executor does."""
     record = store.create(spec or author())
@@ -136,7 +143,7 @@ def test_unknown_jobs_are_bem_500_everywhere(store: JobStore) -> None:
         lambda: store.claim("nope", worker="w", lease_seconds=1),
         lambda: store.renew_lease("nope", worker="w", lease_seconds=1),
         lambda: store.request_cancel("nope"),
-        lambda: store.decide("nope", approve=True, by="bob"),
+        lambda: store.decide("nope", approve=False, by="bob", binding=None),
     ]
     assert [code_of(call) for call in calls] == ["BEM-500"] * len(calls)
     assert store.is_final_or_unknown("nope")
@@ -321,7 +328,7 @@ def test_expired_leases_lists_only_running_jobs_whose_worker_stopped_renewing(
     assert store.claim(dead, worker="w2", lease_seconds=30) is not None
     assert store.expired_leases() == []
     # A resume holds a lease too; it runs out when its worker dies.
-    store.decide(waiting.id, approve=True, by="bob")
+    store.decide(waiting.id, binding=seen(store, waiting.id), approve=True, by="bob")
     assert store.claim_resume(waiting.id, worker="w3", lease_seconds=0.2) is not None
     time.sleep(0.3)
     assert store.expired_leases() == [waiting.id]
@@ -355,7 +362,7 @@ def test_claim_resumes_a_parked_job_when_asked_to(store: JobStore) -> None:
 def test_claim_resume_waits_for_a_decision_then_applies_it_once(store: JobStore) -> None:
     record = parked(store)
     assert store.claim_resume(record.id, worker="w2", lease_seconds=30) is None
-    store.decide(record.id, approve=True, by="bob")
+    store.decide(record.id, binding=seen(store, record.id), approve=True, by="bob")
     claimed = store.claim_resume(record.id, worker="w2", lease_seconds=30)
     assert claimed is not None
     job, approval = claimed
@@ -367,7 +374,9 @@ def test_claim_resume_waits_for_a_decision_then_applies_it_once(store: JobStore)
 
 def test_concurrent_resumes_apply_one_decision_exactly_once(store: JobStore) -> None:
     record = parked(store)
-    store.decide(record.id, approve=False, by="bob", comment="not this week")
+    store.decide(
+        record.id, binding=seen(store, record.id), approve=False, by="bob", comment="not this week"
+    )
 
     def resume(i: int) -> tuple[JobRecord, Approval] | None:
         return store.claim_resume(record.id, worker=f"w{i}", lease_seconds=30)
@@ -419,7 +428,7 @@ def test_cancel_of_a_parked_job_withdraws_its_approval(store: JobStore) -> None:
     assert withdrawn is not None and withdrawn.state is ApprovalState.WITHDRAWN
     assert [a.state for a in store.approval_history(record.id)] == [ApprovalState.WITHDRAWN]
     with pytest.raises(ApprovalError) as caught:
-        store.decide(record.id, approve=True, by="bob")
+        store.decide(record.id, binding=seen(store, record.id), approve=True, by="bob")
     assert caught.value.code == "BEM-600" and "withdrawn" in caught.value.message
 
 
@@ -450,7 +459,7 @@ def test_cancel_and_decide_racing_leave_one_consistent_outcome(store: JobStore) 
         def act(i: int, job_id: str = record.id) -> object:
             if i == 0:
                 return store.request_cancel(job_id)
-            return store.decide(job_id, approve=True, by="bob")
+            return store.decide(job_id, binding=seen(store, job_id), approve=True, by="bob")
 
         _, decided = race(2, act)
         approval = store.approval(record.id)
@@ -578,7 +587,9 @@ def test_an_approval_is_decided_once_and_kept_in_history(store: JobStore) -> Non
     record = parked(store)
     opened = store.approval(record.id)
     assert opened is not None and opened.state is ApprovalState.PENDING
-    decided = store.decide(record.id, approve=True, by="bob", comment="looks right")
+    decided = store.decide(
+        record.id, binding=seen(store, record.id), approve=True, by="bob", comment="looks right"
+    )
     assert decided.state is ApprovalState.APPROVED
     assert (decided.decided_by, decided.comment) == ("bob", "looks right")
     assert decided.decided_at is not None
@@ -586,14 +597,16 @@ def test_an_approval_is_decided_once_and_kept_in_history(store: JobStore) -> Non
     assert store.approval_history(record.id) == [decided]
     assert store.pending_approvals() == []
     with pytest.raises(ApprovalError) as caught:
-        store.decide(record.id, approve=False, by="carol")
+        store.decide(record.id, binding=seen(store, record.id), approve=False, by="carol")
     assert caught.value.code == "BEM-601"
     assert "approved by bob at " in caught.value.message
 
 
 def test_a_refusal_is_recorded_too(store: JobStore) -> None:
     record = parked(store)
-    refused = store.decide(record.id, approve=False, by="bob", comment="wrong page")
+    refused = store.decide(
+        record.id, binding=seen(store, record.id), approve=False, by="bob", comment="wrong page"
+    )
     assert refused.state is ApprovalState.REFUSED
     claimed = store.claim_resume(record.id, worker="w2", lease_seconds=30)
     assert claimed is not None and claimed[1] == refused.model_copy(update={"applied": True})
@@ -601,28 +614,43 @@ def test_a_refusal_is_recorded_too(store: JobStore) -> None:
 
 def test_no_approval_waiting_is_bem_600(store: JobStore) -> None:
     record = store.create(author())
-    assert code_of(lambda: store.decide(record.id, approve=True, by="bob")) == "BEM-600"
+    assert code_of(lambda: store.decide(record.id, binding=None, approve=False, by="bob")) == (
+        "BEM-600"
+    )
     # Opened but not parked yet (the worker is between the two writes): not decidable.
     store.claim(record.id, worker="w1", lease_seconds=30)
     store.open_approval(pending_for(record))
     with pytest.raises(ApprovalError) as caught:
-        store.decide(record.id, approve=True, by="bob")
+        store.decide(record.id, binding=seen(store, record.id), approve=True, by="bob")
     assert caught.value.code == "BEM-600" and "running" in caught.value.message
 
 
 def test_the_requester_cannot_approve_their_own_job_unless_allowed(store: JobStore) -> None:
     record = parked(store)
     with pytest.raises(ApprovalError) as caught:
-        store.decide(record.id, approve=True, by="alice")
+        store.decide(record.id, binding=seen(store, record.id), approve=True, by="alice")
     assert caught.value.code == "BEM-602"
-    assert store.decide(record.id, approve=True, by="alice", allow_self=True).decided_by == "alice"
+    assert (
+        store.decide(
+            record.id, binding=seen(store, record.id), approve=True, by="alice", allow_self=True
+        ).decided_by
+        == "alice"
+    )
     other = parked(store)
-    assert store.decide(other.id, approve=False, by="alice").state is ApprovalState.REFUSED
+    assert (
+        store.decide(other.id, binding=seen(store, other.id), approve=False, by="alice").state
+        is ApprovalState.REFUSED
+    )
 
 
 def test_concurrent_decisions_exactly_one_lands(store: JobStore) -> None:
     record = parked(store)
-    results = race(10, lambda i: store.decide(record.id, approve=i % 2 == 0, by=f"r{i}"))
+    results = race(
+        10,
+        lambda i: store.decide(
+            record.id, binding=seen(store, record.id), approve=i % 2 == 0, by=f"r{i}"
+        ),
+    )
     landed = [result for result in results if isinstance(result, Approval)]
     assert len(landed) == 1
     assert all(
@@ -831,7 +859,9 @@ def fill(store: JobStore) -> dict[str, Any]:
     store.save_run_state(waiting.id, '{"version": 1, "pending": "call-1"}')
     store.save_snapshot(waiting.id, b"\x00bundle\xff" * 100)
     decided = parked(store, approval_id="ap9")
-    store.decide(decided.id, approve=True, by="bob", comment="ship it")
+    store.decide(
+        decided.id, binding=seen(store, decided.id), approve=True, by="bob", comment="ship it"
+    )
     store.append_event(running.id, ThinkingFrame(text="thinking"))
     store.transition(running.id, JobState.SUCCEEDED, from_states={JobState.RUNNING})
     token = store.try_lock("docs", ttl_seconds=600)

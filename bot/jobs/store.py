@@ -780,21 +780,15 @@ class JobStore:
         os_user: str | None = None,
     ) -> Approval:
         """Approve or refuse the job's pending call, once. ``binding`` names the approval the
-        person looked at: BEM-604 when it is not the one waiting (decided since, or the job
-        parked again on another change). An approve must carry one (BEM-605); a refuse may
-        go without, since refusing releases nothing. BEM-600 when nothing waits, BEM-601
-        when someone decided first, BEM-602 when the requester approves their own job and
-        ``allow_self`` is off (refusing it is always allowed). ``os_user``: the OS account
-        behind a CLI decision, recorded beside ``by`` and held to the same
-        self-approval rule."""
+        person looked at. In the order checked: BEM-600 when nothing waits; BEM-604 when the
+        binding is not the approval waiting (decided since, or the job parked again on
+        another change); BEM-601 when someone decided first; BEM-602 when the requester
+        approves their own job and ``allow_self`` is off (refusing it is always allowed);
+        BEM-605 for an approve that names nothing (a refuse may, since refusing releases
+        nothing). ``os_user``: the OS account behind a CLI decision, recorded beside ``by``
+        and held to the same self-approval rule."""
         if not by:
             raise ValueError("a decision needs the name of who made it")
-        if approve and binding is None:
-            raise ApprovalError(
-                "BEM-605",
-                f"an approve of job {job_id} must name what it approves: the approval id, "
-                "commit and diff digest you were shown; look at the approval and send them",
-            )
         key = self._approval_key(job_id)
 
         def body(pipe: Pipeline) -> tuple[Approval, Writes | None]:
@@ -810,6 +804,13 @@ class JobStore:
                     "BEM-602",
                     f"{current.requested_by} requested job {job_id} and cannot approve it; "
                     "another reviewer must decide",
+                )
+            if approve and binding is None:
+                raise ApprovalError(
+                    "BEM-605",
+                    f"an approve of job {job_id} must name what it approves: the approval "
+                    "id, commit and diff digest you were shown; look at the approval and "
+                    "send them",
                 )
             decided = current.model_copy(
                 update={

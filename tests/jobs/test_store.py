@@ -3,6 +3,7 @@ leases, cancel in every state, approvals, event streams, limits, outages and res
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -26,6 +27,7 @@ from bot.jobs.models import (
     JobResult,
     JobSpec,
     JobState,
+    PushState,
 )
 from bot.jobs.store import JobStore
 from tests.support.redis_server import RedisServer, running_redis
@@ -934,3 +936,221 @@ def test_the_shipped_redis_conf_persists_and_never_evicts(tmp_path: Path) -> Non
         assert store.list()[0] == before["jobs"]
         assert store.read_events(before["running"]) == before["events"]
         store._redis.close()
+
+
+# decisions name what they decide ---------------------------------------------------------
+
+
+def park_again(store: JobStore, record: JobRecord, approval_id: str, commit: str) -> None:
+    """The resume applied the decision; the agent committed something else and parked on it."""
+    assert store.claim_resume(record.id, worker="w2", lease_seconds=30) is not None
+    again = pending_for(record, approval_id).model_copy(
+        update={"commit_sha": commit, "diff_digest": "e" * 64, "diff": "+++ another change\n"}
+    )
+    store.open_approval(again)
+    moved = store.transition(
+        record.id,
+        JobState.AWAITING_APPROVAL,
+        from_states={JobState.RUNNING},
+        approval_id=approval_id,
+    )
+    assert moved is not None
+
+
+def test_an_approve_of_what_was_shown_before_the_job_parked_again_is_refused(
+    store: JobStore,
+) -> None:
+    """Reviewer A opens approval 1; B refuses it; the job parks approval 2 on another commit;
+    A's approve still names approval 1, so it lands on nothing."""
+    record = parked(store, approval_id="ap1")
+    shown_to_a = seen(store, record.id)
+    store.decide(record.id, binding=seen(store, record.id), approve=False, by="b", comment="no")
+    park_again(store, record, "ap2", "b" * 40)
+
+    for approve in (True, False):
+        with pytest.raises(ApprovalError) as caught:
+            store.decide(record.id, binding=shown_to_a, approve=approve, by="a")
+        assert caught.value.code == "BEM-604"
+        assert "ap2 (pending)" in caught.value.message and "look at" in caught.value.message
+    waiting = store.approval(record.id)
+    assert waiting is not None and waiting.id == "ap2" and waiting.state is ApprovalState.PENDING
+    assert [a.id for a in store.approval_history(record.id)] == ["ap1"]
+    assert [a.id for a in store.pending_approvals()] == ["ap2"]
+
+
+def test_a_decision_naming_the_waiting_approval_with_another_commit_or_digest_is_refused(
+    store: JobStore,
+) -> None:
+    record = parked(store)
+    shown = seen(store, record.id)
+    assert shown is not None
+    for wrong in (
+        shown.model_copy(update={"commit_sha": "b" * 40}),
+        shown.model_copy(update={"commit_sha": None}),
+        shown.model_copy(update={"diff_digest": "e" * 64}),
+        shown.model_copy(update={"diff_digest": ""}),
+    ):
+        with pytest.raises(ApprovalError) as caught:
+            store.decide(record.id, binding=wrong, approve=True, by="bob")
+        assert caught.value.code == "BEM-604"
+    # As the CLI and the web page show them: the digest with its prefix, any case.
+    typed = DecisionBinding(
+        approval_id="ap1", commit_sha=("A" * 40), diff_digest="SHA256:" + "D" * 64
+    )
+    assert store.decide(record.id, binding=typed, approve=True, by="bob").state is (
+        ApprovalState.APPROVED
+    )
+
+
+def test_an_approve_must_name_what_it_approves_and_a_refuse_need_not(store: JobStore) -> None:
+    record = parked(store)
+    with pytest.raises(ApprovalError) as caught:
+        store.decide(record.id, binding=None, approve=True, by="bob")
+    assert caught.value.code == "BEM-605"
+    untouched = store.approval(record.id)
+    assert untouched is not None and untouched.state is ApprovalState.PENDING
+    refused = store.decide(record.id, binding=None, approve=False, by="bob", comment="no")
+    assert refused.state is ApprovalState.REFUSED
+
+
+def test_an_approval_and_job_stored_by_the_previous_release_are_decided_and_resumed(
+    store: JobStore, client: redis.Redis
+) -> None:
+    """Records exactly as the previous release wrote them (no OS account, no pushes): the
+    binding is what their approval document shows, and the decision applies."""
+    job_id = "0123456789ab"
+    sha, digest = "c" * 40, "f" * 64
+    job = {
+        "id": job_id,
+        "spec": {
+            "kind": "author",
+            "repo": "docs",
+            "request": "fix the install page",
+            "base": None,
+            "branch": None,
+            "range": None,
+            "review_job": None,
+            "pages": [],
+            "requested_by": "alice",
+            "metadata": {},
+        },
+        "state": "awaiting_approval",
+        "version": 3,
+        "created_at": "2026-11-30T10:00:00Z",
+        "updated_at": "2026-11-30T10:01:00Z",
+        "attempt": 1,
+        "worker": None,
+        "lease_until": None,
+        "branch": f"riverbeam/{job_id}",
+        "approval_id": "9f1c2b3a4d5e6f708192a3b4c5d6e7f8",
+        "cancel_requested": False,
+        "result": None,
+        "error": None,
+    }
+    approval = {
+        "id": "9f1c2b3a4d5e6f708192a3b4c5d6e7f8",
+        "job_id": job_id,
+        "repo": "docs",
+        "requested_by": "alice",
+        "call_id": "call-1",
+        "tool": "git_push",
+        "arguments": {},
+        "commit_sha": sha,
+        "target_ref": f"riverbeam/{job_id}",
+        "base_sha": "b" * 40,
+        "diff_digest": digest,
+        "diff_stat": " install.md | 2 +-\n",
+        "diff": "--- a/install.md\n+++ b/install.md\n",
+        "created_at": "2026-11-30T10:01:00Z",
+        "state": "pending",
+        "decided_by": None,
+        "decided_at": None,
+        "comment": "",
+        "applied": False,
+    }
+    client.set(store.key("job", job_id), json.dumps(job))
+    client.zadd(store.key("jobs"), {job_id: 1_700_000_000.0})
+    client.set(store.key("approval", job_id), json.dumps(approval))
+    client.zadd(store.key("approvals", "pending"), {job_id: 1_700_000_000.0})
+
+    shown = DecisionBinding(approval_id=approval["id"], commit_sha=sha, diff_digest=digest)
+    stored = store.approval(job_id)
+    assert stored is not None and stored.binding() == shown
+    assert store.get(job_id).pushes == []
+    decided = store.decide(job_id, binding=shown, approve=True, by="bob")
+    assert decided.state is ApprovalState.APPROVED and decided.decided_by_os_user is None
+    claimed = store.claim_resume(job_id, worker="w1", lease_seconds=30)
+    assert claimed is not None and claimed[1].applied
+
+
+def test_a_cli_decision_records_the_os_account_and_it_too_may_not_approve_its_own_job(
+    store: JobStore,
+) -> None:
+    record = parked(store)  # requested by alice
+    with pytest.raises(ApprovalError) as caught:
+        store.decide(
+            record.id, binding=seen(store, record.id), approve=True, by="bob", os_user="alice"
+        )
+    assert caught.value.code == "BEM-602"
+    decided = store.decide(
+        record.id, binding=seen(store, record.id), approve=True, by="bob", os_user="carol"
+    )
+    assert (decided.decided_by, decided.decided_by_os_user) == ("bob", "carol")
+    assert decided.decider == "bob (OS user carol)"
+    assert store.approval_history(record.id)[0].decided_by_os_user == "carol"
+
+
+# pushes upstream --------------------------------------------------------------------------
+
+
+def test_a_cancel_while_a_push_is_under_way_is_refused_and_the_push_recorded(
+    store: JobStore,
+) -> None:
+    record = store.create(author())
+    store.claim(record.id, worker="w1", lease_seconds=30)
+    store.begin_push(record.id, worker="w1", sha="a" * 40, ref="riverbeam/x")
+    with pytest.raises(JobError) as caught:
+        store.request_cancel(record.id)
+    assert caught.value.code == "BEM-512" and "under way" in caught.value.message
+    under_way = store.get(record.id)
+    assert not under_way.cancel_requested and under_way.push_under_way is not None
+
+    store.end_push(record.id, worker="w1")
+    asked = store.request_cancel(record.id)
+    assert asked.cancel_requested
+    [push] = asked.pushes
+    assert (push.sha, push.ref, push.state) == ("a" * 40, "riverbeam/x", PushState.LANDED)
+    assert push.ended_at is not None and push.ended_at >= push.started_at
+
+
+def test_a_push_does_not_start_once_a_cancel_was_asked_for_or_the_job_moved_on(
+    store: JobStore,
+) -> None:
+    record = store.create(author())
+    store.claim(record.id, worker="w1", lease_seconds=30)
+    assert code_of(
+        lambda: store.begin_push(record.id, worker="w2", sha="a" * 40, ref="riverbeam/x")
+    ) == ("BEM-507")
+    store.request_cancel(record.id)
+    assert code_of(
+        lambda: store.begin_push(record.id, worker="w1", sha="a" * 40, ref="riverbeam/x")
+    ) == ("BEM-506")
+    assert store.get(record.id).pushes == []
+
+
+def test_a_failed_push_says_why_and_one_cut_short_by_a_lost_worker_is_unknown(
+    store: JobStore,
+) -> None:
+    record = store.create(author())
+    store.claim(record.id, worker="w1", lease_seconds=0.5)
+    store.begin_push(record.id, worker="w1", sha="a" * 40, ref="riverbeam/x")
+    refused = ErrorInfo(code="BEM-351", message="the branch moved")
+    store.end_push(record.id, worker="w1", error=refused)
+    store.begin_push(record.id, worker="w1", sha="b" * 40, ref="riverbeam/x")
+    time.sleep(0.6)  # the worker died mid-push: its lease ran out
+    cancelled = store.request_cancel(record.id)
+    assert cancelled.state is JobState.CANCELLED
+    assert [(p.state, p.error) for p in cancelled.pushes] == [
+        (PushState.FAILED, refused),
+        (PushState.UNKNOWN, None),
+    ]

@@ -421,11 +421,13 @@ def _unknown(store: JobStore, job_id: str) -> bool:
 
 
 def _clean_environment() -> dict[str, str]:
-    """The test process's environment without model keys or Riverbeam settings."""
+    """The test process's environment without model keys or Riverbeam settings, except the
+    sandbox image's name: workers must run the image this test run built."""
     return {
         name: value
         for name, value in os.environ.items()
-        if not name.startswith(("RIVERBEAM_", "BEAM_", "GFS_", "NVIDIA_", "OPENAI_"))
+        if name == "RIVERBEAM_SANDBOX__IMAGE"
+        or not name.startswith(("RIVERBEAM_", "BEAM_", "GFS_", "NVIDIA_", "OPENAI_"))
     }
 
 

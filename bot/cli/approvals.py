@@ -92,14 +92,7 @@ def _show(args: argparse.Namespace) -> int:
 def _binding(args: argparse.Namespace) -> DecisionBinding | None:
     """What the decision names, from ``--approval``, ``--commit`` and ``--digest``."""
     if args.approval is None:
-        if args.approve:
-            raise ApprovalError(
-                "BEM-605",
-                f"name what you approve: run `riverbeam approvals show {args.job_id}`, look "
-                "at the change, then approve with the --approval, --commit and --digest it "
-                "prints",
-            )
-        return None
+        return None  # an approve is then refused (BEM-605) once the job is looked up
     try:
         return DecisionBinding(
             approval_id=args.approval, commit_sha=args.commit, diff_digest=args.digest or ""

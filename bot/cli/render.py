@@ -348,8 +348,11 @@ def show_approval(out: Console, approval: Approval) -> None:
     if approval.state is ApprovalState.PENDING:
         named = decision_flags(approval)
         out.print(Text("\ndecide this approval (and no other)", style="bold"))
-        out.print(f"  riverbeam approvals approve {approval.job_id} {named} [--comment TEXT]")
-        out.print(f"  riverbeam approvals refuse {approval.job_id} {named} --comment TEXT")
+        # Unwrapped: a command cut across lines would not paste whole.
+        approve = f"  riverbeam approvals approve {approval.job_id} {named} [--comment TEXT]"
+        out.print(approve, soft_wrap=True)
+        refuse = f"  riverbeam approvals refuse {approval.job_id} {named} --comment TEXT"
+        out.print(refuse, soft_wrap=True)
 
 
 def decision_flags(approval: Approval) -> str:

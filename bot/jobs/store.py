@@ -809,8 +809,9 @@ class JobStore:
                 raise ApprovalError(
                     "BEM-605",
                     f"an approve of job {job_id} must name what it approves: the approval "
-                    "id, commit and diff digest you were shown; look at the approval and "
-                    "send them",
+                    "id, commit and diff digest you were shown. Look at the approval "
+                    f"(`riverbeam approvals show {job_id}`, or GET /v1/approvals/{job_id}) "
+                    "and send them with the decision",
                 )
             decided = current.model_copy(
                 update={

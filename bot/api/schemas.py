@@ -112,9 +112,11 @@ class JobView(BaseModel):
     cancel_requested: bool
     result: JobResult | None
     error: ErrorInfo | None
+    # Defaults keep `riverbeam ci` reading the answers of a server from before they existed.
     pushes: list[UpstreamPush] = Field(
+        default_factory=list,
         description="what the job sent upstream, oldest first: under_way, landed, failed, or "
-        "unknown (its worker was lost mid-push)"
+        "unknown (its worker was lost mid-push)",
     )
     approval: ApprovalSummary | None = Field(
         default=None,

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from bot.jobs.models import Approval, ApprovalState, JobKind, JobSpec, JobState
-from tests.support.stack import REPO, REQUESTER, REVIEWER
+from tests.support.stack import REPO, REQUESTER, REVIEWER, wait_until
 from tests.web.kit import (
     CI,
     OTHER_REPO,
@@ -19,6 +19,7 @@ from tests.web.kit import (
     SECOND_REVIEWER,
     Web,
     browser_like,
+    decision_form,
     field_error,
     hidden,
     sign_in,
@@ -35,6 +36,7 @@ HEADERS = {
 
 
 def _decide(client: httpx.Client, job_id: str, decision: str, csrf: str) -> httpx.Response:
+    """A decision posted with the CSRF token and no binding (no form offered one)."""
     return client.post(
         f"/approvals/{job_id}", data={"csrf": csrf, "decision": decision, "comment": "ok"}
     )
@@ -162,15 +164,48 @@ def test_a_reviewer_cannot_approve_their_own_job(web: Web) -> None:
     assert approval is not None and approval.state is ApprovalState.PENDING
     # Another reviewer refuses it through the same form, and the job page says so.
     with sign_in(web, REVIEWER) as client:
+        form = decision_form(client.get("/approvals").text, own)
         reply = client.post(
-            f"/approvals/{own}",
-            data={"csrf": _csrf(client), "decision": "refuse", "comment": "Not this way"},
+            f"/approvals/{own}", data={**form, "decision": "refuse", "comment": "Not this way"}
         )
         assert reply.url.path == f"/jobs/{own}"
         web.stack.wait_for(own, JobState.REFUSED, timeout=60)
         page = client.get(f"/jobs/{own}").text
     assert f"{REVIEWER} refused the change; nothing was pushed." in page
     assert "Not this way" in page
+
+
+def test_a_decision_form_left_open_while_the_job_parked_again_decides_nothing(web: Web) -> None:
+    """Reviewer A's queue page shows approval 1; reviewer B refuses it and the job parks again
+    on another commit; A's still-open form posts approval 1: refused with BEM-604, and the
+    job's page then offers the new approval, whose form does approve it."""
+    job = web.park(REQUESTER, playbook="author-push-twice")
+    with sign_in(web, REVIEWER) as a, sign_in(web, SECOND_REVIEWER) as b:
+        stale = decision_form(a.get("/approvals").text, job.id)
+        facts = a.get(f"/jobs/{job.id}").text
+        assert stale["approval_id"] in facts and f"sha256:{stale['diff_digest']}" in facts
+        form = decision_form(b.get("/approvals").text, job.id)
+        b.post(f"/approvals/{job.id}", data={**form, "decision": "refuse", "comment": "Not yet"})
+        wait_until(
+            lambda: (
+                web.stack.store.get(job.id).approval_id != stale["approval_id"]
+                and web.stack.store.get(job.id).state is JobState.AWAITING_APPROVAL
+            ),
+            90,
+            lambda: str(web.stack.store.get(job.id)),
+        )
+        for decision in ("approve", "refuse"):
+            reply = a.post(f"/approvals/{job.id}", data={**stale, "decision": decision})
+            assert reply.status_code == 409 and _code(reply.text) == "BEM-604"
+        assert web.stack.upstream_ref(f"riverbeam/{job.id}") is None
+        waiting = web.stack.store.approval(job.id)
+        assert waiting is not None and waiting.state is ApprovalState.PENDING
+
+        fresh = decision_form(a.get(f"/jobs/{job.id}").text, job.id)
+        assert fresh["commit_sha"] != stale["commit_sha"]
+        a.post(f"/approvals/{job.id}", data={**fresh, "decision": "approve"})
+        web.stack.wait_for(job.id, JobState.SUCCEEDED, timeout=90)
+    assert web.stack.upstream_ref(f"riverbeam/{job.id}") == fresh["commit_sha"]
 
 
 # -- the New-request form --------------------------------------------------------------------
@@ -323,7 +358,8 @@ def test_error_pages_carry_the_security_headers_too(web: Web) -> None:
 def test_the_live_feed_is_the_event_stream_behind_the_session_cookie(web: Web) -> None:
     job = web.park(REQUESTER)
     with sign_in(web, REVIEWER) as client:
-        client.post(f"/approvals/{job.id}", data={"csrf": _csrf(client), "decision": "approve"})
+        form = decision_form(client.get("/approvals").text, job.id)
+        client.post(f"/approvals/{job.id}", data={**form, "decision": "approve"})
         web.stack.wait_for(job.id, JobState.SUCCEEDED, timeout=90)
         stream = client.get(f"/jobs/{job.id}/events", headers={"Accept": "text/event-stream"})
         log = client.get(f"/jobs/{job.id}/log", params={"after": "0"})

@@ -460,8 +460,9 @@ class JobStore:
                 )
             if stopped:
                 return None
-            push = UpstreamPush(sha=sha, ref=ref, started_at=now)
-            return {"pushes": [*record.pushes, push]}
+            # One left under way was started by a worker that lost the job mid-push.
+            earlier = [_settled(push, now) for push in record.pushes]
+            return {"pushes": [*earlier, UpstreamPush(sha=sha, ref=ref, started_at=now)]}
 
         self._change_job(job_id, change)
         if stopped:

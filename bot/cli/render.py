@@ -21,6 +21,7 @@ from bot.frames import (
     DoneFrame,
     ErrorFrame,
     Frame,
+    PlaceholderFrame,
     ResultStatus,
     ThinkingFrame,
     ToolCallRecord,
@@ -77,6 +78,8 @@ class FrameRenderer:
         self._end_text()
         if isinstance(frame, ToolFrame):
             self._out.print(tool_line(frame.record), soft_wrap=True)
+        elif isinstance(frame, PlaceholderFrame) and frame.text:
+            self._out.print(Text(f"  ● {frame.text}", style="dim"))
         elif isinstance(frame, ThinkingFrame) and frame.text:
             self._out.print(Text(f"  … {shorten(frame.text, SUMMARY_CHARS)}", style="dim"))
         elif isinstance(frame, DoneFrame):

@@ -190,6 +190,7 @@ def test_as_records_the_os_account_beside_the_claimed_name(stack: Stack) -> None
     # The model and the job's log read both names too.
     assert done.result is not None and f"{REVIEWER} (OS user {me})" in done.result.text
     assert f"refused by {REVIEWER} (OS user {me})" in cli("jobs", "show", job.id).out
+    assert f"● git_push refused by {REVIEWER} (OS user {me})" in cli("jobs", "follow", job.id).out
     as_json = json.loads(cli("approvals", "show", job.id, "--json").out)
     assert as_json["decided_by_os_user"] == me
 

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from bot.jobs.models import Approval, ApprovalState, JobKind, JobSpec, JobState
+from bot.jobs.tasks import decide_job
 from tests.support.stack import REPO, REQUESTER, REVIEWER, wait_until
 from tests.web.kit import (
     CI,
@@ -206,6 +207,39 @@ def test_a_decision_form_left_open_while_the_job_parked_again_decides_nothing(we
         a.post(f"/approvals/{job.id}", data={**fresh, "decision": "approve"})
         web.stack.wait_for(job.id, JobState.SUCCEEDED, timeout=90)
     assert web.stack.upstream_ref(f"riverbeam/{job.id}") == fresh["commit_sha"]
+
+
+def test_a_decision_made_at_the_cli_shows_the_claimed_name_and_the_os_account(web: Web) -> None:
+    """The CLI takes the reviewer's name on trust and records the OS account beside it; the
+    job page, the job's log and the API's documents show both."""
+    job = web.park(REQUESTER)
+    current = web.stack.store.approval(job.id)
+    assert current is not None
+    decide_job(
+        web.stack.store,
+        job.id,
+        False,
+        "claimed-reviewer",
+        "Not like this",
+        binding=current.binding(),
+        settings=web.stack.settings,
+        app=web.stack.app,
+        os_user="ops-account",
+    )
+    web.stack.wait_for(job.id, JobState.REFUSED, timeout=90)
+    both = "claimed-reviewer (OS user ops-account)"
+    with sign_in(web, REVIEWER) as client:
+        page = client.get(f"/jobs/{job.id}").text
+    assert f"Refused by {both}" in page and f"{both} refused the change" in page
+    assert f"git_push refused by {both}" in page
+    auth = web.api.auth(REVIEWER)
+    job_view = httpx.get(f"{web.url}/v1/jobs/{job.id}", headers=auth).json()
+    detail = httpx.get(f"{web.url}/v1/approvals/{job.id}", headers=auth).json()
+    for shown in (job_view["approval"], detail["current"], detail["history"][0]):
+        assert (shown["decided_by"], shown["decided_by_os_user"]) == (
+            "claimed-reviewer",
+            "ops-account",
+        )
 
 
 # -- the New-request form --------------------------------------------------------------------

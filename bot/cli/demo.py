@@ -189,7 +189,7 @@ def _decide(out: Console, running: Services, job_id: str, me: str, *, yes: bool)
     approval = running.store.approval(job_id)
     assert approval is not None  # the job is parked on it
     _step(out, "4. The parked push", "nothing is pushed until a person approves")
-    show_approval(out, approval)
+    show_approval(out, approval, commands=False)  # the demo asks below
     question = f"\nApprove the push of {(approval.commit_sha or '')[:12]} to {approval.target_ref}?"
     if yes:
         out.print(f"{question} yes (--yes)")

@@ -338,9 +338,9 @@ def approval_fields(approval: Approval) -> Text:
     )
 
 
-def show_approval(out: Console, approval: Approval) -> None:
+def show_approval(out: Console, approval: Approval, *, commands: bool = True) -> None:
     """The parked call, the diff stat, the diff that would land, highlighted, and (while it
-    waits) the commands that decide exactly this approval."""
+    waits, with ``commands``) the commands that decide exactly this approval."""
     out.print(approval_fields(approval))
     if approval.diff_stat:
         out.print(Text("\ndiff stat", style="bold"))
@@ -348,7 +348,7 @@ def show_approval(out: Console, approval: Approval) -> None:
     if approval.diff:
         out.print(Text("\ndiff", style="bold"))
         print_diff(out, approval.diff)
-    if approval.state is ApprovalState.PENDING:
+    if commands and approval.state is ApprovalState.PENDING:
         named = decision_flags(approval)
         out.print(Text("\ndecide this approval (and no other)", style="bold"))
         # Unwrapped: a command cut across lines would not paste whole.

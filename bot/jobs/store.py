@@ -460,9 +460,7 @@ class JobStore:
                 )
             if stopped:
                 return None
-            # One left under way was started by a worker that lost the job mid-push.
-            earlier = [_settled(push, now) for push in record.pushes]
-            return {"pushes": [*earlier, UpstreamPush(sha=sha, ref=ref, started_at=now)]}
+            return {"pushes": [*record.pushes, UpstreamPush(sha=sha, ref=ref, started_at=now)]}
 
         self._change_job(job_id, change)
         if stopped:
@@ -927,12 +925,15 @@ def _event(entry_id: bytes, fields: dict[bytes, bytes]) -> JobEvent:
 
 
 def _running(record: JobRecord, worker: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
-    """The fields that make ``worker`` the job's runner: a fresh lease, the next attempt."""
+    """The fields that make ``worker`` the job's runner: a fresh lease, the next attempt. A
+    push left under way was its previous worker's, lost mid-push: nobody pushes it now, so
+    it must not hold off a cancel (BEM-512), and whether it landed is unknown."""
     return {
         "state": JobState.RUNNING,
         "worker": worker,
         "lease_until": now + timedelta(seconds=lease_seconds),
         "attempt": record.attempt + 1,
+        "pushes": [_settled(push, now) for push in record.pushes],
     }
 
 

@@ -1138,6 +1138,19 @@ def test_a_push_does_not_start_once_a_cancel_was_asked_for_or_the_job_moved_on(
     assert store.get(record.id).pushes == []
 
 
+def test_a_worker_taking_over_a_job_lost_mid_push_does_not_hold_off_a_cancel(
+    store: JobStore,
+) -> None:
+    record = store.create(author())
+    store.claim(record.id, worker="w1", lease_seconds=0.5)
+    store.begin_push(record.id, worker="w1", sha="a" * 40, ref="riverbeam/x")
+    time.sleep(0.6)  # w1 died mid-push: its lease ran out
+    taken = store.claim(record.id, worker="w2", lease_seconds=30, from_states=(JobState.RUNNING,))
+    assert taken is not None and taken.push_under_way is None
+    assert [p.state for p in taken.pushes] == [PushState.UNKNOWN]
+    assert store.request_cancel(record.id).cancel_requested
+
+
 def test_a_failed_push_says_why_and_one_cut_short_by_a_lost_worker_is_unknown(
     store: JobStore,
 ) -> None:

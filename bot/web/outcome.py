@@ -95,27 +95,29 @@ def describe(record: JobRecord, approval: Approval | None) -> Outcome:
     if state is JobState.REFUSED:
         return _refused(approval)
     if state is JobState.CANCELLED:
-        return _cancelled(record)
-    return _failed(record.error)
-
-
-def _cancelled(record: JobRecord) -> Outcome:
-    """A cancel never hides a push: what reached the upstream before it is said first."""
-    sent = [push for push in record.pushes if push.state is not PushState.FAILED]
-    if not sent:
+        sent = _sent(record)
+        if not sent:
+            return Outcome(
+                tone="bad", headline="Cancelled: nothing was pushed; nothing more will happen."
+            )
         return Outcome(
-            tone="bad", headline="Cancelled: nothing was pushed; nothing more will happen."
+            tone="bad",
+            headline="Cancelled after pushing upstream; nothing more will happen.",
+            details=sent,
         )
-    details = [
+    failed = _failed(record.error)
+    # A job that failed after a push landed still says what reached the upstream.
+    return failed.model_copy(update={"details": [*failed.details, *_sent(record)]})
+
+
+def _sent(record: JobRecord) -> list[str]:
+    """Each push that reached (or may have reached) the upstream, one line each."""
+    return [
         f"{push.sha} on branch {push.ref}: "
         + ("landed upstream" if push.state is PushState.LANDED else "unknown, check upstream")
-        for push in sent
+        for push in record.pushes
+        if push.state is not PushState.FAILED
     ]
-    return Outcome(
-        tone="bad",
-        headline="Cancelled after pushing upstream; nothing more will happen.",
-        details=details,
-    )
 
 
 def _succeeded(record: JobRecord) -> Outcome:

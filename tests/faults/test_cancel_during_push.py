@@ -81,4 +81,7 @@ def test_a_cancel_after_the_push_landed_ends_the_job_saying_what_is_upstream(
     shown = describe(cancelled, stack.store.approval(job.id))
     assert shown.headline == "Cancelled after pushing upstream; nothing more will happen."
     assert shown.details == [f"{approval.commit_sha} on branch {branch}: landed upstream"]
+    # The same record had it failed instead: the failure, then what reached the upstream.
+    failed = cancelled.model_copy(update={"state": JobState.FAILED})
+    assert describe(failed, None).details[-1] == shown.details[0]
     check_invariants(stack, [job.id])

@@ -445,26 +445,17 @@ class JobStore:
         """Record that ``worker`` starts pushing ``sha`` to ``ref`` upstream, unless the job
         was cancelled (BEM-506) or is no longer its own (BEM-507): then nothing may go out.
         From here until ``end_push`` a cancel is refused (BEM-512)."""
-        stopped: list[BeamError] = []
 
         def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
             if record.state is not JobState.RUNNING or record.worker != worker:
-                stopped.append(
-                    BeamError("BEM-507", f"job {job_id} is no longer this worker's; nothing pushed")
+                raise BeamError("BEM-507", f"job {job_id} is no longer this worker's; nothing sent")
+            if record.cancel_requested:
+                raise BeamError(
+                    "BEM-506", f"job {job_id} was cancelled before its push; nothing sent"
                 )
-            elif record.cancel_requested:
-                stopped.append(
-                    BeamError(
-                        "BEM-506", f"job {job_id} was cancelled before its push; nothing sent"
-                    )
-                )
-            if stopped:
-                return None
             return {"pushes": [*record.pushes, UpstreamPush(sha=sha, ref=ref, started_at=now)]}
 
         self._change_job(job_id, change)
-        if stopped:
-            raise stopped[0]
 
     def end_push(
         self,

@@ -6,9 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from bot.errors import BeamError
 from bot.frames import ErrorInfo
 from bot.jobs.models import (
     MAX_REQUEST_CHARS,
@@ -191,19 +190,5 @@ class Decision(BaseModel):
     )
 
     def binding(self) -> DecisionBinding | None:
-        """What the decision names; None when it names nothing. BEM-705 when it names a
-        commit or a digest without the approval's id."""
-        if self.approval_id is None:
-            if self.commit_sha is not None or self.diff_digest is not None:
-                raise BeamError(
-                    "BEM-705", "approval_id is required with commit_sha and diff_digest"
-                )
-            return None
-        try:
-            return DecisionBinding(
-                approval_id=self.approval_id,
-                commit_sha=self.commit_sha,
-                diff_digest=self.diff_digest or "",
-            )
-        except ValidationError:
-            raise BeamError("BEM-705", f"{self.approval_id!r} is not an approval id") from None
+        """What the decision names; None when it names nothing."""
+        return DecisionBinding.named(self.approval_id, self.commit_sha, self.diff_digest)

@@ -7,8 +7,6 @@ import argparse
 import json
 from typing import Any
 
-from pydantic import ValidationError
-
 from bot.errors import ApprovalError
 from bot.jobs.models import DecisionBinding
 
@@ -89,18 +87,6 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _binding(args: argparse.Namespace) -> DecisionBinding | None:
-    """What the decision names, from ``--approval``, ``--commit`` and ``--digest``."""
-    if args.approval is None:
-        return None  # an approve is then refused (BEM-605) once the job is looked up
-    try:
-        return DecisionBinding(
-            approval_id=args.approval, commit_sha=args.commit, diff_digest=args.digest or ""
-        )
-    except ValidationError:
-        raise ApprovalError("BEM-604", f"{args.approval!r} is not an approval id") from None
-
-
 def _decide(args: argparse.Namespace) -> int:
     from bot.cli.common import acting_as, console, os_account, services
     from bot.cli.follow import finish, follow
@@ -108,7 +94,7 @@ def _decide(args: argparse.Namespace) -> int:
     from bot.jobs.tasks import decide_job
 
     out = console()
-    binding = _binding(args)
+    binding = DecisionBinding.named(args.approval, args.commit, args.digest)
     with services() as running:
         # Decided from here on: frames already in the stream belong to the parked segment.
         resume_from = running.store.last_event_id(args.job_id)

@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from bot.errors import JobError
+from bot.errors import ApprovalError, JobError
 from bot.frames import ErrorInfo, Frame, Usage
 from sandbox.refs import JOB_ID_PATTERN
 
@@ -316,6 +316,27 @@ class DecisionBinding(BaseModel):
     def _digest(cls, value: str) -> str:
         # Shown as ``sha256:<hex>`` by the CLI and the web page; stored without the prefix.
         return value.strip().lower().removeprefix(DIGEST_PREFIX)
+
+    @classmethod
+    def named(
+        cls, approval_id: str | None, commit_sha: str | None, diff_digest: str | None
+    ) -> DecisionBinding | None:
+        """The binding a decision's fields name, as a client sent them; None when they name
+        nothing. BEM-604 when they name something no approval could be."""
+        if approval_id is None:
+            if commit_sha is not None or diff_digest is not None:
+                raise ApprovalError(
+                    "BEM-604", "a commit or digest without the approval's id names no approval"
+                )
+            return None
+        try:
+            return cls(
+                approval_id=approval_id, commit_sha=commit_sha, diff_digest=diff_digest or ""
+            )
+        except ValidationError:
+            raise ApprovalError(
+                "BEM-604", f"{approval_id[:100]!r} is not an approval id; look at the job again"
+            ) from None
 
     def differences(self, other: DecisionBinding) -> list[str]:
         """What differs from ``other`` (the approval waiting), in words."""

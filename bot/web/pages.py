@@ -163,8 +163,10 @@ def decide(
             commit_sha=commit_sha if approval_id else None,
             diff_digest=diff_digest if approval_id else None,
         )
-    except ValidationError:
-        raise BeamError("BEM-705", "the comment is over 4000 characters") from None
+    except ValidationError as error:
+        too_long = error.errors()[0]["loc"] == ("comment",)
+        why = "the comment is over 4000 characters" if too_long else "the form is damaged"
+        raise BeamError("BEM-705", f"{why}; open the page again") from None
     service.decide(
         visitor.who,
         job_id,

@@ -175,7 +175,7 @@ def test_an_approve_names_what_was_shown_and_a_stale_one_lands_nowhere(
         blind = a.post(f"/v1/approvals/{job_id}/approve", json={"comment": "ok"})
         problem(blind, 422, "BEM-605")
         partial = {"commit_sha": seen_by_a["commit_sha"]}
-        problem(a.post(f"/v1/approvals/{job_id}/approve", json=partial), 422, "BEM-705")
+        problem(a.post(f"/v1/approvals/{job_id}/approve", json=partial), 409, "BEM-604")
         assert stack.upstream_ref(branch) is None
 
         # The approval document and the job document both show what a decision names.

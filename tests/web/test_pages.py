@@ -198,6 +198,8 @@ def test_a_decision_form_left_open_while_the_job_parked_again_decides_nothing(we
         for decision in ("approve", "refuse"):
             reply = a.post(f"/approvals/{job.id}", data={**stale, "decision": decision})
             assert reply.status_code == 409 and _code(reply.text) == "BEM-604"
+        garbled = {**stale, "approval_id": "<not an id>", "decision": "approve"}
+        assert _code(a.post(f"/approvals/{job.id}", data=garbled).text) == "BEM-604"
         assert web.stack.upstream_ref(f"riverbeam/{job.id}") is None
         waiting = web.stack.store.approval(job.id)
         assert waiting is not None and waiting.state is ApprovalState.PENDING

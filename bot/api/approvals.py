@@ -67,8 +67,11 @@ def approve(
     who: PrincipalDep,
     decision: Annotated[Decision | None, Body()] = None,
 ) -> ApprovalView:
-    """Reviewers and admins; never one's own job unless the repository allows it. The
-    job resumes on a worker and pushes exactly what was shown."""
+    """Reviewers and admins; never one's own job unless the repository allows it. The body
+    names the approval looked at (``approval_id``, ``commit_sha``, ``diff_digest`` copied
+    from it): without them BEM-605, and BEM-604 when the job's approval is another one now
+    (decided, or the job parked again on a new change). The job resumes on a worker and
+    pushes exactly what was shown."""
     return _decide(service, who, job_id, decision, approve=True)
 
 
@@ -85,12 +88,16 @@ def refuse(
     decision: Annotated[Decision | None, Body()] = None,
 ) -> ApprovalView:
     """Reviewers and admins, one's own job included. The job resumes and the agent is
-    told the push was refused."""
+    told the push was refused. The binding fields are optional here (refusing releases
+    nothing); when sent, a refuse of another approval than the one waiting is BEM-604."""
     return _decide(service, who, job_id, decision, approve=False)
 
 
 def _decide(
     service: Service, who: Principal, job_id: str, decision: Decision | None, *, approve: bool
 ) -> ApprovalView:
-    comment = decision.comment if decision else ""
-    return ApprovalView.of(service.decide(who, job_id, approve=approve, comment=comment))
+    decision = decision or Decision()
+    decided = service.decide(
+        who, job_id, approve=approve, comment=decision.comment, binding=decision.binding()
+    )
+    return ApprovalView.of(decided)

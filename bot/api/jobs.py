@@ -98,17 +98,21 @@ def list_jobs(
     responses=problem_responses(401, 403, 404, 422, 503),
 )
 def read_job(job_id: JobId, service: ServiceDep, who: PrincipalDep) -> JobView:
-    return JobView.of(service.job(who, job_id))
+    """With the job's current approval in brief: what a decision on it names."""
+    record = service.job(who, job_id)
+    return JobView.of(record, service.store.approval(record.id))
 
 
 @router.post(
     "/{job_id}/cancel",
     response_model=JobView,
     summary="Cancel a job",
-    responses=problem_responses(401, 403, 404, 422, 503),
+    responses=problem_responses(401, 403, 404, 409, 422, 503),
 )
 def cancel(job_id: JobId, service: ServiceDep, who: PrincipalDep) -> JobView:
     """A queued or parked job is cancelled at once; a running one gets
     ``cancel_requested`` and its worker stops it between tool calls; a finished one comes
-    back unchanged. Its requester or an admin may cancel it."""
-    return JobView.of(service.cancel(who, job_id))
+    back unchanged. Its requester or an admin may cancel it. While the job pushes upstream
+    the cancel is refused (BEM-512): wait for the push, whose outcome ``pushes`` records."""
+    record = service.cancel(who, job_id)
+    return JobView.of(record, service.store.approval(record.id))

@@ -17,6 +17,7 @@ from bot.errors import BeamError
 from bot.jobs.models import (
     Approval,
     ApprovalState,
+    DecisionBinding,
     JobEvent,
     JobKind,
     JobRecord,
@@ -117,12 +118,27 @@ class Service:
             raise BeamError("BEM-600", f"job {job_id} has never waited for an approval")
         return approval
 
-    def decide(self, who: Principal, job_id: str, *, approve: bool, comment: str) -> Approval:
-        """Approve or refuse the job's parked push as ``who``: reviewers and admins only,
-        never one's own job unless the repository allows it; the resume is queued."""
+    def decide(
+        self,
+        who: Principal,
+        job_id: str,
+        *,
+        approve: bool,
+        comment: str,
+        binding: DecisionBinding | None,
+    ) -> Approval:
+        """Approve or refuse the approval ``binding`` names, as ``who``: reviewers and admins
+        only, never one's own job unless the repository allows it; the resume is queued."""
         who.check_decide(self.store.get(job_id).spec.repo)
         return decide_job(
-            self.store, job_id, approve, who.name, comment, settings=self.settings, app=self.celery
+            self.store,
+            job_id,
+            approve,
+            who.name,
+            comment,
+            binding=binding,
+            settings=self.settings,
+            app=self.celery,
         )
 
     def may_decide(self, who: Principal, approval: Approval) -> MayDecide:

@@ -14,11 +14,13 @@ from bot.jobs.models import (
     Approval,
     ApprovalState,
     AuthorOutcome,
+    DecisionBinding,
     JobKind,
     JobRecord,
     JobResult,
     JobSpec,
     JobState,
+    UpstreamPush,
 )
 
 Page = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f]+$")]
@@ -58,6 +60,7 @@ class JobRequest(BaseModel):
 
 
 _RECORD_FIELDS = {
+    "pushes",
     "id",
     "state",
     "created_at",
@@ -68,6 +71,25 @@ _RECORD_FIELDS = {
     "result",
     "error",
 }
+
+
+class ApprovalBrief(BaseModel):
+    """A job's current approval in brief: what a decision on it must name (``id`` as
+    ``approval_id``, ``commit_sha``, ``diff_digest``), and who decided it."""
+
+    id: str
+    state: ApprovalState
+    tool: str
+    target_ref: str | None
+    commit_sha: str | None
+    diff_digest: str
+    decided_by: str | None
+    decided_by_os_user: str | None
+    decided_at: datetime | None
+
+    @classmethod
+    def of(cls, approval: Approval) -> ApprovalBrief:
+        return cls.model_validate(approval.model_dump(include=set(cls.model_fields)))
 
 
 class JobView(BaseModel):
@@ -90,12 +112,24 @@ class JobView(BaseModel):
     cancel_requested: bool
     result: JobResult | None
     error: ErrorInfo | None
+    # Defaults keep `riverbeam ci` reading the answers of a server from before they existed.
+    pushes: list[UpstreamPush] = Field(
+        default_factory=list,
+        description="what the job sent upstream, oldest first: under_way, landed, failed, or "
+        "unknown (its worker was lost mid-push)",
+    )
+    approval: ApprovalBrief | None = Field(
+        default=None,
+        description="the job's current approval (reading one job; null in lists and for a "
+        "job that never parked)",
+    )
 
     @classmethod
-    def of(cls, record: JobRecord) -> JobView:
+    def of(cls, record: JobRecord, approval: Approval | None = None) -> JobView:
         # The spec's fields, then the record's; the record's own branch is ``job_branch``.
         fields = record.spec.model_dump(exclude={"metadata"})
         fields.update(record.model_dump(include=_RECORD_FIELDS), job_branch=_own_branch(record))
+        fields["approval"] = None if approval is None else ApprovalBrief.of(approval)
         return cls.model_validate(fields)
 
 
@@ -130,6 +164,9 @@ class ApprovalView(BaseModel):
     created_at: datetime
     state: ApprovalState
     decided_by: str | None
+    decided_by_os_user: str | None = Field(
+        description="the OS account that ran the CLI recording the decision; null otherwise"
+    )
     decided_at: datetime | None
     comment: str
 
@@ -143,6 +180,24 @@ class ApprovalList(BaseModel):
 
 
 class Decision(BaseModel):
+    """A decision on the approval the reviewer looked at. ``approval_id``, ``commit_sha`` and
+    ``diff_digest`` are copied from that approval as shown (``id``, ``commit_sha``,
+    ``diff_digest``); a decision on anything else is BEM-604. An approve needs them
+    (BEM-605); a refuse may leave all three out, since refusing releases nothing."""
+
     model_config = ConfigDict(extra="forbid")
 
     comment: str = Field(default="", max_length=4000)
+    approval_id: str | None = Field(
+        default=None, max_length=100, description="the id of the approval decided"
+    )
+    commit_sha: str | None = Field(
+        default=None, max_length=64, description="its commit (null when it names none)"
+    )
+    diff_digest: str | None = Field(
+        default=None, max_length=100, description="its diff digest ('' when it has no diff)"
+    )
+
+    def binding(self) -> DecisionBinding | None:
+        """What the decision names; None when it names nothing."""
+        return DecisionBinding.named(self.approval_id, self.commit_sha, self.diff_digest)

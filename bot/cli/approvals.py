@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from bot.errors import ApprovalError
+from bot.jobs.models import DecisionBinding
 
 
 def add_approvals_commands(commands: Any) -> None:
@@ -35,7 +36,18 @@ def add_approvals_commands(commands: Any) -> None:
             + (" (required: say why)" if name == "refuse" else ""),
         )
         decide.add_argument(
-            "--as", dest="as_name", metavar="NAME", help="reviewer (default: $USER)"
+            "--approval",
+            metavar="ID",
+            help="the approval you looked at, as `approvals show` prints it"
+            + (" (required)" if name == "approve" else " (optional: refusing releases nothing)"),
+        )
+        decide.add_argument("--commit", metavar="SHA", help="its commit, as shown")
+        decide.add_argument("--digest", metavar="DIGEST", help="its diff digest, as shown")
+        decide.add_argument(
+            "--as",
+            dest="as_name",
+            metavar="NAME",
+            help="reviewer name to record (default: $USER); your OS account is recorded beside it",
         )
         decide.add_argument("--follow", action="store_true", help="then stream the job's frames")
         decide.set_defaults(handler=_decide, approve=name == "approve")
@@ -76,12 +88,13 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _decide(args: argparse.Namespace) -> int:
-    from bot.cli.common import acting_as, console, services
+    from bot.cli.common import acting_as, console, os_account, services
     from bot.cli.follow import finish, follow
     from bot.cli.render import FrameRenderer
     from bot.jobs.tasks import decide_job
 
     out = console()
+    binding = DecisionBinding.named(args.approval, args.commit, args.digest)
     with services() as running:
         # Decided from here on: frames already in the stream belong to the parked segment.
         resume_from = running.store.last_event_id(args.job_id)
@@ -91,13 +104,15 @@ def _decide(args: argparse.Namespace) -> int:
             args.approve,
             acting_as(args.as_name),
             args.comment,
+            binding=binding,
             settings=running.settings,
             app=running.app,
+            os_user=os_account(),
         )
         target = f"{decided.target_ref} (commit {(decided.commit_sha or '')[:12]})"
         out.print(
             f"{decided.state.value}: job {decided.job_id}'s {decided.tool} to {target}, "
-            f"by {decided.decided_by}; the job resumes on a worker"
+            f"by {decided.decider}; the job resumes on a worker"
         )
         if not args.follow:
             return 0

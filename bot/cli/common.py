@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import pwd
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,13 +38,24 @@ def console() -> Console:
 
 def acting_as(name: str | None) -> str:
     """Who submits or decides: ``--as``, else the login name. The API adds tokens; the CLI
-    talks to the store directly and takes the name it is given."""
+    talks to the store directly and takes the name it is given, so a decision also records
+    ``os_account()`` beside it."""
     if name:
         return name
     try:
         return os.environ.get("USER") or getpass.getuser()
     except OSError:  # no login name and no passwd entry (a bare container)
         return "anonymous"
+
+
+def os_account() -> str:
+    """The operating-system account running this process, from its real uid (not from the
+    environment, which the caller controls): what the CLI records beside a claimed name."""
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid with no passwd entry (a bare container)
+        return f"uid {uid}"
 
 
 @dataclass

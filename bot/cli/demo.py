@@ -183,13 +183,14 @@ def _run(out: Console, settings: Settings, directory: Path, me: str, *, yes: boo
 
 
 def _decide(out: Console, running: Services, job_id: str, me: str, *, yes: bool) -> bool:
+    from bot.cli.common import os_account
     from bot.cli.render import show_approval
     from bot.jobs.tasks import decide_job
 
     approval = running.store.approval(job_id)
     assert approval is not None  # the job is parked on it
     _step(out, "4. The parked push", "nothing is pushed until a person approves")
-    show_approval(out, approval)
+    show_approval(out, approval, commands=False)  # the demo asks below
     question = f"\nApprove the push of {(approval.commit_sha or '')[:12]} to {approval.target_ref}?"
     if yes:
         out.print(f"{question} yes (--yes)")
@@ -201,7 +202,15 @@ def _decide(out: Console, running: Services, job_id: str, me: str, *, yes: bool)
         except EOFError:  # no one at the keyboard: nothing is approved by default
             approve, comment = False, "nobody answered the prompt"
     decide_job(
-        running.store, job_id, approve, me, comment, settings=running.settings, app=running.app
+        running.store,
+        job_id,
+        approve,
+        me,
+        comment,
+        binding=approval.binding(),  # exactly what was shown above
+        settings=running.settings,
+        app=running.app,
+        os_user=os_account(),
     )
     return approve
 

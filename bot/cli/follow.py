@@ -91,8 +91,7 @@ def finish(out: Console, followed: Followed) -> int:
             Text.assemble(
                 ("\nThe push waits for a person:\n", "yellow"),
                 f"  see it    riverbeam approvals show {record.id}\n",
-                f"  approve   riverbeam approvals approve {record.id} [--comment TEXT]\n",
-                f"  refuse    riverbeam approvals refuse {record.id} --comment TEXT",
+                "  then decide with the command it prints, which names what you saw",
             )
         )
         return 0

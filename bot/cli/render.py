@@ -21,12 +21,13 @@ from bot.frames import (
     DoneFrame,
     ErrorFrame,
     Frame,
+    PlaceholderFrame,
     ResultStatus,
     ThinkingFrame,
     ToolCallRecord,
     ToolFrame,
 )
-from bot.jobs.models import Approval, JobRecord, JobState
+from bot.jobs.models import DIGEST_PREFIX, Approval, ApprovalState, JobRecord, JobState
 
 STATE_STYLES: dict[JobState, str] = {
     JobState.QUEUED: "cyan",
@@ -77,6 +78,8 @@ class FrameRenderer:
         self._end_text()
         if isinstance(frame, ToolFrame):
             self._out.print(tool_line(frame.record), soft_wrap=True)
+        elif isinstance(frame, PlaceholderFrame) and frame.text:
+            self._out.print(Text(f"  ● {frame.text}", style="dim"))
         elif isinstance(frame, ThinkingFrame) and frame.text:
             self._out.print(Text(f"  … {shorten(frame.text, SUMMARY_CHARS)}", style="dim"))
         elif isinstance(frame, DoneFrame):
@@ -286,6 +289,12 @@ def show_job(out: Console, record: JobRecord, approval: Approval | None) -> None
                 [("tool calls", result.tool_calls), ("model", result.model_used), ("usage", usage)]
             )
         )
+    if record.pushes:
+        out.print(Text("\npushed upstream", style="bold"))
+        for push in record.pushes:
+            error = f" ({push.error.code}: {push.error.message})" if push.error else ""
+            there = ", already there" if push.already_there else ""
+            out.print(f"  {push.sha} to {push.ref}: {push.state.value}{there}{error}")
     if approval is not None:
         out.print(Text("\napproval", style="bold"))
         out.print(approval_fields(approval))
@@ -313,12 +322,13 @@ def _outcome(outcome: dict[str, Any]) -> Text:
 def approval_fields(approval: Approval) -> Text:
     decision = None
     if approval.decided_by:
-        decision = f"{approval.state.value} by {approval.decided_by} at {when(approval.decided_at)}"
+        decision = f"{approval.state.value} by {approval.decider} at {when(approval.decided_at)}"
     elif approval.state.value != "pending":
         decision = approval.state.value
     return _fields(
         [
             ("job", approval.job_id),
+            ("approval", approval.id),
             ("repository", approval.repo),
             ("requested by", approval.requested_by),
             ("state", approval.state.value),
@@ -334,8 +344,9 @@ def approval_fields(approval: Approval) -> Text:
     )
 
 
-def show_approval(out: Console, approval: Approval) -> None:
-    """The parked call, the diff stat, and the diff that would land, highlighted."""
+def show_approval(out: Console, approval: Approval, *, commands: bool = True) -> None:
+    """The parked call, the diff stat, the diff that would land, highlighted, and (while it
+    waits, with ``commands``) the commands that decide exactly this approval."""
     out.print(approval_fields(approval))
     if approval.diff_stat:
         out.print(Text("\ndiff stat", style="bold"))
@@ -343,6 +354,24 @@ def show_approval(out: Console, approval: Approval) -> None:
     if approval.diff:
         out.print(Text("\ndiff", style="bold"))
         print_diff(out, approval.diff)
+    if commands and approval.state is ApprovalState.PENDING:
+        named = decision_flags(approval)
+        out.print(Text("\ndecide this approval (and no other)", style="bold"))
+        # Unwrapped: a command cut across lines would not paste whole.
+        approve = f"  riverbeam approvals approve {approval.job_id} {named} [--comment TEXT]"
+        out.print(approve, soft_wrap=True)
+        refuse = f"  riverbeam approvals refuse {approval.job_id} {named} --comment TEXT"
+        out.print(refuse, soft_wrap=True)
+
+
+def decision_flags(approval: Approval) -> str:
+    """The CLI flags that name ``approval`` in a decision."""
+    flags = f"--approval {approval.id}"
+    if approval.commit_sha:
+        flags += f" --commit {approval.commit_sha}"
+    if approval.diff_digest:
+        flags += f" --digest {DIGEST_PREFIX}{approval.diff_digest}"
+    return flags
 
 
 def print_diff(out: Console, diff: str) -> None:

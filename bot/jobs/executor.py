@@ -72,7 +72,7 @@ from bot.jobs.parking import (
     check_still_bound,
 )
 from bot.jobs.plans import ComparePoint, TreePlan, compare_point, request_text, tree_plan
-from bot.jobs.relayed_push import ApprovedPush
+from bot.jobs.relayed_push import ApprovedPush, PushGuard, Relay, recorded_pushes
 from bot.jobs.store import JobStore
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolsets import JobTools, job_tools
@@ -284,7 +284,7 @@ class Executor:
         record, settings = segment.record, self._settings
         callbacks = upstream_callbacks(record.spec.repo, repo, settings.workspaces)
         tool = PublishDocsetTool.for_job(
-            record, settings, lookup=self._store.get, callbacks=callbacks
+            record, settings, lookup=self._store.get, callbacks=callbacks, guard=self._guard(record)
         )
         plan = tool.plan()
         approval = segment.approval
@@ -376,7 +376,7 @@ class Executor:
             call_id=approval.call_id,
             approved=approved,
             comment=approval.comment,
-            decided_by=approval.decided_by or "",
+            decided_by=approval.decider,
         )
         return agent.resume(state, decision), state
 
@@ -398,7 +398,7 @@ class Executor:
             tree=tree,
             memory=memory,
             scope=spec.repo,
-            relay=self._relay(workspace, repo) if workspace is not None else None,
+            relay=self._relay(record, workspace, repo) if workspace is not None else None,
             publish=segment.publish.tool if segment.publish is not None else None,
         )
         return ToolLoopAgent.for_skill(
@@ -465,13 +465,19 @@ class Executor:
 
         return hooks
 
-    def _relay(self, workspace: Workspace, repo: RepositoryConfig) -> Any:
+    def _relay(self, record: JobRecord, workspace: Workspace, repo: RepositoryConfig) -> Relay:
         callbacks = upstream_callbacks(workspace.repo, repo, self._settings.workspaces)
+        guard = self._guard(record)
 
         def relay(sha: str, branch: str) -> RelayResult:
-            return relay_push(workspace, sha, branch, repo, callbacks=callbacks)
+            return guard(
+                sha, branch, lambda: relay_push(workspace, sha, branch, repo, callbacks=callbacks)
+            )
 
         return relay
+
+    def _guard(self, record: JobRecord) -> PushGuard:
+        return recorded_pushes(self._store, record.id, self._worker)
 
     def _push_target(self, segment: _Segment) -> PushTarget | PublishTarget | None:
         if segment.publish is not None:

@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from bot.errors import JobError
+from bot.errors import ApprovalError, JobError
 from bot.frames import ErrorInfo, Frame, Usage
 from sandbox.refs import JOB_ID_PATTERN
 
@@ -225,6 +225,30 @@ class JobResult(BaseModel):
     refusal: str | None = Field(default=None, description="what the model said in declining")
 
 
+class PushState(StrEnum):
+    UNDER_WAY = "under_way"
+    # The upstream branch is at the commit: pushed now, or already there.
+    LANDED = "landed"
+    # The relay refused or failed before the upstream took the commit (``error`` says why).
+    FAILED = "failed"
+    # The job ended (its worker was lost) while the push was under way: look upstream.
+    UNKNOWN = "unknown"
+
+
+class UpstreamPush(BaseModel):
+    """One push of an approved commit to the upstream, as the job record keeps it. It is
+    recorded as under way before the relay starts, so a cancel meanwhile is refused
+    (BEM-512) instead of ending the job with the push landing behind its back."""
+
+    sha: str
+    ref: str
+    state: PushState = PushState.UNDER_WAY
+    started_at: datetime
+    ended_at: datetime | None = None
+    already_there: bool = False
+    error: ErrorInfo | None = None
+
+
 class JobRecord(BaseModel):
     """A job and where it stands. ``version`` grows with every change: writers compare and
     set on it, so two workers can never both move a job. A running job holds a lease that
@@ -245,6 +269,15 @@ class JobRecord(BaseModel):
     cancel_requested: bool = False
     result: JobResult | None = None
     error: ErrorInfo | None = None
+    # Absent from records stored before pushes were recorded: none then.
+    pushes: list[UpstreamPush] = Field(
+        default_factory=list, description="what the job sent upstream, oldest first"
+    )
+
+    @property
+    def push_under_way(self) -> UpstreamPush | None:
+        last = self.pushes[-1] if self.pushes else None
+        return last if last is not None and last.state is PushState.UNDER_WAY else None
 
 
 class ApprovalState(StrEnum):
@@ -253,6 +286,71 @@ class ApprovalState(StrEnum):
     REFUSED = "refused"
     # Nobody decided: the job ended (cancelled, failed) while the approval was still pending.
     WITHDRAWN = "withdrawn"
+
+
+DIGEST_PREFIX = "sha256:"
+
+
+class DecisionBinding(BaseModel):
+    """What a decision names: the approval a person looked at, as it was shown to them (its
+    id, the commit and the diff digest). A decision whose binding is not the approval that
+    waits now is refused (BEM-604), so nobody approves a change they never saw."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    approval_id: str = Field(pattern=r"^[A-Za-z0-9._-]{1,100}$")
+    commit_sha: str | None = Field(
+        default=None, max_length=64, description="null when the approval names no commit"
+    )
+    diff_digest: str = Field(
+        default="", max_length=100, description="'' when the approval has no diff"
+    )
+
+    @field_validator("commit_sha")
+    @classmethod
+    def _commit(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return value.strip().lower() or None
+
+    @field_validator("diff_digest")
+    @classmethod
+    def _digest(cls, value: str) -> str:
+        # Shown as ``sha256:<hex>`` by the CLI and the web page; stored without the prefix.
+        return value.strip().lower().removeprefix(DIGEST_PREFIX)
+
+    @classmethod
+    def named(
+        cls, approval_id: str | None, commit_sha: str | None, diff_digest: str | None
+    ) -> DecisionBinding | None:
+        """The binding a decision's fields name, as a client sent them; None when they name
+        nothing. BEM-604 when they name something no approval could be."""
+        if approval_id is None:
+            if commit_sha is not None or diff_digest is not None:
+                raise ApprovalError(
+                    "BEM-604", "a commit or digest without the approval's id names no approval"
+                )
+            return None
+        try:
+            return cls(
+                approval_id=approval_id, commit_sha=commit_sha, diff_digest=diff_digest or ""
+            )
+        except ValidationError:
+            raise ApprovalError(
+                "BEM-604", f"{approval_id[:100]!r} is not an approval id; look at the job again"
+            ) from None
+
+    def differences(self, other: DecisionBinding) -> list[str]:
+        """What differs from ``other`` (the approval waiting), in words."""
+        return [
+            f"{name} {mine or 'none'!s} is not {theirs or 'none'!s}"
+            for name, mine, theirs in (
+                ("approval", self.approval_id, other.approval_id),
+                ("commit", self.commit_sha, other.commit_sha),
+                ("diff digest", self.diff_digest, other.diff_digest),
+            )
+            if mine != theirs
+        ]
 
 
 class Approval(BaseModel):
@@ -276,9 +374,27 @@ class Approval(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
     state: ApprovalState = ApprovalState.PENDING
     decided_by: str | None = None
+    decided_by_os_user: str | None = Field(
+        default=None,
+        description="the operating-system account that ran the CLI which recorded the "
+        "decision (the CLI takes the reviewer's name on trust); null for the API and web",
+    )
     decided_at: datetime | None = None
     comment: str = ""
     applied: bool = False
+
+    def binding(self) -> DecisionBinding:
+        """What a decision on this approval must name. Every approval ever stored has an id
+        and a digest field ("" when there is no diff), so old records bind the same way."""
+        return DecisionBinding(
+            approval_id=self.id, commit_sha=self.commit_sha, diff_digest=self.diff_digest
+        )
+
+    @property
+    def decider(self) -> str:
+        """Who decided, as shown: the name, and the OS account when the CLI recorded it."""
+        who = self.decided_by or ""
+        return f"{who} (OS user {self.decided_by_os_user})" if self.decided_by_os_user else who
 
 
 class ApprovalSummary(BaseModel):

@@ -8,6 +8,10 @@ credentials the container never sees. Anything else is BEM-603 and nothing goes 
 
 The relay answers ``already_there`` when the upstream branch is already at the commit, so a
 segment that runs twice (a redelivered task that took the job over) pushes once.
+
+Every push upstream (this one, and ``publish_docset``'s) runs under ``recorded_pushes``: the
+job record says the push is under way before it starts, and how it ended after, so a cancel
+meanwhile is refused (BEM-512) and the record always says what reached the upstream.
 """
 
 from __future__ import annotations
@@ -15,17 +19,51 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import JsonValue
 
 from bot.errors import BeamError
+from bot.frames import ErrorInfo
 from bot.input import AgentInput
 from bot.tools import Tool, ToolSpec
 from sandbox.refs import HEADS
 from sandbox.workspace.relay import RelayResult
 
+if TYPE_CHECKING:
+    from bot.jobs.store import JobStore
+
 Relay = Callable[[str, str], RelayResult]
 """``relay(approved_sha, branch)``: push the commit from the job's outbox upstream."""
+
+PushGuard = Callable[[str, str, Callable[[], RelayResult]], RelayResult]
+"""``guard(sha, ref, push)``: run ``push`` (which sends ``sha`` to ``ref``) and return its
+result, recording it with the job."""
+
+
+def unrecorded(sha: str, ref: str, push: Callable[[], RelayResult]) -> RelayResult:
+    """The guard of a push outside a job (a tool used on its own)."""
+    return push()
+
+
+def recorded_pushes(store: JobStore, job_id: str, worker: str) -> PushGuard:
+    """The guard of ``worker``'s pushes for job ``job_id``: BEM-506 (cancelled) or BEM-507
+    (no longer this worker's) before anything is sent; else the push is recorded under way,
+    then landed or failed. An unexpected exception leaves it under way until the job ends,
+    which records it as unknown: nobody can say whether it landed."""
+
+    def guard(sha: str, ref: str, push: Callable[[], RelayResult]) -> RelayResult:
+        store.begin_push(job_id, worker=worker, sha=sha, ref=ref)
+        try:
+            result = push()
+        except BeamError as error:
+            failed = ErrorInfo(code=error.code, message=error.message)
+            store.end_push(job_id, worker=worker, error=failed)
+            raise
+        store.end_push(job_id, worker=worker, already_there=result.already_there)
+        return result
+
+    return guard
 
 
 @dataclass(frozen=True)

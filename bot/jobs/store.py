@@ -42,11 +42,14 @@ from bot.jobs.models import (
     Approval,
     ApprovalState,
     ApprovalSummary,
+    DecisionBinding,
     JobEvent,
     JobKind,
     JobRecord,
     JobSpec,
     JobState,
+    PushState,
+    UpstreamPush,
 )
 
 T = TypeVar("T")
@@ -442,18 +445,72 @@ class JobStore:
         """Ask for the job to stop. A job no worker holds (queued, parked, or running under
         a lease that ran out) is cancelled at once, its pending approval withdrawn; a running
         one gets ``cancel_requested`` and its worker ends it between tool calls; a final job
-        comes back unchanged."""
+        comes back unchanged. While its worker pushes upstream, BEM-512: the push cannot be
+        called back, and a cancel then would end the job saying nothing went out."""
 
         def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
             if record.state.is_final:
                 return None
             if record.state is JobState.RUNNING and _leased(record, now):
+                pushing = record.push_under_way
+                if pushing is not None:
+                    raise JobError(
+                        "BEM-512",
+                        f"job {job_id} is pushing {pushing.sha[:12]} to {pushing.ref!r} "
+                        "upstream; the push is under way and cannot be cancelled. Wait for it "
+                        "to finish (the job's pushes say what reached the upstream), then "
+                        "cancel if you still want the job stopped",
+                    )
                 return None if record.cancel_requested else {"cancel_requested": True}
             error = ErrorInfo(code="BEM-506", message=f"cancelled while {record.state.value}")
             return {"state": JobState.CANCELLED, "cancel_requested": True, "error": error}
 
         new, current = self._change_job(job_id, change)
         return current if new is None else new
+
+    def begin_push(self, job_id: str, *, worker: str, sha: str, ref: str) -> None:
+        """Record that ``worker`` starts pushing ``sha`` to ``ref`` upstream, unless the job
+        was cancelled (BEM-506) or is no longer its own (BEM-507): then nothing may go out.
+        From here until ``end_push`` a cancel is refused (BEM-512)."""
+
+        def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
+            if record.state is not JobState.RUNNING or record.worker != worker:
+                raise BeamError("BEM-507", f"job {job_id} is no longer this worker's; nothing sent")
+            if record.cancel_requested:
+                raise BeamError(
+                    "BEM-506", f"job {job_id} was cancelled before its push; nothing sent"
+                )
+            return {"pushes": [*record.pushes, UpstreamPush(sha=sha, ref=ref, started_at=now)]}
+
+        self._change_job(job_id, change)
+
+    def end_push(
+        self,
+        job_id: str,
+        *,
+        worker: str,
+        already_there: bool = False,
+        error: ErrorInfo | None = None,
+    ) -> None:
+        """Record how the push ``begin_push`` started ended: landed, or failed with
+        ``error``. A job that is no longer ``worker``'s is left alone (whoever holds it now
+        pushes again, and the relay finds the commit there)."""
+
+        def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
+            pushing = record.push_under_way
+            if pushing is None or record.worker != worker or record.state.is_final:
+                return None
+            ended = pushing.model_copy(
+                update={
+                    "state": PushState.LANDED if error is None else PushState.FAILED,
+                    "ended_at": now,
+                    "already_there": already_there,
+                    "error": error,
+                }
+            )
+            return {"pushes": [*record.pushes[:-1], ended]}
+
+        self._change_job(job_id, change)
 
     def _change_job(
         self, job_id: str, change: Callable[[JobRecord, datetime], dict[str, Any] | None]
@@ -475,8 +532,12 @@ class JobStore:
             fields.update(version=record.version + 1, updated_at=now)
             if fields["state"] is not JobState.RUNNING:
                 fields["lease_until"] = None
+            ends = fields["state"].is_final and not record.state.is_final
+            if ends:
+                fields["pushes"] = [
+                    _settled(UpstreamPush.model_validate(push), now) for push in fields["pushes"]
+                ]
             new = JobRecord.model_validate(fields)
-            ends = new.state.is_final and not record.state.is_final
             approval = self._read_approval(pipe, job_id) if ends else None
 
             def writes(tx: Pipeline) -> None:
@@ -845,28 +906,55 @@ class JobStore:
         return self.atomic([key], body)
 
     def decide(
-        self, job_id: str, *, approve: bool, by: str, comment: str = "", allow_self: bool = False
+        self,
+        job_id: str,
+        *,
+        approve: bool,
+        by: str,
+        binding: DecisionBinding | None,
+        comment: str = "",
+        allow_self: bool = False,
+        os_user: str | None = None,
     ) -> Approval:
-        """Approve or refuse the job's pending call, once: BEM-600 when nothing waits,
-        BEM-601 when someone decided first, BEM-602 when the requester approves their own
-        job and ``allow_self`` is off (refusing it is always allowed)."""
+        """Approve or refuse the job's pending call, once. ``binding`` names the approval the
+        person looked at. In the order checked: BEM-600 when nothing waits; BEM-604 when the
+        binding is not the approval waiting (decided since, or the job parked again on
+        another change); BEM-601 when someone decided first; BEM-602 when the requester
+        approves their own job and ``allow_self`` is off (refusing it is always allowed);
+        BEM-605 for an approve that names nothing (a refuse may, since refusing releases
+        nothing). ``os_user``: the OS account behind a CLI decision, recorded beside ``by``
+        and held to the same self-approval rule."""
         if not by:
             raise ValueError("a decision needs the name of who made it")
         key = self._approval_key(job_id)
 
         def body(pipe: Pipeline) -> tuple[Approval, Writes | None]:
             record = self._read_job(pipe, job_id)
-            current = _decidable(record, self._read_approval(pipe, job_id))
-            if approve and by == current.requested_by and not allow_self:
+            current = self._read_approval(pipe, job_id)
+            if binding is not None and current is not None and binding.approval_id != current.id:
+                raise _stale(job_id, binding, current)
+            current = _decidable(record, current)
+            if binding is not None and binding != current.binding():
+                raise _stale(job_id, binding, current)
+            if approve and not allow_self and current.requested_by in (by, os_user):
                 raise ApprovalError(
                     "BEM-602",
-                    f"{by} requested job {job_id} and cannot approve it; another reviewer "
-                    "must decide",
+                    f"{current.requested_by} requested job {job_id} and cannot approve it; "
+                    "another reviewer must decide",
+                )
+            if approve and binding is None:
+                raise ApprovalError(
+                    "BEM-605",
+                    f"an approve of job {job_id} must name what it approves: the approval "
+                    "id, commit and diff digest you were shown. Look at the approval "
+                    f"(`riverbeam approvals show {job_id}`, or GET /v1/approvals/{job_id}) "
+                    "and send them with the decision",
                 )
             decided = current.model_copy(
                 update={
                     "state": ApprovalState.APPROVED if approve else ApprovalState.REFUSED,
                     "decided_by": by,
+                    "decided_by_os_user": os_user,
                     "decided_at": self._server_now(pipe),
                     "comment": comment,
                 }
@@ -989,6 +1077,17 @@ def _summary_json(approval: Approval) -> str:
     return ApprovalSummary.of(approval).model_dump_json()
 
 
+def _stale(job_id: str, binding: DecisionBinding, current: Approval) -> ApprovalError:
+    """BEM-604: the decision names something other than what waits; nothing is decided."""
+    shown = current.binding()
+    return ApprovalError(
+        "BEM-604",
+        f"job {job_id}'s current approval is {shown.approval_id} ({current.state.value}), "
+        f"not what you decided ({'; '.join(binding.differences(shown))}); nothing was "
+        "decided: look at the job's approval again and decide that one",
+    )
+
+
 def _event(entry_id: bytes, fields: dict[bytes, bytes]) -> JobEvent:
     if b"end" in fields:
         return JobEvent(id=entry_id.decode(), end=JobState(fields[b"end"].decode()))
@@ -996,13 +1095,24 @@ def _event(entry_id: bytes, fields: dict[bytes, bytes]) -> JobEvent:
 
 
 def _running(record: JobRecord, worker: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
-    """The fields that make ``worker`` the job's runner: a fresh lease, the next attempt."""
+    """The fields that make ``worker`` the job's runner: a fresh lease, the next attempt. A
+    push left under way was its previous worker's, lost mid-push: nobody pushes it now, so
+    it must not hold off a cancel (BEM-512), and whether it landed is unknown."""
     return {
         "state": JobState.RUNNING,
         "worker": worker,
         "lease_until": now + timedelta(seconds=lease_seconds),
         "attempt": record.attempt + 1,
+        "pushes": [_settled(push, now) for push in record.pushes],
     }
+
+
+def _settled(push: UpstreamPush, now: datetime) -> UpstreamPush:
+    """A push still under way when its job ends (its worker was lost mid-push): whether it
+    reached the upstream is unknown, and the record says so rather than leave it pending."""
+    if push.state is not PushState.UNDER_WAY:
+        return push
+    return push.model_copy(update={"state": PushState.UNKNOWN, "ended_at": now})
 
 
 def _leased(record: JobRecord, now: datetime) -> bool:

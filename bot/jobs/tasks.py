@@ -52,7 +52,7 @@ from bot.jobs.celery_app import (
     queue_for,
 )
 from bot.jobs.executor import Executor, ImageCheck
-from bot.jobs.models import Approval, JobRecord, JobSpec, JobState
+from bot.jobs.models import Approval, DecisionBinding, JobRecord, JobSpec, JobState
 from bot.jobs.schedules import ScheduleRuns, SummarySchedule, poll_delay
 from bot.jobs.store import JobStore
 from sandbox.container.engine import connect
@@ -94,14 +94,25 @@ def decide_job(
     by: str,
     comment: str = "",
     *,
+    binding: DecisionBinding | None,
     settings: Settings,
     app: Celery | None = None,
+    os_user: str | None = None,
 ) -> Approval:
-    """Approve or refuse the job's parked call (BEM-600/601/602 from the store; a requester
-    approves their own job only where the repository's ``allow_self_approval`` is on), then
-    queue the resume that applies the decision on any worker."""
+    """Approve or refuse the job's parked call, the one ``binding`` names (BEM-600 to 605
+    from the store; a requester approves their own job only where the repository's
+    ``allow_self_approval`` is on), then queue the resume that applies the decision on any
+    worker. ``os_user``: the OS account behind a CLI decision, recorded beside ``by``."""
     allow_self = settings.allows_self_approval(store.get(job_id).spec.repo)
-    decided = store.decide(job_id, approve=approve, by=by, comment=comment, allow_self=allow_self)
+    decided = store.decide(
+        job_id,
+        approve=approve,
+        by=by,
+        binding=binding,
+        comment=comment,
+        allow_self=allow_self,
+        os_user=os_user,
+    )
     _send(app, RESUME_JOB, store.get(job_id), priority=RESUME_PRIORITY)
     return decided
 

@@ -194,7 +194,11 @@ class ToolLoopAgent:
         """
         self._check_belongs(state)
         pending = _claim(state, decision)
-        return self._segment(state, self._decided(state, pending, decision))
+        # The segment opens by saying who decided: the event stream keeps it with the run.
+        verdict = "approved" if decision.approved else "refused"
+        who = decision.decided_by or "a reviewer"
+        note = f"{pending.tool} {verdict} by {who}"
+        return self._segment(state, self._decided(state, pending, decision), note=note)
 
     def _check_belongs(self, state: RunState) -> None:
         differences = _differences(
@@ -213,7 +217,7 @@ class ToolLoopAgent:
             )
 
     async def _segment(
-        self, state: RunState, body: AsyncGenerator[Frame, None]
+        self, state: RunState, body: AsyncGenerator[Frame, None], *, note: str = ""
     ) -> AsyncGenerator[Frame, None]:
         """Opening frames, the body's frames, then exactly one done frame, whatever happens.
 
@@ -225,7 +229,7 @@ class ToolLoopAgent:
         state.rounds = 0
         try:
             async with aclosing(body):
-                for opening in _opening_frames():
+                for opening in _opening_frames(note):
                     await self._hooks.run_on_frame(opening)
                     yield opening
                 async for frame in body:
@@ -501,5 +505,5 @@ def _refusal_record(call: ToolCall, decision: Decision) -> ToolCallRecord:
     return failed_record(call, BeamError("BEM-094", f"{who} refused {call.name}{why}"))
 
 
-def _opening_frames() -> tuple[PlaceholderFrame, ThinkingFrame]:
-    return PlaceholderFrame(), ThinkingFrame()
+def _opening_frames(note: str) -> tuple[PlaceholderFrame, ThinkingFrame]:
+    return PlaceholderFrame(text=note), ThinkingFrame()

@@ -19,6 +19,7 @@ from bot.jobs.models import (
     JobRecord,
     JobState,
     PublishOutcome,
+    PushState,
     ReviewOutcome,
     SummaryOutcome,
 )
@@ -97,8 +98,29 @@ def describe(record: JobRecord, approval: Approval | None) -> Outcome:
     if state is JobState.REFUSED:
         return _refused(record, approval)
     if state is JobState.CANCELLED:
-        return Outcome(tone="bad", headline="Cancelled: nothing more will happen.")
-    return _failed(record.error)
+        sent = _sent(record)
+        if not sent:
+            return Outcome(
+                tone="bad", headline="Cancelled: nothing was pushed; nothing more will happen."
+            )
+        return Outcome(
+            tone="bad",
+            headline="Cancelled after pushing upstream; nothing more will happen.",
+            details=sent,
+        )
+    failed = _failed(record.error)
+    # A job that failed after a push landed still says what reached the upstream.
+    return failed.model_copy(update={"details": [*failed.details, *_sent(record)]})
+
+
+def _sent(record: JobRecord) -> list[str]:
+    """Each push that reached (or may have reached) the upstream, one line each."""
+    return [
+        f"{push.sha} on branch {push.ref}: "
+        + ("landed upstream" if push.state is PushState.LANDED else "unknown, check upstream")
+        for push in record.pushes
+        if push.state is not PushState.FAILED
+    ]
 
 
 def _succeeded(record: JobRecord) -> Outcome:
@@ -148,7 +170,7 @@ def _refused(record: JobRecord, approval: Approval | None) -> Outcome:
     said = f": “{approval.comment}”" if approval.comment else "."
     return Outcome(
         tone="bad",
-        headline=f"{approval.decided_by} refused the change; nothing was pushed.",
+        headline=f"{approval.decider} refused the change; nothing was pushed.",
         details=[f"Their comment{said}"],
         hint="Submit a new request that addresses the comment.",
     )

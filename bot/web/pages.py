@@ -168,14 +168,32 @@ def decide(
     service: ServiceDep,
     decision: Annotated[str, Form()] = "",
     comment: Annotated[str, Form()] = "",
+    approval_id: Annotated[str, Form()] = "",
+    commit_sha: Annotated[str, Form()] = "",
+    diff_digest: Annotated[str, Form()] = "",
 ) -> Response:
+    """The form names the approval it was rendered with (hidden fields): a form left open
+    while the job parked again on another change is refused (BEM-604), not applied to it."""
     if decision not in ("approve", "refuse"):
         raise BeamError("BEM-705", "choose Approve or Refuse")
     try:
-        checked = Decision(comment=comment)
-    except ValidationError:
-        raise BeamError("BEM-705", "the comment is over 4000 characters") from None
-    service.decide(visitor.who, job_id, approve=decision == "approve", comment=checked.comment)
+        checked = Decision(
+            comment=comment,
+            approval_id=approval_id or None,
+            commit_sha=commit_sha if approval_id else None,
+            diff_digest=diff_digest if approval_id else None,
+        )
+    except ValidationError as error:
+        too_long = error.errors()[0]["loc"] == ("comment",)
+        why = "the comment is over 4000 characters" if too_long else "the form is damaged"
+        raise BeamError("BEM-705", f"{why}; open the page again") from None
+    service.decide(
+        visitor.who,
+        job_id,
+        approve=decision == "approve",
+        comment=checked.comment,
+        binding=checked.binding(),
+    )
     return see_other(f"/jobs/{job_id}")
 
 

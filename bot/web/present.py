@@ -94,7 +94,8 @@ def frame_line(frame: Frame) -> FrameLine:
         case ErrorFrame(error=error):
             return FrameLine(type="error", title=error.code, body=error.message, failed=True)
         case PlaceholderFrame(text=text):
-            return FrameLine(type="placeholder", title="Working", body=text)
+            # A resumed segment's opening names the decision it applies.
+            return FrameLine(type="placeholder", title="Resumed" if text else "Working", body=text)
     raise AssertionError(f"unknown frame {frame!r}")
 
 

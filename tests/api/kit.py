@@ -90,3 +90,15 @@ def read_events(lines: Iterator[str], *, limit: int | None = None) -> tuple[list
         if event.event == "end" or len(events) == limit:
             break
     return events, parser.comments
+
+
+def shown(client: httpx.Client, job_id: str) -> dict[str, Any]:
+    """What a reviewer who looked at the job's approval now names in a decision on it."""
+    reply = client.get(f"/v1/approvals/{job_id}")
+    assert reply.status_code == 200, reply.text
+    current = reply.json()["current"]
+    return {
+        "approval_id": current["id"],
+        "commit_sha": current["commit_sha"],
+        "diff_digest": current["diff_digest"],
+    }

@@ -9,9 +9,9 @@ import pytest
 
 from bot.jobs.models import JobState
 from tests.api.conftest import SECOND_REPO
-from tests.api.kit import AUTHOR, SUMMARIZE, problem
+from tests.api.kit import AUTHOR, SUMMARIZE, problem, shown
 from tests.support.api_server import ApiServer
-from tests.support.stack import Stack
+from tests.support.stack import Stack, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +93,8 @@ def test_a_reviewer_cannot_approve_their_own_job_but_may_refuse_it(
     api: ApiServer, stack: Stack, reviewers_own: str
 ) -> None:
     with api.client("reviewer") as client:
-        own = client.post(f"/v1/approvals/{reviewers_own}/approve", json={"comment": "mine"})
+        mine = {**shown(client, reviewers_own), "comment": "mine"}
+        own = client.post(f"/v1/approvals/{reviewers_own}/approve", json=mine)
         assert "another reviewer" in problem(own, 403, "BEM-602")["detail"]
         refused = client.post(f"/v1/approvals/{reviewers_own}/refuse", json={"comment": "no"})
     assert refused.status_code == 200, refused.text
@@ -107,13 +108,16 @@ def test_an_approval_lands_the_push_and_is_recorded(
     api: ApiServer, stack: Stack, confirmed: str
 ) -> None:
     with api.client("reviewer2") as client:
-        reply = client.post(f"/v1/approvals/{confirmed}/approve", json={"comment": "Looks right"})
+        seen = shown(client, confirmed)
+        reply = client.post(
+            f"/v1/approvals/{confirmed}/approve", json={**seen, "comment": "Looks right"}
+        )
         assert reply.status_code == 200, reply.text
         decided = reply.json()
         assert (decided["state"], decided["decided_by"]) == ("approved", "reviewer2")
-        assert decided["comment"] == "Looks right"
+        assert decided["comment"] == "Looks right" and decided["decided_by_os_user"] is None
         # Decided once: a second decision, either way, is refused.
-        problem(client.post(f"/v1/approvals/{confirmed}/approve"), 409, "BEM-601")
+        problem(client.post(f"/v1/approvals/{confirmed}/approve", json=seen), 409, "BEM-601")
         problem(client.post(f"/v1/approvals/{confirmed}/refuse"), 409, "BEM-601")
 
         done = stack.wait_for(confirmed, JobState.SUCCEEDED, timeout=60)
@@ -148,3 +152,47 @@ def test_an_admin_decides_in_any_repository(api: ApiServer, stack: Stack, in_han
         reply = client.post(f"/v1/approvals/{in_handbook}/refuse", json={"comment": "not now"})
     assert reply.status_code == 200 and reply.json()["decided_by"] == "admin"
     stack.wait_for(in_handbook, JobState.REFUSED, timeout=60)
+
+
+def test_an_approve_names_what_was_shown_and_a_stale_one_lands_nowhere(
+    api: ApiServer, stack: Stack
+) -> None:
+    """Reviewer A looks at approval 1; reviewer B refuses it; the agent commits something
+    else and parks approval 2. A's approve, naming approval 1, is refused with BEM-604 and
+    nothing is pushed; approval 2 lands only once someone approves what it shows."""
+    job_id = _park(api, stack, "writer", {**AUTHOR, "metadata": {"playbook": "author-push-twice"}})
+    branch = f"riverbeam/{job_id}"
+    with api.client("reviewer") as a, api.client("reviewer2") as b:
+        seen_by_a = shown(a, job_id)
+        refused = b.post(f"/v1/approvals/{job_id}/refuse", json={"comment": "not yet"})
+        assert refused.status_code == 200, refused.text
+
+        def parked_again() -> bool:
+            record = stack.store.get(job_id)
+            return record.state is JobState.AWAITING_APPROVAL and (
+                record.approval_id != seen_by_a["approval_id"]
+            )
+
+        wait_until(parked_again, 60, lambda: str(stack.store.get(job_id)))
+        for verb in ("approve", "refuse"):
+            stale = a.post(f"/v1/approvals/{job_id}/{verb}", json={**seen_by_a, "comment": "ok"})
+            assert "look at the job's approval again" in problem(stale, 409, "BEM-604")["detail"]
+        blind = a.post(f"/v1/approvals/{job_id}/approve", json={"comment": "ok"})
+        problem(blind, 422, "BEM-605")
+        partial = {"commit_sha": seen_by_a["commit_sha"]}
+        problem(a.post(f"/v1/approvals/{job_id}/approve", json=partial), 409, "BEM-604")
+        assert stack.upstream_ref(branch) is None
+
+        # The approval document and the job document both show what a decision names.
+        now = shown(a, job_id)
+        job = a.get(f"/v1/jobs/{job_id}").json()
+        assert now["approval_id"] != seen_by_a["approval_id"]
+        assert now["commit_sha"] != seen_by_a["commit_sha"] and len(now["diff_digest"]) == 64
+        summary = job["approval"]
+        assert (summary["id"], summary["commit_sha"], summary["diff_digest"]) == tuple(now.values())
+        assert summary["state"] == "pending" and job["approval_id"] == now["approval_id"]
+        approved = a.post(f"/v1/approvals/{job_id}/approve", json={**now, "comment": "yes"})
+        assert approved.status_code == 200, approved.text
+    done = stack.wait_for(job_id, JobState.SUCCEEDED, timeout=60)
+    assert stack.upstream_ref(branch) == now["commit_sha"]
+    assert [(p.sha, p.state.value) for p in done.pushes] == [(now["commit_sha"], "landed")]

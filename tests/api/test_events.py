@@ -22,6 +22,7 @@ from tests.api.kit import (
     EventParser,
     problem,
     read_events,
+    shown,
 )
 from tests.support.api_server import ApiServer
 from tests.support.stack import Stack
@@ -93,7 +94,8 @@ def test_a_follower_resumes_after_the_last_event_it_saw(api: ApiServer, stack: S
         lines = reply.iter_lines()
         until_parked, _ = read_events(lines, limit=len(parked) - len(first))
         assert [event.id for event in until_parked] == parked[len(first) :]
-        assert reviewer.post(f"/v1/approvals/{job_id}/approve").status_code == 200
+        approved = reviewer.post(f"/v1/approvals/{job_id}/approve", json=shown(reviewer, job_id))
+        assert approved.status_code == 200
         after_approval, _ = read_events(lines)
     rest = until_parked + after_approval
 
@@ -198,7 +200,12 @@ async def test_more_followers_than_read_threads_all_get_the_whole_stream(
         # Every follower blocks on Redis, and the other endpoints still answer.
         assert (await client.get("/v1/jobs", params={"limit": 1})).status_code == 200
         reviewer = api.auth("reviewer")
-        decided = await client.post(f"/v1/approvals/{job_id}/approve", headers=reviewer)
+        current = stack.store.approval(job_id)
+        assert current is not None
+        binding = current.binding().model_dump()
+        decided = await client.post(
+            f"/v1/approvals/{job_id}/approve", headers=reviewer, json=binding
+        )
         assert decided.status_code == 200
         streams = await asyncio.wait_for(asyncio.gather(*followers), 120)
     everything = _stored_ids(stack, job_id)

@@ -11,6 +11,7 @@ import httpx
 
 from bot.api.metrics import CONTENT_TYPE, METRICS_TTL_SECONDS, Family, exposition
 from bot.jobs.models import JobKind, JobState
+from tests.api.kit import shown
 from tests.support.api_server import ApiServer
 from tests.support.playbooks import FIXED_INSTALL
 from tests.support.stack import Stack
@@ -139,7 +140,10 @@ def test_the_metrics_follow_the_jobs_the_service_runs(stack: Stack, api: ApiServ
         assert value(parked, "riverbeam_tool_call_duration_seconds", tool=tool, quantile="0.99")
 
     with api.client("reviewer") as reviewer:
-        decided = reviewer.post(f"/v1/approvals/{author.json()['id']}/approve", json={})
+        author_id = author.json()["id"]
+        decided = reviewer.post(
+            f"/v1/approvals/{author_id}/approve", json=shown(reviewer, author_id)
+        )
     assert decided.status_code == 200, decided.text
     stack.wait_for(author.json()["id"], JobState.SUCCEEDED)
 

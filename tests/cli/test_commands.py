@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from bot.cli.common import os_account
 from bot.jobs.celery_app import queue_for, worker_queues
 from bot.jobs.models import ApprovalState, JobKind, JobRecord, JobState
 from tests.cli.kit import Ran, cli
@@ -59,6 +60,17 @@ def has_field(output: str, name: str, value: str) -> bool:
     return re.search(rf"^{re.escape(name)} +{re.escape(value)}", output, re.MULTILINE) is not None
 
 
+def named(job_id: str) -> list[str]:
+    """The flags that name the job's approval, as ``approvals show`` prints them for the
+    reviewer to decide with."""
+    shown = cli("approvals", "show", job_id)
+    found = re.search(
+        rf"riverbeam approvals approve {job_id} (--approval .+?) \[--comment", shown.out
+    )
+    assert found, shown.out
+    return found.group(1).split()
+
+
 def _queued_messages(stack: Stack) -> int:
     redis = stack.store._redis
     return sum(int(redis.llen(queue)) for queue in worker_queues())
@@ -75,7 +87,7 @@ def test_submit_follow_streams_frames_and_stops_at_the_park(stack: Stack) -> Non
         f'▸ git_commit message="{COMMIT_SUBJECT[:30]}',
         f" {COMMIT_SUBJECT}  ",
         "⏸ git_push waits for a person's approval",
-        f"riverbeam approvals approve {job_id}",
+        f"riverbeam approvals show {job_id}",
     ):
         assert line in ran.out, ran.out
     assert stack.store.get(job_id).state is JobState.AWAITING_APPROVAL
@@ -98,7 +110,10 @@ def test_submit_follow_streams_frames_and_stops_at_the_park(stack: Stack) -> Non
     ):
         assert text in shown.out, shown.out
 
-    decided = cli("approvals", "approve", job_id, "--as", REVIEWER, "--comment", "Good", "--follow")
+    decided = cli(
+        "approvals", "approve", job_id, *named(job_id), "--as", REVIEWER, "--comment", "Good",
+        "--follow",
+    )  # fmt: skip
     assert decided.code == 0, decided.err
     assert f"approved: job {job_id}'s git_push to riverbeam/{job_id}" in decided.out
     assert "pushed upstream" in decided.out and "● job succeeded" in decided.out
@@ -133,11 +148,69 @@ def test_a_requester_cannot_approve_their_own_push(stack: Stack) -> None:
     assert cli("jobs", "cancel", job.id).code == 0
 
 
+def test_an_approve_names_the_approval_shown_and_one_left_stale_is_refused(stack: Stack) -> None:
+    """The reviewer's `show` names approval 1; another refuses it and the job parks again on
+    another commit: the approve naming approval 1 is BEM-604, and nothing is pushed."""
+    ran = submit(playbook="author-push-twice")
+    job_id = ran.out.strip()
+    stack.wait_for(job_id, JobState.AWAITING_APPROVAL)
+    first = named(job_id)
+    refused = cli("approvals", "refuse", job_id, *first, "--as", "b", "--comment", "Not yet")
+    assert refused.code == 0, refused.err
+    wait_until(
+        lambda: (
+            stack.store.get(job_id).approval_id not in (None, first[1])
+            and stack.store.get(job_id).state is JobState.AWAITING_APPROVAL
+        ),
+        60,
+        lambda: str(stack.store.get(job_id)),
+    )
+    stale = cli("approvals", "approve", job_id, *first, "--as", REVIEWER)
+    assert stale.code == 2 and stale.err.startswith("riverbeam: BEM-604: "), stale.err
+    blind = cli("approvals", "approve", job_id, "--as", REVIEWER)
+    assert blind.code == 2 and "BEM-605" in blind.err and "approvals show" in blind.err
+    assert stack.upstream_ref(f"riverbeam/{job_id}") is None
+
+    second = named(job_id)
+    assert second != first
+    assert cli("approvals", "approve", job_id, *second, "--as", REVIEWER).code == 0
+    stack.wait_for(job_id, JobState.SUCCEEDED)
+    assert stack.upstream_ref(f"riverbeam/{job_id}") == second[3]
+
+
+def test_as_records_the_os_account_beside_the_claimed_name(stack: Stack) -> None:
+    me = os_account()
+    job = parked(stack)
+    ran = cli("approvals", "refuse", job.id, "--as", REVIEWER, "--comment", "Not like this")
+    assert ran.code == 0 and f"by {REVIEWER} (OS user {me})" in ran.out, ran.out
+    decided = stack.store.approval(job.id)
+    assert decided is not None
+    assert (decided.decided_by, decided.decided_by_os_user) == (REVIEWER, me)
+    done = stack.wait_for(job.id, JobState.REFUSED)
+    # The model and the job's log read both names too.
+    assert done.result is not None and f"{REVIEWER} (OS user {me})" in done.result.text
+    assert f"refused by {REVIEWER} (OS user {me})" in cli("jobs", "show", job.id).out
+    assert f"● git_push refused by {REVIEWER} (OS user {me})" in cli("jobs", "follow", job.id).out
+    as_json = json.loads(cli("approvals", "show", job.id, "--json").out)
+    assert as_json["decided_by_os_user"] == me
+
+    # A job the OS account asked for under its own name: claiming another name does not
+    # let it approve its own push.
+    own = cli(
+        "submit", "author", "--repo", "docs", "--request", REQUEST, "--as", me,
+        "--meta", "playbook=author-fix-install",
+    ).out.strip()  # fmt: skip
+    stack.wait_for(own, JobState.AWAITING_APPROVAL)
+    walked = cli("approvals", "approve", own, *named(own), "--as", "someone-else")
+    assert walked.code == 2 and walked.err.startswith("riverbeam: BEM-602: "), walked.err
+    assert cli("jobs", "cancel", own).code == 0
+
+
 def test_jobs_list_and_show_filter_and_describe(stack: Stack) -> None:
     done = parked(stack)
     approval = stack.store.approval(done.id)
     assert approval is not None and approval.commit_sha is not None
-    cli("approvals", "approve", done.id, "--as", REVIEWER)
+    cli("approvals", "approve", done.id, *named(done.id), "--as", REVIEWER)
     stack.wait_for(done.id, JobState.SUCCEEDED)
     queued = cli(
         "submit", IDLE_KIND.value, "--repo", "docs", "--branch", "main", "--as", "someone-else"
@@ -176,7 +249,7 @@ def test_jobs_list_and_show_filter_and_describe(stack: Stack) -> None:
 
 def test_follow_replays_from_the_start_or_after_an_event(stack: Stack) -> None:
     job = parked(stack)
-    cli("approvals", "approve", job.id, "--as", REVIEWER)
+    cli("approvals", "approve", job.id, *named(job.id), "--as", REVIEWER)
     stack.wait_for(job.id, JobState.SUCCEEDED)
     whole = cli("jobs", "follow", job.id)
     assert whole.code == 0

@@ -9,6 +9,8 @@ sandbox reaper and asserts:
 - **no push twice**: the upstream's reflog (the stack turns reflogs on) has at most one
   update of each job's branch, exactly one at the pushed commit for a job that says it
   pushed, and ``main`` was never moved;
+- **the record says what reached the upstream**: the job's last landed push is what its
+  upstream branch holds, and no push is recorded as landed that is not there;
 - **no container left** once the reaper ran: none labelled with one of the jobs.
 
 The reaper is the real one (``sandbox.container.reaper.reap``), told to leave alone the
@@ -20,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from bot.jobs.models import AuthorOutcome, JobRecord, JobState
+from bot.jobs.models import AuthorOutcome, JobRecord, JobState, PushState
 from sandbox.container.engine import connect
 from sandbox.container.reaper import reap
 from tests.support.stack import Stack, wait_until
@@ -91,3 +93,9 @@ def _assert_pushed_at_most_once(stack: Stack, record: JobRecord) -> None:
     outcome = record.result.outcome if record.result is not None else None
     if isinstance(outcome, AuthorOutcome) and outcome.pushed_sha is not None:
         assert len(updates) == 1 and stack.upstream_ref(branch) == outcome.pushed_sha, record
+    # The record says what reached the upstream, whatever state the job ended in.
+    landed = [p.sha for p in record.pushes if p.ref == branch and p.state is PushState.LANDED]
+    if stack.upstream_ref(branch) is None:
+        assert not landed, f"{record.id} records a push that is not upstream: {record.pushes}"
+    elif record.pushes and record.pushes[-1].state is not PushState.UNKNOWN:
+        assert landed[-1:] == [stack.upstream_ref(branch)], record

@@ -87,6 +87,12 @@ def test_a_worker_killed_while_its_relay_push_is_in_flight_pushes_once(
     done = stack.wait_for(job.id, JobState.SUCCEEDED, timeout=60)
 
     assert done.attempt == 3  # run, the killed resume, the takeover
+    # The killed worker's push is unknown (it died mid-push); the takeover's landed.
+    assert [(p.sha, p.state.value) for p in done.pushes] == [
+        (approval.commit_sha, "unknown"),
+        (approval.commit_sha, "landed"),
+    ]
+    assert done.pushes[-1].already_there
     sha = approval.commit_sha
     assert _relay_answer(stack, job.id) == {
         "branch": branch,

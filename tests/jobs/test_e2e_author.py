@@ -146,7 +146,7 @@ def test_a_resume_redelivered_after_its_worker_died_pushes_once(stack: Stack) ->
     relay finds the commit already upstream."""
     job, approval = _park(stack)
     branch, sha = f"riverbeam/{job.id}", approval.commit_sha or ""
-    stack.store.decide(job.id, approve=True, by=REVIEWER)
+    stack.store.decide(job.id, approve=True, by=REVIEWER, binding=approval.binding())
     claimed = stack.store.claim_resume(job.id, worker="ghost", lease_seconds=1.0)
     assert claimed is not None
     ghost = claimed[0]

@@ -3,6 +3,7 @@ leases, cancel in every state, approvals, event streams, limits, outages and res
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -20,11 +21,13 @@ from bot.jobs.models import (
     Approval,
     ApprovalState,
     AuthorOutcome,
+    DecisionBinding,
     JobKind,
     JobRecord,
     JobResult,
     JobSpec,
     JobState,
+    PushState,
 )
 from bot.jobs.store import JobStore
 from tests.support.redis_server import RedisServer, running_redis
@@ -78,6 +81,12 @@ def pending_for(record: JobRecord, approval_id: str = "ap1") -> Approval:
         diff_digest="d" * 64,
         diff="--- a/install.md\n+++ b/install.md\n",
     )
+
+
+def seen(store: JobStore, job_id: str) -> DecisionBinding | None:
+    """What a reviewer looking at the job's approval now would name in a decision."""
+    current = store.approval(job_id)
+    return None if current is None else current.binding()
 
 
 def parked(store: JobStore, spec: JobSpec | None = None, approval_id: str = "ap1") -> JobRecord:
@@ -136,7 +145,7 @@ def test_unknown_jobs_are_bem_500_everywhere(store: JobStore) -> None:
         lambda: store.claim("nope", worker="w", lease_seconds=1),
         lambda: store.renew_lease("nope", worker="w", lease_seconds=1),
         lambda: store.request_cancel("nope"),
-        lambda: store.decide("nope", approve=True, by="bob"),
+        lambda: store.decide("nope", approve=False, by="bob", binding=None),
     ]
     assert [code_of(call) for call in calls] == ["BEM-500"] * len(calls)
     assert store.is_final_or_unknown("nope")
@@ -321,7 +330,7 @@ def test_expired_leases_lists_only_running_jobs_whose_worker_stopped_renewing(
     assert store.claim(dead, worker="w2", lease_seconds=30) is not None
     assert store.expired_leases() == []
     # A resume holds a lease too; it runs out when its worker dies.
-    store.decide(waiting.id, approve=True, by="bob")
+    store.decide(waiting.id, binding=seen(store, waiting.id), approve=True, by="bob")
     assert store.claim_resume(waiting.id, worker="w3", lease_seconds=0.2) is not None
     time.sleep(0.3)
     assert store.expired_leases() == [waiting.id]
@@ -355,7 +364,7 @@ def test_claim_resumes_a_parked_job_when_asked_to(store: JobStore) -> None:
 def test_claim_resume_waits_for_a_decision_then_applies_it_once(store: JobStore) -> None:
     record = parked(store)
     assert store.claim_resume(record.id, worker="w2", lease_seconds=30) is None
-    store.decide(record.id, approve=True, by="bob")
+    store.decide(record.id, binding=seen(store, record.id), approve=True, by="bob")
     claimed = store.claim_resume(record.id, worker="w2", lease_seconds=30)
     assert claimed is not None
     job, approval = claimed
@@ -367,7 +376,9 @@ def test_claim_resume_waits_for_a_decision_then_applies_it_once(store: JobStore)
 
 def test_concurrent_resumes_apply_one_decision_exactly_once(store: JobStore) -> None:
     record = parked(store)
-    store.decide(record.id, approve=False, by="bob", comment="not this week")
+    store.decide(
+        record.id, binding=seen(store, record.id), approve=False, by="bob", comment="not this week"
+    )
 
     def resume(i: int) -> tuple[JobRecord, Approval] | None:
         return store.claim_resume(record.id, worker=f"w{i}", lease_seconds=30)
@@ -419,7 +430,7 @@ def test_cancel_of_a_parked_job_withdraws_its_approval(store: JobStore) -> None:
     assert withdrawn is not None and withdrawn.state is ApprovalState.WITHDRAWN
     assert [a.state for a in store.approval_history(record.id)] == [ApprovalState.WITHDRAWN]
     with pytest.raises(ApprovalError) as caught:
-        store.decide(record.id, approve=True, by="bob")
+        store.decide(record.id, binding=seen(store, record.id), approve=True, by="bob")
     assert caught.value.code == "BEM-600" and "withdrawn" in caught.value.message
 
 
@@ -450,7 +461,7 @@ def test_cancel_and_decide_racing_leave_one_consistent_outcome(store: JobStore) 
         def act(i: int, job_id: str = record.id) -> object:
             if i == 0:
                 return store.request_cancel(job_id)
-            return store.decide(job_id, approve=True, by="bob")
+            return store.decide(job_id, binding=seen(store, job_id), approve=True, by="bob")
 
         _, decided = race(2, act)
         approval = store.approval(record.id)
@@ -578,7 +589,9 @@ def test_an_approval_is_decided_once_and_kept_in_history(store: JobStore) -> Non
     record = parked(store)
     opened = store.approval(record.id)
     assert opened is not None and opened.state is ApprovalState.PENDING
-    decided = store.decide(record.id, approve=True, by="bob", comment="looks right")
+    decided = store.decide(
+        record.id, binding=seen(store, record.id), approve=True, by="bob", comment="looks right"
+    )
     assert decided.state is ApprovalState.APPROVED
     assert (decided.decided_by, decided.comment) == ("bob", "looks right")
     assert decided.decided_at is not None
@@ -586,14 +599,16 @@ def test_an_approval_is_decided_once_and_kept_in_history(store: JobStore) -> Non
     assert store.approval_history(record.id) == [decided]
     assert store.pending_approvals() == []
     with pytest.raises(ApprovalError) as caught:
-        store.decide(record.id, approve=False, by="carol")
+        store.decide(record.id, binding=seen(store, record.id), approve=False, by="carol")
     assert caught.value.code == "BEM-601"
     assert "approved by bob at " in caught.value.message
 
 
 def test_a_refusal_is_recorded_too(store: JobStore) -> None:
     record = parked(store)
-    refused = store.decide(record.id, approve=False, by="bob", comment="wrong page")
+    refused = store.decide(
+        record.id, binding=seen(store, record.id), approve=False, by="bob", comment="wrong page"
+    )
     assert refused.state is ApprovalState.REFUSED
     claimed = store.claim_resume(record.id, worker="w2", lease_seconds=30)
     assert claimed is not None and claimed[1] == refused.model_copy(update={"applied": True})
@@ -601,28 +616,43 @@ def test_a_refusal_is_recorded_too(store: JobStore) -> None:
 
 def test_no_approval_waiting_is_bem_600(store: JobStore) -> None:
     record = store.create(author())
-    assert code_of(lambda: store.decide(record.id, approve=True, by="bob")) == "BEM-600"
+    assert code_of(lambda: store.decide(record.id, binding=None, approve=False, by="bob")) == (
+        "BEM-600"
+    )
     # Opened but not parked yet (the worker is between the two writes): not decidable.
     store.claim(record.id, worker="w1", lease_seconds=30)
     store.open_approval(pending_for(record))
     with pytest.raises(ApprovalError) as caught:
-        store.decide(record.id, approve=True, by="bob")
+        store.decide(record.id, binding=seen(store, record.id), approve=True, by="bob")
     assert caught.value.code == "BEM-600" and "running" in caught.value.message
 
 
 def test_the_requester_cannot_approve_their_own_job_unless_allowed(store: JobStore) -> None:
     record = parked(store)
     with pytest.raises(ApprovalError) as caught:
-        store.decide(record.id, approve=True, by="alice")
+        store.decide(record.id, binding=seen(store, record.id), approve=True, by="alice")
     assert caught.value.code == "BEM-602"
-    assert store.decide(record.id, approve=True, by="alice", allow_self=True).decided_by == "alice"
+    assert (
+        store.decide(
+            record.id, binding=seen(store, record.id), approve=True, by="alice", allow_self=True
+        ).decided_by
+        == "alice"
+    )
     other = parked(store)
-    assert store.decide(other.id, approve=False, by="alice").state is ApprovalState.REFUSED
+    assert (
+        store.decide(other.id, binding=seen(store, other.id), approve=False, by="alice").state
+        is ApprovalState.REFUSED
+    )
 
 
 def test_concurrent_decisions_exactly_one_lands(store: JobStore) -> None:
     record = parked(store)
-    results = race(10, lambda i: store.decide(record.id, approve=i % 2 == 0, by=f"r{i}"))
+    results = race(
+        10,
+        lambda i: store.decide(
+            record.id, binding=seen(store, record.id), approve=i % 2 == 0, by=f"r{i}"
+        ),
+    )
     landed = [result for result in results if isinstance(result, Approval)]
     assert len(landed) == 1
     assert all(
@@ -904,7 +934,9 @@ def fill(store: JobStore) -> dict[str, Any]:
     store.save_run_state(waiting.id, '{"version": 1, "pending": "call-1"}')
     store.save_snapshot(waiting.id, b"\x00bundle\xff" * 100)
     decided = parked(store, approval_id="ap9")
-    store.decide(decided.id, approve=True, by="bob", comment="ship it")
+    store.decide(
+        decided.id, binding=seen(store, decided.id), approve=True, by="bob", comment="ship it"
+    )
     store.append_event(running.id, ThinkingFrame(text="thinking"))
     store.transition(running.id, JobState.SUCCEEDED, from_states={JobState.RUNNING})
     token = store.try_lock("docs", ttl_seconds=600)
@@ -977,3 +1009,234 @@ def test_the_shipped_redis_conf_persists_and_never_evicts(tmp_path: Path) -> Non
         assert store.list()[0] == before["jobs"]
         assert store.read_events(before["running"]) == before["events"]
         store._redis.close()
+
+
+# decisions name what they decide ---------------------------------------------------------
+
+
+def park_again(store: JobStore, record: JobRecord, approval_id: str, commit: str) -> None:
+    """The resume applied the decision; the agent committed something else and parked on it."""
+    assert store.claim_resume(record.id, worker="w2", lease_seconds=30) is not None
+    again = pending_for(record, approval_id).model_copy(
+        update={"commit_sha": commit, "diff_digest": "e" * 64, "diff": "+++ another change\n"}
+    )
+    store.open_approval(again)
+    moved = store.transition(
+        record.id,
+        JobState.AWAITING_APPROVAL,
+        from_states={JobState.RUNNING},
+        approval_id=approval_id,
+    )
+    assert moved is not None
+
+
+def test_an_approve_of_what_was_shown_before_the_job_parked_again_is_refused(
+    store: JobStore,
+) -> None:
+    """Reviewer A opens approval 1; B refuses it; the job parks approval 2 on another commit;
+    A's approve still names approval 1, so it lands on nothing."""
+    record = parked(store, approval_id="ap1")
+    shown_to_a = seen(store, record.id)
+    store.decide(record.id, binding=seen(store, record.id), approve=False, by="b", comment="no")
+    park_again(store, record, "ap2", "b" * 40)
+
+    for approve in (True, False):
+        with pytest.raises(ApprovalError) as caught:
+            store.decide(record.id, binding=shown_to_a, approve=approve, by="a")
+        assert caught.value.code == "BEM-604"
+        assert "ap2 (pending)" in caught.value.message and "look at" in caught.value.message
+    waiting = store.approval(record.id)
+    assert waiting is not None and waiting.id == "ap2" and waiting.state is ApprovalState.PENDING
+    assert [a.id for a in store.approval_history(record.id)] == ["ap1"]
+    assert [a.id for a in store.pending_approvals()] == ["ap2"]
+
+
+def test_a_decision_naming_the_waiting_approval_with_another_commit_or_digest_is_refused(
+    store: JobStore,
+) -> None:
+    record = parked(store)
+    shown = seen(store, record.id)
+    assert shown is not None
+    for wrong in (
+        shown.model_copy(update={"commit_sha": "b" * 40}),
+        shown.model_copy(update={"commit_sha": None}),
+        shown.model_copy(update={"diff_digest": "e" * 64}),
+        shown.model_copy(update={"diff_digest": ""}),
+    ):
+        with pytest.raises(ApprovalError) as caught:
+            store.decide(record.id, binding=wrong, approve=True, by="bob")
+        assert caught.value.code == "BEM-604"
+    # As the CLI and the web page show them: the digest with its prefix, any case.
+    typed = DecisionBinding(
+        approval_id="ap1", commit_sha=("A" * 40), diff_digest="SHA256:" + "D" * 64
+    )
+    assert store.decide(record.id, binding=typed, approve=True, by="bob").state is (
+        ApprovalState.APPROVED
+    )
+
+
+def test_an_approve_must_name_what_it_approves_and_a_refuse_need_not(store: JobStore) -> None:
+    record = parked(store)
+    with pytest.raises(ApprovalError) as caught:
+        store.decide(record.id, binding=None, approve=True, by="bob")
+    assert caught.value.code == "BEM-605"
+    untouched = store.approval(record.id)
+    assert untouched is not None and untouched.state is ApprovalState.PENDING
+    refused = store.decide(record.id, binding=None, approve=False, by="bob", comment="no")
+    assert refused.state is ApprovalState.REFUSED
+
+
+def test_an_approval_and_job_stored_by_the_previous_release_are_decided_and_resumed(
+    store: JobStore, client: redis.Redis
+) -> None:
+    """Records exactly as the previous release wrote them (no OS account, no pushes): the
+    binding is what their approval document shows, and the decision applies."""
+    job_id = "0123456789ab"
+    sha, digest = "c" * 40, "f" * 64
+    job = {
+        "id": job_id,
+        "spec": {
+            "kind": "author",
+            "repo": "docs",
+            "request": "fix the install page",
+            "base": None,
+            "branch": None,
+            "range": None,
+            "review_job": None,
+            "pages": [],
+            "requested_by": "alice",
+            "metadata": {},
+        },
+        "state": "awaiting_approval",
+        "version": 3,
+        "created_at": "2026-11-30T10:00:00Z",
+        "updated_at": "2026-11-30T10:01:00Z",
+        "attempt": 1,
+        "worker": None,
+        "lease_until": None,
+        "branch": f"riverbeam/{job_id}",
+        "approval_id": "9f1c2b3a4d5e6f708192a3b4c5d6e7f8",
+        "cancel_requested": False,
+        "result": None,
+        "error": None,
+    }
+    approval = {
+        "id": "9f1c2b3a4d5e6f708192a3b4c5d6e7f8",
+        "job_id": job_id,
+        "repo": "docs",
+        "requested_by": "alice",
+        "call_id": "call-1",
+        "tool": "git_push",
+        "arguments": {},
+        "commit_sha": sha,
+        "target_ref": f"riverbeam/{job_id}",
+        "base_sha": "b" * 40,
+        "diff_digest": digest,
+        "diff_stat": " install.md | 2 +-\n",
+        "diff": "--- a/install.md\n+++ b/install.md\n",
+        "created_at": "2026-11-30T10:01:00Z",
+        "state": "pending",
+        "decided_by": None,
+        "decided_at": None,
+        "comment": "",
+        "applied": False,
+    }
+    client.set(store.key("job", job_id), json.dumps(job))
+    client.zadd(store.key("jobs"), {job_id: 1_700_000_000.0})
+    client.set(store.key("approval", job_id), json.dumps(approval))
+    client.zadd(store.key("approvals", "pending"), {job_id: 1_700_000_000.0})
+
+    shown = DecisionBinding(approval_id=approval["id"], commit_sha=sha, diff_digest=digest)
+    stored = store.approval(job_id)
+    assert stored is not None and stored.binding() == shown
+    assert store.get(job_id).pushes == []
+    decided = store.decide(job_id, binding=shown, approve=True, by="bob")
+    assert decided.state is ApprovalState.APPROVED and decided.decided_by_os_user is None
+    claimed = store.claim_resume(job_id, worker="w1", lease_seconds=30)
+    assert claimed is not None and claimed[1].applied
+
+
+def test_a_cli_decision_records_the_os_account_and_it_too_may_not_approve_its_own_job(
+    store: JobStore,
+) -> None:
+    record = parked(store)  # requested by alice
+    with pytest.raises(ApprovalError) as caught:
+        store.decide(
+            record.id, binding=seen(store, record.id), approve=True, by="bob", os_user="alice"
+        )
+    assert caught.value.code == "BEM-602"
+    decided = store.decide(
+        record.id, binding=seen(store, record.id), approve=True, by="bob", os_user="carol"
+    )
+    assert (decided.decided_by, decided.decided_by_os_user) == ("bob", "carol")
+    assert decided.decider == "bob (OS user carol)"
+    assert store.approval_history(record.id)[0].decided_by_os_user == "carol"
+
+
+# pushes upstream --------------------------------------------------------------------------
+
+
+def test_a_cancel_while_a_push_is_under_way_is_refused_and_the_push_recorded(
+    store: JobStore,
+) -> None:
+    record = store.create(author())
+    store.claim(record.id, worker="w1", lease_seconds=30)
+    store.begin_push(record.id, worker="w1", sha="a" * 40, ref="riverbeam/x")
+    with pytest.raises(JobError) as caught:
+        store.request_cancel(record.id)
+    assert caught.value.code == "BEM-512" and "under way" in caught.value.message
+    under_way = store.get(record.id)
+    assert not under_way.cancel_requested and under_way.push_under_way is not None
+
+    store.end_push(record.id, worker="w1")
+    asked = store.request_cancel(record.id)
+    assert asked.cancel_requested
+    [push] = asked.pushes
+    assert (push.sha, push.ref, push.state) == ("a" * 40, "riverbeam/x", PushState.LANDED)
+    assert push.ended_at is not None and push.ended_at >= push.started_at
+
+
+def test_a_push_does_not_start_once_a_cancel_was_asked_for_or_the_job_moved_on(
+    store: JobStore,
+) -> None:
+    record = store.create(author())
+    store.claim(record.id, worker="w1", lease_seconds=30)
+    assert code_of(
+        lambda: store.begin_push(record.id, worker="w2", sha="a" * 40, ref="riverbeam/x")
+    ) == ("BEM-507")
+    store.request_cancel(record.id)
+    assert code_of(
+        lambda: store.begin_push(record.id, worker="w1", sha="a" * 40, ref="riverbeam/x")
+    ) == ("BEM-506")
+    assert store.get(record.id).pushes == []
+
+
+def test_a_worker_taking_over_a_job_lost_mid_push_does_not_hold_off_a_cancel(
+    store: JobStore,
+) -> None:
+    record = store.create(author())
+    store.claim(record.id, worker="w1", lease_seconds=0.5)
+    store.begin_push(record.id, worker="w1", sha="a" * 40, ref="riverbeam/x")
+    time.sleep(0.6)  # w1 died mid-push: its lease ran out
+    taken = store.claim(record.id, worker="w2", lease_seconds=30, from_states=(JobState.RUNNING,))
+    assert taken is not None and taken.push_under_way is None
+    assert [p.state for p in taken.pushes] == [PushState.UNKNOWN]
+    assert store.request_cancel(record.id).cancel_requested
+
+
+def test_a_failed_push_says_why_and_one_cut_short_by_a_lost_worker_is_unknown(
+    store: JobStore,
+) -> None:
+    record = store.create(author())
+    store.claim(record.id, worker="w1", lease_seconds=0.5)
+    store.begin_push(record.id, worker="w1", sha="a" * 40, ref="riverbeam/x")
+    refused = ErrorInfo(code="BEM-351", message="the branch moved")
+    store.end_push(record.id, worker="w1", error=refused)
+    store.begin_push(record.id, worker="w1", sha="b" * 40, ref="riverbeam/x")
+    time.sleep(0.6)  # the worker died mid-push: its lease ran out
+    cancelled = store.request_cancel(record.id)
+    assert cancelled.state is JobState.CANCELLED
+    assert [(p.state, p.error) for p in cancelled.pushes] == [
+        (PushState.FAILED, refused),
+        (PushState.UNKNOWN, None),
+    ]

@@ -76,6 +76,7 @@ LONG_SUBJECT = (
 AUTHOR_REQUEST = "Fix the broken links and typos on the install page"
 COMMIT_SUBJECT = "Fix typos and the configuration link on the install page"
 DONE_TEXT = "Fixed two typos and the broken link in docs/install.md; the push was approved."
+SECOND_LINE = "\nSee also the [FAQ](index.md).\n"
 
 
 FINDING: dict[str, object] = {
@@ -117,6 +118,18 @@ def _author_fix_install() -> list[PlaybookStep]:
         calls(
             ("git_add", {"path": "docs/install.md"}), ("git_commit", {"message": COMMIT_SUBJECT})
         ),
+        calls(("git_push", {})),
+        _after_push,
+    ]
+
+
+def _author_push_twice() -> list[PlaybookStep]:
+    """The install-page fix and its push; whatever the decision, it then commits another
+    change and pushes again: the job parks a second time, on another commit."""
+    return [
+        *_author_fix_install()[:-1],
+        calls(("write_file", {"path": "docs/install.md", "body": FIXED_INSTALL + SECOND_LINE})),
+        calls(("git_add", {"path": "docs/install.md"}), ("git_commit", {"message": "See also"})),
         calls(("git_push", {})),
         _after_push,
     ]
@@ -263,6 +276,7 @@ PLAYBOOKS: dict[str, Callable[[], list[PlaybookStep]]] = {
     "author-push-main": _author_push_main,
     "author-slow": _author_slow,
     "author-fix-slowly": _author_fix_slowly,
+    "author-push-twice": _author_push_twice,
     "author-read-huge": _author_read_huge,
     "review-approve": _review_approve,
     "review-fix-finding": _review_fix_finding,

@@ -222,8 +222,17 @@ class Stack:
     def decide(
         self, job_id: str, *, approve: bool, by: str = REVIEWER, comment: str = ""
     ) -> Approval:
+        """Decide the job's current approval, as a reviewer who looked at it."""
+        current = self.store.approval(job_id)
         return decide_job(
-            self.store, job_id, approve, by, comment, settings=self.settings, app=self.app
+            self.store,
+            job_id,
+            approve,
+            by,
+            comment,
+            binding=current.binding() if current is not None else None,
+            settings=self.settings,
+            app=self.app,
         )
 
     def wait_for(self, job_id: str, *states: JobState, timeout: float = 30.0) -> JobRecord:

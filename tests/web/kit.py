@@ -105,3 +105,14 @@ def field_error(page: str, field: str) -> str | None:
     )
     assert match is not None, f"no field {field} on the page"
     return None if match.group(1) is None else html.unescape(match.group(1))
+
+
+def decision_form(page: str, job_id: str) -> dict[str, str]:
+    """The hidden fields of the decision form for ``job_id`` on ``page`` (CSRF and what the
+    form decides: the approval's id, commit and diff digest), as a browser would post them."""
+    start = page.index(f'action="/approvals/{job_id}"')
+    form = page[start : page.index("</form>", start)]
+    return {
+        name: html.unescape(value)
+        for name, value in re.findall(r'type="hidden" name="([^"]+)" value="([^"]*)"', form)
+    }

@@ -10,8 +10,9 @@ import httpx
 import pytest
 
 from bot.jobs.models import Approval, ApprovalState, JobKind, JobSpec, JobState
+from bot.jobs.tasks import decide_job
 from tests.support.api_server import api_server
-from tests.support.stack import REPO, REQUESTER, REVIEWER
+from tests.support.stack import REPO, REQUESTER, REVIEWER, wait_until
 from tests.web.kit import (
     CI,
     OTHER_REPO,
@@ -21,6 +22,7 @@ from tests.web.kit import (
     TOKENS,
     Web,
     browser_like,
+    decision_form,
     field_error,
     hidden,
     sign_in,
@@ -37,6 +39,7 @@ HEADERS = {
 
 
 def _decide(client: httpx.Client, job_id: str, decision: str, csrf: str) -> httpx.Response:
+    """A decision posted with the CSRF token and no binding (no form offered one)."""
     return client.post(
         f"/approvals/{job_id}", data={"csrf": csrf, "decision": decision, "comment": "ok"}
     )
@@ -180,15 +183,83 @@ def test_a_reviewer_cannot_approve_their_own_job(web: Web) -> None:
     assert approval is not None and approval.state is ApprovalState.PENDING
     # Another reviewer refuses it through the same form, and the job page says so.
     with sign_in(web, REVIEWER) as client:
+        form = decision_form(client.get("/approvals").text, own)
         reply = client.post(
-            f"/approvals/{own}",
-            data={"csrf": _csrf(client), "decision": "refuse", "comment": "Not this way"},
+            f"/approvals/{own}", data={**form, "decision": "refuse", "comment": "Not this way"}
         )
         assert reply.url.path == f"/jobs/{own}"
         web.stack.wait_for(own, JobState.REFUSED, timeout=60)
         page = client.get(f"/jobs/{own}").text
     assert f"{REVIEWER} refused the change; nothing was pushed." in page
     assert "Not this way" in page
+
+
+def test_a_decision_form_left_open_while_the_job_parked_again_decides_nothing(web: Web) -> None:
+    """Reviewer A's queue page shows approval 1; reviewer B refuses it and the job parks again
+    on another commit; A's still-open form posts approval 1: refused with BEM-604, and the
+    job's page then offers the new approval, whose form does approve it."""
+    job = web.park(REQUESTER, playbook="author-push-twice")
+    with sign_in(web, REVIEWER) as a, sign_in(web, SECOND_REVIEWER) as b:
+        stale = decision_form(a.get("/approvals").text, job.id)
+        facts = a.get(f"/jobs/{job.id}").text
+        assert stale["approval_id"] in facts and f"sha256:{stale['diff_digest']}" in facts
+        form = decision_form(b.get("/approvals").text, job.id)
+        b.post(f"/approvals/{job.id}", data={**form, "decision": "refuse", "comment": "Not yet"})
+        wait_until(
+            lambda: (
+                web.stack.store.get(job.id).approval_id != stale["approval_id"]
+                and web.stack.store.get(job.id).state is JobState.AWAITING_APPROVAL
+            ),
+            90,
+            lambda: str(web.stack.store.get(job.id)),
+        )
+        for decision in ("approve", "refuse"):
+            reply = a.post(f"/approvals/{job.id}", data={**stale, "decision": decision})
+            assert reply.status_code == 409 and _code(reply.text) == "BEM-604"
+        garbled = {**stale, "approval_id": "<not an id>", "decision": "approve"}
+        assert _code(a.post(f"/approvals/{job.id}", data=garbled).text) == "BEM-604"
+        assert web.stack.upstream_ref(f"riverbeam/{job.id}") is None
+        waiting = web.stack.store.approval(job.id)
+        assert waiting is not None and waiting.state is ApprovalState.PENDING
+
+        fresh = decision_form(a.get(f"/jobs/{job.id}").text, job.id)
+        assert fresh["commit_sha"] != stale["commit_sha"]
+        a.post(f"/approvals/{job.id}", data={**fresh, "decision": "approve"})
+        web.stack.wait_for(job.id, JobState.SUCCEEDED, timeout=90)
+    assert web.stack.upstream_ref(f"riverbeam/{job.id}") == fresh["commit_sha"]
+
+
+def test_a_decision_made_at_the_cli_shows_the_claimed_name_and_the_os_account(web: Web) -> None:
+    """The CLI takes the reviewer's name on trust and records the OS account beside it; the
+    job page, the job's log and the API's documents show both."""
+    job = web.park(REQUESTER)
+    current = web.stack.store.approval(job.id)
+    assert current is not None
+    decide_job(
+        web.stack.store,
+        job.id,
+        False,
+        "claimed-reviewer",
+        "Not like this",
+        binding=current.binding(),
+        settings=web.stack.settings,
+        app=web.stack.app,
+        os_user="ops-account",
+    )
+    web.stack.wait_for(job.id, JobState.REFUSED, timeout=90)
+    both = "claimed-reviewer (OS user ops-account)"
+    with sign_in(web, REVIEWER) as client:
+        page = client.get(f"/jobs/{job.id}").text
+    assert f"Refused by {both}" in page and f"{both} refused the change" in page
+    assert f"git_push refused by {both}" in page
+    auth = web.api.auth(REVIEWER)
+    job_view = httpx.get(f"{web.url}/v1/jobs/{job.id}", headers=auth).json()
+    detail = httpx.get(f"{web.url}/v1/approvals/{job.id}", headers=auth).json()
+    for shown in (job_view["approval"], detail["current"], detail["history"][0]):
+        assert (shown["decided_by"], shown["decided_by_os_user"]) == (
+            "claimed-reviewer",
+            "ops-account",
+        )
 
 
 # -- the New-request form --------------------------------------------------------------------
@@ -341,7 +412,8 @@ def test_error_pages_carry_the_security_headers_too(web: Web) -> None:
 def test_the_live_feed_is_the_event_stream_behind_the_session_cookie(web: Web) -> None:
     job = web.park(REQUESTER)
     with sign_in(web, REVIEWER) as client:
-        client.post(f"/approvals/{job.id}", data={"csrf": _csrf(client), "decision": "approve"})
+        form = decision_form(client.get("/approvals").text, job.id)
+        client.post(f"/approvals/{job.id}", data={**form, "decision": "approve"})
         web.stack.wait_for(job.id, JobState.SUCCEEDED, timeout=90)
         stream = client.get(f"/jobs/{job.id}/events", headers={"Accept": "text/event-stream"})
         log = client.get(f"/jobs/{job.id}/log", params={"after": "0"})

@@ -30,6 +30,7 @@ from bot.errors import BeamError
 from bot.frames import ErrorInfo
 from bot.input import AgentInput
 from bot.jobs.models import JobKind, JobRecord, JobState, PublishOutcome, ReviewOutcome
+from bot.jobs.relayed_push import PushGuard, unrecorded
 from bot.jobs.webhooks import post_json, public_webhook_url
 from bot.tools import ToolSpec, json_params, validate_arguments
 from sandbox.refs import ProtectedRefs, branch_name, full_ref
@@ -88,6 +89,7 @@ class PublishDocsetTool:
         workspaces: WorkspaceSettings,
         callbacks: UpstreamCallbacks,
         webhook_timeout: float = 10.0,
+        guard: PushGuard = unrecorded,
     ) -> None:
         if job.spec.kind is not JobKind.PUBLISH or not job.spec.review_job:
             raise ValueError(f"job {job.id} is not a publish job with a review_job")
@@ -98,6 +100,7 @@ class PublishDocsetTool:
         self._workspaces = workspaces
         self._callbacks = callbacks
         self._webhook_timeout = webhook_timeout
+        self._guard = guard
         self.outcome: PublishOutcome | None = None
         self.webhook: WebhookReport | None = None
 
@@ -109,6 +112,7 @@ class PublishDocsetTool:
         *,
         lookup: JobLookup,
         callbacks: UpstreamCallbacks | None = None,
+        guard: PushGuard = unrecorded,
     ) -> PublishDocsetTool:
         """The tool for ``job`` with everything else taken from ``settings``."""
         repo_config = settings.repository(job.spec.repo)
@@ -120,6 +124,7 @@ class PublishDocsetTool:
             callbacks=callbacks
             or upstream_callbacks(job.spec.repo, repo_config, settings.workspaces),
             webhook_timeout=settings.jobs.webhook_timeout_seconds,
+            guard=guard,
         )
 
     def __repr__(self) -> str:
@@ -180,12 +185,12 @@ class PublishDocsetTool:
         """Check, push, notify: the tool's work, synchronously."""
         plan = self.plan()
         mirror = sync_mirror(plan.repository, self._repo_config, self._workspaces, self._callbacks)
-        pushed = publish_commit(
-            mirror,
+        pushed = self._guard(
             plan.sha,
             plan.publish_ref,
-            self._repo_config,
-            callbacks=self._callbacks,
+            lambda: publish_commit(
+                mirror, plan.sha, plan.publish_ref, self._repo_config, callbacks=self._callbacks
+            ),
         )
         url = self._repo_config.docs_build_webhook
         report = None

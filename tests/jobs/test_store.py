@@ -688,7 +688,7 @@ def test_pending_summaries_follow_open_decide_and_withdraw_without_reading_a_dif
     count, capped = store.pending_summaries(limit=1)
     assert (count, [summary.job_id for summary in capped]) == (3, [first.id])
 
-    store.decide(second.id, approve=True, by="bob")
+    store.decide(second.id, binding=seen(store, second.id), approve=True, by="bob")
     store.request_cancel(third.id)
     assert _summarized(store) == (1, [(first.id, "docs")])
     assert store._redis.hlen(store._summaries_key) == 1
@@ -717,9 +717,9 @@ def test_a_decision_recorded_before_the_resume_index_is_indexed_by_the_sweeps(
     a page at a time, and a glob character in the prefix matches only itself."""
     store = open_store(server.url, prefix=f"t{uuid.uuid4().hex[:8]}[x]")
     lost = parked(store)
-    store.decide(lost.id, approve=True, by="bob")
+    store.decide(lost.id, binding=seen(store, lost.id), approve=True, by="bob")
     applied = parked(store)
-    store.decide(applied.id, approve=False, by="bob")
+    store.decide(applied.id, binding=None, approve=False, by="bob")
     store.claim_resume(applied.id, worker="w1", lease_seconds=30)
     store._redis.delete(store._decided_key)  # as the previous release left it
     marker = store.key("approvals", "decided", "backfill")
@@ -734,7 +734,7 @@ def test_a_decision_recorded_before_the_resume_index_is_indexed_by_the_sweeps(
 
 def test_a_decision_stays_in_the_resume_index_until_a_resume_claims_it(store: JobStore) -> None:
     record = parked(store)
-    store.decide(record.id, approve=True, by="bob")
+    store.decide(record.id, binding=seen(store, record.id), approve=True, by="bob")
     assert store.unapplied_decisions(older_than=3600) == []  # too recent to be overdue
     assert [job.id for job in store.unapplied_decisions(older_than=0)] == [record.id]
     assert [job.id for job in store.unapplied_decisions(older_than=0)] == [record.id]

@@ -1,0 +1,101 @@
+"""Every fenced block of README.md and docs/ is checked, or its page says why not.
+
+The blocks that need no running service are checked here (Python, configuration, JSON
+documents and tool results, diagrams of the code); the documented commands and their
+output run in tests/docs/test_commands.py. See tests/docs/blocks.py for the markers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.docs.blocks import Block, all_blocks
+from tests.docs.pychecks import check_fragment, check_schema, check_toml, run_python
+from tests.docs.samples import (
+    ToolBench,
+    check_error_classes,
+    check_job_states,
+    check_skill_file,
+    result_of,
+)
+from tests.docs.synopsis import check_synopsis
+
+BLOCKS = all_blocks()
+SHELL = {"sh", "console", ""}
+CHECKS = {
+    "fragment": check_fragment,
+    "job-states": check_job_states,
+    "error-classes": check_error_classes,
+    "synopsis": check_synopsis,
+    "skill-file": check_skill_file,
+}
+
+
+def runner(block: Block) -> str | None:
+    """What checks ``block``: a check's name, or None when nothing does."""
+    if block.marker in ("not-run", "figure"):
+        return None
+    if block.marker == "check":
+        return block.argument if block.argument in CHECKS else None
+    if block.marker is not None:
+        return block.marker
+    return {"python": "python", "toml": "toml"}.get(
+        block.lang, "shell" if block.lang in SHELL else None
+    )
+
+
+def test_every_block_is_checked_or_says_why_not() -> None:
+    unchecked = [
+        f"{block.id} ({block.lang or 'no language'})"
+        for block in BLOCKS
+        if runner(block) is None and block.marker not in ("not-run", "figure")
+    ]
+    assert not unchecked, (
+        "these blocks are neither checked by a test nor marked `<!-- not-run: why -->` "
+        "(see tests/docs/blocks.py):\n" + "\n".join(unchecked)
+    )
+    reasonless = [block.id for block in BLOCKS if block.marker == "not-run" and not block.argument]
+    assert not reasonless, f"a not-run marker must say why: {reasonless}"
+
+
+def _of(*kinds: str) -> list[Block]:
+    return [block for block in BLOCKS if runner(block) in kinds]
+
+
+@pytest.mark.parametrize("block", _of("python"), ids=lambda block: block.id)
+def test_python_example_runs(block: Block) -> None:
+    run_python(block)
+
+
+@pytest.mark.parametrize("block", _of("toml"), ids=lambda block: block.id)
+def test_configuration_is_valid(block: Block) -> None:
+    check_toml(block)
+
+
+@pytest.mark.parametrize("block", _of("schema"), ids=lambda block: block.id)
+def test_json_document_fits_its_model(block: Block) -> None:
+    check_schema(block)
+
+
+@pytest.mark.parametrize("block", _of(*CHECKS), ids=lambda block: block.id)
+def test_named_check(block: Block) -> None:
+    CHECKS[block.argument](block)
+
+
+_benches: dict[str, ToolBench] = {}
+
+
+@pytest.fixture(scope="module")
+def bench_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield tmp_path_factory.mktemp("docs-tools")
+
+
+@pytest.mark.parametrize("block", _of("result-of"), ids=lambda block: block.id)
+def test_tool_result_names_the_real_fields(block: Block, bench_base: Path) -> None:
+    if block.page not in _benches:
+        base = bench_base / block.page.replace("/", "-")
+        base.mkdir()
+        _benches[block.page] = ToolBench(base)
+    result_of(block, _benches[block.page])

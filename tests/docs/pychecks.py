@@ -166,8 +166,8 @@ def model(path: str) -> type[BaseModel]:
 def check_schema(block: Block) -> None:
     sample = json_sample(block.text)
     # Unset optional fields are left out, as the API leaves them out.
-    validated = model(block.argument).model_validate(sample).model_dump(
-        mode="json", exclude_unset=True
+    validated = (
+        model(block.argument).model_validate(sample).model_dump(mode="json", exclude_unset=True)
     )
     assert_same_keys(sample, validated, block.id)
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pygit2
 
-from bot import AgentInput, BeamError, Tool
 import bot.errors
+from bot import AgentInput, BeamError, Tool
 from bot.jobs.host_tools.pages import GetPageTool
 from bot.jobs.host_tools.review import ReviewChangeTool, ReviewCollector
 from bot.jobs.host_tools.search import SearchTool
@@ -46,7 +46,10 @@ class ToolBench:
         self.root = SandboxRoot(str(base / "tree"))
         self.tree = WorkingTree(self.root, PROTECTED)
         self.tree.init()
-        for path, body in {"README.md": "# Docs\n", "docs/index.md": "# Index\n\nWelcome.\n"}.items():
+        for path, body in {
+            "README.md": "# Docs\n",
+            "docs/index.md": "# Index\n\nWelcome.\n",
+        }.items():
             call_tool(self.tree, "write_file", {"path": path, "body": body})
         call_tool(self.tree, "git_add", {"path": "."})
         call_tool(self.tree, "git_commit", {"message": "Start the docs"})
@@ -77,7 +80,7 @@ def result_of(block: Block, bench: ToolBench) -> None:
     for earlier in blocks(block.page):
         if earlier.line > block.line:
             break
-        if earlier.marker != "result-of" or earlier.line in bench.done and earlier != block:
+        if earlier.marker != "result-of" or (earlier.line in bench.done and earlier != block):
             continue
         name, _, args = earlier.argument.partition(" ")
         result = bench.call(name, json.loads(args or "{}"))
@@ -133,6 +136,8 @@ VOLATILE = [
     (re.compile(r"/tmp/[^\s,)'\"]+"), "<path>"),
     (re.compile(r"/root/[^\s,)'\"]+"), "<path>"),
     (re.compile(r"\bpid \d+"), "pid <n>"),
+    (re.compile(r"\b\d+(?= (?:lines|files?|chars|bytes|staged)\b)"), "<n>"),
+    (re.compile(r"─{2,}"), "──"),
     (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<port>"),
     (re.compile(r"[0-9a-z-]+@[\w.-]+"), "<name>@<host>"),
 ]

@@ -46,13 +46,15 @@ from tests.support.stack import PROJECT_ROOT, REPO, Stack, job_stack, wait_until
 from tests.workspace.kit import traversable_dir
 
 DOC_JOB_ID = "3f9c2a71b0de"
-REQUESTER = "writer"
+# Who runs the commands: the user of the pages' samples.
+REQUESTER = "root"
 READY_SECONDS = 60.0
 BLOCK_SECONDS = 180.0
 
 # Defined for every block: the id of the newest job, what ``<job-id>`` stands for.
 _PRELUDE = """newest_job() {
-  riverbeam jobs list --limit 1 --json | python -c 'import json, sys; print(json.load(sys.stdin)["id"])'
+  riverbeam jobs list --limit 1 --json \\
+    | python -c 'import json, sys; print(json.load(sys.stdin)["id"])'
 }
 """
 
@@ -107,9 +109,7 @@ class DocsStack:
             request="Fix the broken links and typos on the install page",
             requested_by=REQUESTER,
         )
-        job = submit_job(
-            self.stack.store, spec, settings=self.stack.settings, app=self.stack.app
-        )
+        job = submit_job(self.stack.store, spec, settings=self.stack.settings, app=self.stack.app)
         return self.stack.wait_for(job.id, JobState.AWAITING_APPROVAL, timeout=90).id
 
     def succeeded_job(self) -> str:
@@ -123,12 +123,16 @@ class DocsStack:
 
     def substitute(self, text: str) -> str:
         for pattern, replace in SUBSTITUTIONS:
-            text = re.sub(pattern, lambda found: replace(self, found), text)
+            text = re.sub(pattern, lambda found, by=replace: by(self, found), text)
         return text
 
-    def run(self, script: str, *, cwd: Path) -> Ran:
-        """``script`` (substituted) in bash -e, its servers in the background."""
+    def run(self, script: str, *, cwd: Path, own_config: bool = False) -> Ran:
+        """``script`` (substituted) in bash -e, its servers in the background;
+        ``own_config``: the script brings its configuration (no ``RIVERBEAM_CONFIG``)."""
         script = self.substitute(script)
+        environment = self.environment()
+        if own_config:
+            del environment["RIVERBEAM_CONFIG"]
         with ExitStack() as servers:
             lines = []
             for line in script.splitlines():
@@ -141,7 +145,7 @@ class DocsStack:
             done = subprocess.run(
                 ["bash", "-e", "-c", _PRELUDE + body],
                 cwd=cwd,
-                env=self.environment(),
+                env=environment,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -151,10 +155,9 @@ class DocsStack:
         return Ran(done.returncode, done.stdout, body)
 
     def demo(self, command: str) -> Ran:
-        """The demo's run (once per command)."""
+        """The demo's run (once per documented command)."""
         if command not in self._demo:
-            directory = self.scratch / f"demo-{len(self._demo)}"
-            self._demo[command] = self.run(f"{command} --dir {directory}", cwd=self.scratch)
+            self._demo[command] = self.run(command, cwd=self.scratch, own_config=True)
         return self._demo[command]
 
     @contextmanager
@@ -171,7 +174,7 @@ class DocsStack:
             )
         try:
             wait_until(
-                lambda: server.ready(line, log.read_text(errors="replace")),
+                lambda: server.ready(self, line),
                 READY_SECONDS,
                 lambda: f"`{line}` did not get ready:\n{log.read_text(errors='replace')}",
                 alive=process,
@@ -189,10 +192,10 @@ class DocsStack:
 @dataclass(frozen=True)
 class Server:
     pattern: str
-    ready: Callable[[str, str], bool]
+    ready: Callable[[DocsStack, str], bool]
 
 
-def _answers_http(line: str, _log: str) -> bool:
+def _answers_http(_docs: DocsStack, line: str) -> bool:
     port = re.search(r"--port (\d+)", line)
     assert port is not None, f"`{line}`: a served command needs --port"
     try:
@@ -202,8 +205,10 @@ def _answers_http(line: str, _log: str) -> bool:
         return False
 
 
-def _worker_ready(_line: str, log: str) -> bool:
-    return " ready." in log
+def _worker_ready(docs: DocsStack, _line: str) -> bool:
+    """One more worker answers a ping than the stack started."""
+    replies = docs.stack.app.control.ping(timeout=0.5)
+    return len(replies) > len(docs.stack.workers)
 
 
 SERVERS = [
@@ -225,7 +230,7 @@ SUBSTITUTIONS: list[tuple[str, Callable[[DocsStack, re.Match[str]], str]]] = [
     (r"/tmp/riverbeam-demo-…/riverbeam\.toml", lambda d, _: str(d.config)),
     (r"\bskiff-docs\b", lambda d, _: REPO),
     (
-        r"^docker/demo$",
+        r"(?m)^docker/demo\b",
         lambda d, _: f"riverbeam demo --yes --redis-url redis://127.0.0.1:{free_port()}/0",
     ),
 ]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MARKER = re.compile(r"^<!--\s*([a-z-]+)\s*(?::\s*(.*?))?\s*-->$")
+MARKER = re.compile(r"^<!--\s*([\w-]+)\s*(?::\s*(.*?))?\s*-->$")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w-]*)\s*$")
 KINDS = frozenset({"not-run", "figure", "output-of", "schema", "result-of", "check"})
 
@@ -47,9 +47,14 @@ def pages() -> list[str]:
 
 
 def blocks(page: str) -> list[Block]:
-    """The fenced blocks of ``page`` in order. A marker names a kind of KINDS; an unknown
-    one is an error, so a typo cannot hide a block."""
-    lines = (ROOT / page).read_text().splitlines()
+    """The fenced blocks of ``page`` (relative to the repository), in order."""
+    return parse(page, (ROOT / page).read_text())
+
+
+def parse(page: str, text: str) -> list[Block]:
+    """The fenced blocks of ``text``, the page ``page``. A marker names a kind of KINDS; an
+    unknown one is an error, so a typo cannot hide a block."""
+    lines = text.splitlines()
     found: list[Block] = []
     index = 0
     while index < len(lines):

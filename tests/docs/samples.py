@@ -22,17 +22,20 @@ import pygit2
 
 import bot.errors
 from bot import AgentInput, BeamError, Tool
+from bot.clients import OpenAiCompatible
 from bot.jobs.host_tools.pages import GetPageTool
 from bot.jobs.host_tools.review import ReviewChangeTool, ReviewCollector
 from bot.jobs.host_tools.search import SearchTool
 from bot.jobs.models import JobState
 from bot.memory import InMemoryStore, RememberTool
 from sandbox.jail import SandboxRoot
+from sandbox.tool_specs import TOOL_SPECS
 from sandbox.tools import call_tool
 from sandbox.worktree import WorkingTree
 from skills import load_skill
 from tests.docs.blocks import Block, blocks
 from tests.docs.pychecks import assert_same_keys, json_sample
+from tests.support.stub_model import STUB_MODEL, StubModel, completion
 
 error_names = vars(bot.errors)
 PROTECTED = ["main", "master", "release/*"]
@@ -179,3 +182,13 @@ def check_skill_file(block: Block) -> None:
     skill = load_skill(block.text)
     assert skill.tools, f"{block.id}: the skill allows no tool"
     assert skill.render(repository="docs", branch="docs/fix").strip()
+
+
+def check_model_request(block: Block) -> None:
+    """The body the model client sends (to a loopback stub) names the sample's fields."""
+    with StubModel() as stub:
+        stub.enqueue(completion("hello"))
+        client = OpenAiCompatible(stub.base_url, "key", STUB_MODEL)
+        asyncio.run(client.complete([{"role": "user", "content": "hi"}], [TOOL_SPECS["git_log"]]))
+        sent = stub.requests[0].json
+    assert_same_keys(json_sample(block.text), sent, block.id)

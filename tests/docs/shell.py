@@ -77,6 +77,7 @@ class DocsStack:
     bin: Path
     scratch: Path
     _succeeded: str | None = None
+    _pool: list[str] = field(default_factory=list)
     _demo: dict[str, Ran] = field(default_factory=dict)
 
     @property
@@ -102,7 +103,16 @@ class DocsStack:
 
     # -- jobs the placeholders stand for ---------------------------------------------------
 
+    def submit(self, count: int) -> None:
+        """Queue ``count`` author jobs ahead, for the blocks that need a parked job: the
+        worker runs them while earlier blocks run."""
+        self._pool.extend(self._submit() for _ in range(count))
+
     def parked_job(self) -> str:
+        job_id = self._pool.pop(0) if self._pool else self._submit()
+        return self.stack.wait_for(job_id, JobState.AWAITING_APPROVAL, timeout=90).id
+
+    def _submit(self) -> str:
         spec = JobSpec(
             kind=JobKind.AUTHOR,
             repo=REPO,
@@ -110,7 +120,7 @@ class DocsStack:
             requested_by=REQUESTER,
         )
         job = submit_job(self.stack.store, spec, settings=self.stack.settings, app=self.stack.app)
-        return self.stack.wait_for(job.id, JobState.AWAITING_APPROVAL, timeout=90).id
+        return job.id
 
     def succeeded_job(self) -> str:
         if self._succeeded is None:

@@ -7,19 +7,29 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+import yaml
 
 from tests.docs.blocks import Block
+from tests.docs.pychecks import assert_same_keys, json_sample
 from tests.docs.samples import normalise, same_lines
-from tests.docs.shell import DocsStack, Ran, docs_stack
-from tests.docs.test_samples import BLOCKS, runner
+from tests.docs.shell import DOC_JOB_ID, DocsStack, Ran, docs_stack
+from tests.docs.test_samples import BLOCKS, LIVE_CHECKS, runner
 
 DEMO = re.compile(r"^(?:docker/demo|riverbeam demo\b.*)$")
+
+
+COMMANDS = [b for b in BLOCKS if runner(b) == "shell"]
+OUTPUTS = [b for b in BLOCKS if runner(b) == "output-of"]
 
 
 @pytest.fixture(scope="module")
 def docs() -> Iterator[DocsStack]:
     with docs_stack() as stack:
+        # One parked job for each documented job id that is not an event stream's.
+        texts = [b.text for b in COMMANDS] + [b.argument for b in OUTPUTS]
+        stack.submit(sum(len(re.findall(rf"{DOC_JOB_ID}(?!/events)", t)) for t in texts) + 1)
         yield stack
 
 
@@ -43,9 +53,7 @@ def _console(block: Block) -> tuple[str, list[list[str]]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "block", [b for b in BLOCKS if runner(b) == "shell"], ids=lambda block: block.id
-)
+@pytest.mark.parametrize("block", COMMANDS, ids=lambda block: block.id)
 def test_documented_commands_run(block: Block, docs: DocsStack, tmp_path: Path) -> None:
     if block.lang == "console" or block.text.startswith("$ "):
         script, outputs = _console(block)
@@ -67,11 +75,38 @@ def test_documented_commands_run(block: Block, docs: DocsStack, tmp_path: Path) 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "block", [b for b in BLOCKS if runner(b) == "output-of"], ids=lambda block: block.id
-)
+@pytest.mark.parametrize("block", OUTPUTS, ids=lambda block: block.id)
 def test_documented_output_matches(block: Block, docs: DocsStack, tmp_path: Path) -> None:
     ran = _run(docs, block.argument, tmp_path)
     assert ran.code == 0, f"{block.id}: `{block.argument}` exited {ran.code}:\n{ran.out}"
     image = docs.stack.settings.sandbox.image
     assert same_lines(block.text, ran.out.replace(image, "riverbeam-sandbox"), block.id)
+
+
+def _push_result(block: Block, docs: DocsStack) -> None:
+    """What git_push returned in a job that pushed (through the relay)."""
+    pushes = docs.stack.tool_calls(docs.succeeded_job(), "git_push")
+    assert_same_keys(json_sample(block.text), pushes[-1].result, block.id)
+
+
+def _metric_names(block: Block, docs: DocsStack) -> None:
+    """Every series an alert rule reads is on the live ``/metrics``, with its labels."""
+    rules = yaml.safe_load(block.text)
+    assert rules["groups"], block.id
+    exposed = httpx.get(f"{docs.api.url}/metrics", headers=docs.api.auth("admin")).text
+    for name, labels in re.findall(r"\b(riverbeam_\w+)(?:\{([^}]*)\})?", block.text):
+        series = [line for line in exposed.splitlines() if re.match(rf"{name}[{{ ]", line)]
+        assert series, f"{block.id}: /metrics has no {name}"
+        for label in re.findall(r"(\w+)=", labels):
+            assert any(f"{label}=" in line for line in series), f"{block.id}: {name} {label}"
+
+
+LIVE = {"push-result": _push_result, "metric-names": _metric_names}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "block", [b for b in BLOCKS if runner(b) in LIVE_CHECKS], ids=lambda block: block.id
+)
+def test_documented_sample_matches_the_live_service(block: Block, docs: DocsStack) -> None:
+    LIVE[block.argument](block, docs)

@@ -67,4 +67,3 @@ def test_every_setting_has_a_row_with_its_default_and_variable() -> None:
         assert shown in row, f"the row of `{key}` should show the default {shown}: {row}"
         variable = "RIVERBEAM_" + key.upper().replace(".", "__")
         assert f"`{variable}`" in row, f"the row of `{key}` should name {variable}: {row}"
-

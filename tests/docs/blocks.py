@@ -8,7 +8,12 @@ A marker is an HTML comment, invisible when the page is rendered::
     <!-- output-of: riverbeam jobs follow <job-id> --> the output of that command
     <!-- schema: bot.api.schemas:JobView -->          a JSON document of that pydantic model
     <!-- result-of: list_tree {"path": ""} -->        what that sandbox tool returns
-    <!-- check: NAME -->                              a named check of tests/docs/checks.py
+    <!-- check: NAME -->                              one of CHECK_NAMES, below
+
+The named checks: ``fragment`` (Python that leaves names to the reader: its imports,
+calls and classes are checked against the code), ``synopsis`` (usage lines against
+``--help``), ``job-states``, ``error-classes``, ``skill-file``, ``model-request`` (the body
+the model client sends), ``push-result`` and ``metric-names`` (against the live stack).
 
 A block without a marker is run by its language: ``python`` (the page's Python blocks, in
 order, in one namespace), ``toml`` (a configuration), ``sh``/``console`` and unlabelled
@@ -25,6 +30,14 @@ ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^<!--\s*([\w-]+)\s*(?::\s*(.*?))?\s*-->$")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w-]*)\s*$")
 KINDS = frozenset({"not-run", "figure", "output-of", "schema", "result-of", "check"})
+# The named checks: tests/docs/test_samples.py runs these, ...
+OFFLINE_CHECKS = frozenset(
+    {"fragment", "job-states", "error-classes", "synopsis", "skill-file", "model-request"}
+)
+# ... and tests/docs/test_commands.py these, against the running stack.
+LIVE_CHECKS = frozenset({"push-result", "metric-names"})
+CHECK_NAMES = OFFLINE_CHECKS | LIVE_CHECKS
+SHELL = frozenset({"sh", "console", ""})
 
 
 @dataclass(frozen=True)
@@ -94,3 +107,27 @@ def _marker(lines: list[str], fence: int, page: str) -> tuple[str | None, str]:
 
 def all_blocks() -> list[Block]:
     return [block for page in pages() for block in blocks(page)]
+
+
+def runner(block: Block) -> str | None:
+    """What checks ``block``: a marker's kind, a check's name, or its language's runner
+    (``python``, ``toml``, ``shell``); None when nothing does."""
+    if block.marker in ("not-run", "figure"):
+        return None
+    if block.marker == "check":
+        return block.argument if block.argument in CHECK_NAMES else None
+    if block.marker is not None:
+        return block.marker
+    return {"python": "python", "toml": "toml"}.get(
+        block.lang, "shell" if block.lang in SHELL else None
+    )
+
+
+def unchecked(found: list[Block]) -> list[str]:
+    """The blocks nothing checks and no marker excuses (a not-run marker must say why)."""
+    return [
+        f"{block.id} ({block.lang or 'no language'})"
+        for block in found
+        if runner(block) is None
+        and not (block.marker == "figure" or (block.marker == "not-run" and block.argument))
+    ]

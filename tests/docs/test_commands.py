@@ -11,15 +11,15 @@ import httpx
 import pytest
 import yaml
 
-from tests.docs.blocks import Block
+from tests.docs.blocks import LIVE_CHECKS, Block, all_blocks, runner
 from tests.docs.pychecks import assert_same_keys, json_sample
 from tests.docs.samples import normalise, same_lines
 from tests.docs.shell import DOC_JOB_ID, DocsStack, Ran, docs_stack
-from tests.docs.test_samples import BLOCKS, LIVE_CHECKS, runner
 
 DEMO = re.compile(r"^(?:docker/demo|riverbeam demo\b.*)$")
 
 
+BLOCKS = all_blocks()
 COMMANDS = [b for b in BLOCKS if runner(b) == "shell"]
 OUTPUTS = [b for b in BLOCKS if runner(b) == "output-of"]
 

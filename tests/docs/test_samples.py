@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.blocks import Block, all_blocks, parse
+from tests.docs.blocks import (
+    CHECK_NAMES,
+    LIVE_CHECKS,
+    Block,
+    all_blocks,
+    parse,
+    runner,
+    unchecked,
+)
 from tests.docs.pychecks import check_fragment, check_schema, check_toml, run_python
 from tests.docs.samples import (
     ToolBench,
@@ -24,7 +32,6 @@ from tests.docs.samples import (
 from tests.docs.synopsis import check_synopsis
 
 BLOCKS = all_blocks()
-SHELL = {"sh", "console", ""}
 CHECKS = {
     "fragment": check_fragment,
     "job-states": check_job_states,
@@ -33,34 +40,10 @@ CHECKS = {
     "skill-file": check_skill_file,
     "model-request": check_model_request,
 }
-# Checks that need the running stack: tests/docs/test_commands.py.
-LIVE_CHECKS = frozenset({"push-result", "metric-names"})
-
-
-def runner(block: Block) -> str | None:
-    """What checks ``block``: a check's name, or None when nothing does."""
-    if block.marker in ("not-run", "figure"):
-        return None
-    if block.marker == "check":
-        return block.argument if block.argument in CHECKS or block.argument in LIVE_CHECKS else None
-    if block.marker is not None:
-        return block.marker
-    return {"python": "python", "toml": "toml"}.get(
-        block.lang, "shell" if block.lang in SHELL else None
-    )
-
-
-def unchecked(found: list[Block]) -> list[str]:
-    """The blocks nothing checks and no marker excuses (a not-run marker must say why)."""
-    return [
-        f"{block.id} ({block.lang or 'no language'})"
-        for block in found
-        if runner(block) is None
-        and not (block.marker == "figure" or (block.marker == "not-run" and block.argument))
-    ]
 
 
 def test_every_block_is_checked_or_says_why_not() -> None:
+    assert set(CHECKS) | LIVE_CHECKS == CHECK_NAMES
     left = unchecked(BLOCKS)
     assert not left, (
         "these blocks are neither checked by a test nor marked `<!-- not-run: why -->` "

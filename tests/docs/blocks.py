@@ -13,7 +13,8 @@ A marker is an HTML comment, invisible when the page is rendered::
 The named checks: ``fragment`` (Python that leaves names to the reader: its imports,
 calls and classes are checked against the code), ``synopsis`` (usage lines against
 ``--help``), ``job-states``, ``error-classes``, ``skill-file``, ``model-request`` (the body
-the model client sends), ``push-result`` and ``metric-names`` (against the live stack).
+the model client sends), ``summary-webhook`` (what a scheduled run posts), ``push-result``
+and ``metric-names`` (against the live stack).
 
 A block without a marker is run by its language: ``python`` (the page's Python blocks, in
 order, in one namespace), ``toml`` (a configuration), ``sh``/``console`` and unlabelled
@@ -32,7 +33,15 @@ FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w-]*)\s*$")
 KINDS = frozenset({"not-run", "figure", "output-of", "schema", "result-of", "check"})
 # The named checks: tests/docs/test_samples.py runs these, ...
 OFFLINE_CHECKS = frozenset(
-    {"fragment", "job-states", "error-classes", "synopsis", "skill-file", "model-request"}
+    {
+        "fragment",
+        "job-states",
+        "error-classes",
+        "synopsis",
+        "skill-file",
+        "model-request",
+        "summary-webhook",
+    }
 )
 # ... and tests/docs/test_commands.py these, against the running stack.
 LIVE_CHECKS = frozenset({"push-result", "metric-names"})

@@ -27,6 +27,7 @@ from bot.jobs.host_tools.pages import GetPageTool
 from bot.jobs.host_tools.review import ReviewChangeTool, ReviewCollector
 from bot.jobs.host_tools.search import SearchTool
 from bot.jobs.models import JobState
+from bot.jobs.schedules import ScheduleRun
 from bot.memory import InMemoryStore, RememberTool
 from sandbox.jail import SandboxRoot
 from sandbox.tool_specs import TOOL_SPECS
@@ -192,3 +193,17 @@ def check_model_request(block: Block) -> None:
         asyncio.run(client.complete([{"role": "user", "content": "hi"}], [TOOL_SPECS["git_log"]]))
         sent = stub.requests[0].json
     assert_same_keys(json_sample(block.text), sent, block.id)
+
+
+def check_summary_webhook(block: Block) -> None:
+    """What a scheduled run posts to its ``summary_webhook``: the sample, read as a run,
+    gives the same document."""
+    sample = json_sample(block.text)
+    run = ScheduleRun(
+        id=sample["run"],
+        repo=sample["repository"],
+        started_at=sample["started_at"],
+        finished_at=sample["finished_at"],
+        summaries=sample["summaries"],
+    )
+    assert_same_keys(sample, run.payload(), block.id)

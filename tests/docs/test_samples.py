@@ -27,6 +27,7 @@ from tests.docs.samples import (
     check_job_states,
     check_model_request,
     check_skill_file,
+    check_summary_webhook,
     result_of,
 )
 from tests.docs.synopsis import check_synopsis
@@ -39,6 +40,7 @@ CHECKS = {
     "synopsis": check_synopsis,
     "skill-file": check_skill_file,
     "model-request": check_model_request,
+    "summary-webhook": check_summary_webhook,
 }
 
 

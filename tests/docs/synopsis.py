@@ -1,27 +1,61 @@
-"""``<!-- check: synopsis -->``: a block of usage lines (``riverbeam ci review --repo NAME
---branch B [--base X]``). Each line's command exists (its ``--help`` exits 0) and has every
-option the line shows."""
+"""Command lines named in the pages, checked against the command's ``--help``: the usage
+blocks (``<!-- check: synopsis -->``: ``riverbeam ci review --repo NAME --branch B [--base
+X]``, one a line) and every inline ```riverbeam ...``` in the prose. The command exists
+(its ``--help`` exits 0) and has every option the line shows; ``a|b`` names two commands."""
 
 from __future__ import annotations
 
+import itertools
 import re
+from functools import cache
 
 from tests.cli.kit import cli
-from tests.docs.blocks import Block
+from tests.docs.blocks import ROOT, Block
+
+INLINE = re.compile(r"`(riverbeam(?: [^`]*)?)`")
+FENCED = re.compile(r"^(\s*)(`{3,}|~{3,}).*?^\1\2", re.MULTILINE | re.DOTALL)
+
+
+@cache
+def _help(*command: str) -> str | None:
+    ran = cli(*command, "--help")
+    return ran.out if ran.code == 0 else None
+
+
+def problems(line: str) -> list[str]:
+    """What is wrong with command line ``line`` (``[]``: nothing)."""
+    words = line.replace("\\|", " | ").split()
+    assert words[0] == "riverbeam", f"`{line}` is not a riverbeam command"
+    alternatives: list[list[str]] = []
+    rest = words[1:]
+    while rest and re.fullmatch(r"[a-z][a-z-]*(?:\|[a-z][a-z-]*)*", rest[0]):
+        alternatives.append(rest.pop(0).split("|"))
+    # Options up to the end of the command (a pipe or redirection ends it).
+    options = []
+    for word in rest:
+        if word in ("|", ">", "&&", ";"):
+            break
+        options += re.findall(r"^\[?(--[a-z][a-z-]*)", word)
+    found = []
+    for command in itertools.product(*alternatives):
+        shown = _help(*command)
+        if shown is None:
+            found.append(f"`riverbeam {' '.join(command)}` is not a command")
+            continue
+        found += [
+            f"`riverbeam {' '.join(command)}` has no {option}"
+            for option in options
+            if option not in shown
+        ]
+    return found
 
 
 def check_synopsis(block: Block) -> None:
-    for line in block.text.splitlines():
-        if not line.strip():
-            continue
-        words = line.split()
-        assert words[0] == "riverbeam", f"{block.id}: `{line}` is not a riverbeam command"
-        command = []
-        for word in words[1:]:
-            if not re.fullmatch(r"[a-z][a-z-]*", word):
-                break
-            command.append(word)
-        ran = cli(*command, "--help")
-        assert ran.code == 0, f"{block.id}: `riverbeam {' '.join(command)} --help`: {ran.err}"
-        for option in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", line):
-            assert option in ran.out, f"{block.id}: `riverbeam {' '.join(command)}` has no {option}"
+    wrong = [p for line in block.text.splitlines() if line.strip() for p in problems(line)]
+    assert not wrong, f"{block.id}: " + "; ".join(wrong)
+
+
+def inline_commands(page: str) -> list[str]:
+    """The ```riverbeam ...``` spans of ``page``'s prose (fenced blocks left out)."""
+    prose = FENCED.sub("", (ROOT / page).read_text())
+    return INLINE.findall(prose)

@@ -16,6 +16,7 @@ from tests.docs.blocks import (
     LIVE_CHECKS,
     Block,
     all_blocks,
+    pages,
     parse,
     runner,
     unchecked,
@@ -30,7 +31,7 @@ from tests.docs.samples import (
     check_summary_webhook,
     result_of,
 )
-from tests.docs.synopsis import check_synopsis
+from tests.docs.synopsis import check_synopsis, inline_commands, problems
 
 BLOCKS = all_blocks()
 CHECKS = {
@@ -108,3 +109,9 @@ def test_tool_result_names_the_real_fields(block: Block, bench_base: Path) -> No
         base.mkdir()
         _benches[block.page] = ToolBench(base)
     result_of(block, _benches[block.page])
+
+
+@pytest.mark.parametrize("page", [page for page in pages() if inline_commands(page)])
+def test_commands_named_in_the_prose_exist_with_their_options(page: str) -> None:
+    wrong = [f"`{line}`: {p}" for line in inline_commands(page) for p in problems(line)]
+    assert not wrong, f"{page}: " + "; ".join(wrong)

@@ -13,6 +13,7 @@ from tests.cli.kit import cli
 from tests.docs.blocks import ROOT, Block
 
 INLINE = re.compile(r"`(riverbeam(?: [^`]*)?)`")
+ENDPOINT = re.compile(r"`((?:GET|POST|PUT|PATCH|DELETE) /[^`\s]*)`")
 FENCED = re.compile(r"^(\s*)(`{3,}|~{3,}).*?^\1\2", re.MULTILINE | re.DOTALL)
 
 
@@ -57,5 +58,13 @@ def check_synopsis(block: Block) -> None:
 
 def inline_commands(page: str) -> list[str]:
     """The ```riverbeam ...``` spans of ``page``'s prose (fenced blocks left out)."""
-    prose = FENCED.sub("", (ROOT / page).read_text())
-    return INLINE.findall(prose)
+    return INLINE.findall(_prose(page))
+
+
+def inline_endpoints(page: str) -> list[str]:
+    """The ```GET /path``` spans of ``page``'s prose."""
+    return ENDPOINT.findall(_prose(page))
+
+
+def _prose(page: str) -> str:
+    return FENCED.sub("", (ROOT / page).read_text())

@@ -11,10 +11,11 @@ import httpx
 import pytest
 import yaml
 
-from tests.docs.blocks import LIVE_CHECKS, Block, all_blocks, runner
+from tests.docs.blocks import LIVE_CHECKS, Block, all_blocks, pages, runner
 from tests.docs.pychecks import assert_same_keys, json_sample
 from tests.docs.samples import normalise, same_lines
 from tests.docs.shell import DOC_JOB_ID, DocsStack, Ran, docs_stack
+from tests.docs.synopsis import inline_endpoints
 
 DEMO = re.compile(r"^(?:docker/demo|riverbeam demo\b.*)$")
 
@@ -110,3 +111,20 @@ LIVE = {"push-result": _push_result, "metric-names": _metric_names}
 )
 def test_documented_sample_matches_the_live_service(block: Block, docs: DocsStack) -> None:
     LIVE[block.argument](block, docs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", [page for page in pages() if inline_endpoints(page)])
+def test_endpoints_named_in_the_prose_exist(page: str, docs: DocsStack) -> None:
+    """Each ``METHOD /path`` the prose names is served: asked with no body, for a job
+    that does not exist, it answers anything but "no such endpoint" (BEM-706) or "method
+    not allowed" (BEM-707). Nothing is changed."""
+    with docs.api.client("admin") as client:
+        for endpoint in inline_endpoints(page):
+            method, path = endpoint.split(" ", 1)
+            reply = client.request(method, re.sub(r"\{\w+\}", "000000000000", path))
+            problem = "problem+json" in reply.headers.get("content-type", "")
+            code = reply.json().get("code") if problem else None
+            assert reply.status_code not in (404, 405) or code not in ("BEM-706", "BEM-707"), (
+                f"{page}: `{endpoint}`: {reply.status_code} {reply.text}"
+            )

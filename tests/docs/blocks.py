@@ -13,7 +13,8 @@ A marker is an HTML comment, invisible when the page is rendered::
 The named checks: ``fragment`` (Python that leaves names to the reader: its imports,
 calls and classes are checked against the code), ``synopsis`` (usage lines against
 ``--help``), ``job-states``, ``error-classes``, ``skill-file``, ``model-request`` (the body
-the model client sends), ``summary-webhook`` (what a scheduled run posts), ``push-result``
+the model client sends), ``summary-webhook`` (what a scheduled run posts), ``ci-workflow`` (a
+pipeline's YAML parses and its riverbeam commands exist), ``push-result``
 and ``metric-names`` (against the live stack).
 
 A block without a marker is run by its language: ``python`` (the page's Python blocks, in
@@ -41,6 +42,7 @@ OFFLINE_CHECKS = frozenset(
         "skill-file",
         "model-request",
         "summary-webhook",
+        "ci-workflow",
     }
 )
 # ... and tests/docs/test_commands.py these, against the running stack.

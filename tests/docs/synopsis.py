@@ -8,6 +8,9 @@ from __future__ import annotations
 import itertools
 import re
 from functools import cache
+from typing import Any
+
+import yaml
 
 from tests.cli.kit import cli
 from tests.docs.blocks import ROOT, Block
@@ -68,3 +71,27 @@ def inline_endpoints(page: str) -> list[str]:
 
 def _prose(page: str) -> str:
     return FENCED.sub("", (ROOT / page).read_text())
+
+
+def check_ci_workflow(block: Block) -> None:
+    """A CI pipeline (GitHub Actions, GitLab CI): it parses as YAML, and each riverbeam
+    command in its steps exists with the options it uses."""
+    lines = [
+        line.strip()
+        for text in _strings(yaml.safe_load(block.text))
+        for line in text.replace("\\\n", " ").splitlines()
+        if line.strip().startswith("riverbeam ")
+    ]
+    assert lines, f"{block.id}: the pipeline runs no riverbeam command"
+    wrong = [p for line in lines for p in problems(line)]
+    assert not wrong, f"{block.id}: " + "; ".join(wrong)
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return []

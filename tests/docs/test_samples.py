@@ -31,7 +31,7 @@ from tests.docs.samples import (
     check_summary_webhook,
     result_of,
 )
-from tests.docs.synopsis import check_synopsis, inline_commands, problems
+from tests.docs.synopsis import check_ci_workflow, check_synopsis, inline_commands, problems
 
 BLOCKS = all_blocks()
 CHECKS = {
@@ -42,6 +42,7 @@ CHECKS = {
     "skill-file": check_skill_file,
     "model-request": check_model_request,
     "summary-webhook": check_summary_webhook,
+    "ci-workflow": check_ci_workflow,
 }
 
 

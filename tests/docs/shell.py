@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,8 +59,8 @@ _PRELUDE = """newest_job() {
 }
 """
 
-_CURL = """#!/bin/sh
-exec /usr/bin/curl --fail-with-body "$@"
+_CURL = f"""#!/bin/sh
+exec {shutil.which("curl") or "curl-is-not-installed"} --fail-with-body "$@"
 """
 
 

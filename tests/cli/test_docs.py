@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,10 +70,3 @@ def test_every_setting_has_a_row_with_its_default_and_variable() -> None:
         assert shown in row, f"the row of `{key}` should show the default {shown}: {row}"
         variable = "RIVERBEAM_" + key.upper().replace(".", "__")
         assert f"`{variable}`" in row, f"the row of `{key}` should name {variable}: {row}"
-
-
-def test_the_example_file_is_a_valid_configuration() -> None:
-    example = re.search(r"```toml\n(.*?)```", DOC.read_text(), re.DOTALL)
-    assert example is not None
-    settings = Settings(**tomllib.loads(example.group(1)))
-    assert settings.repositories

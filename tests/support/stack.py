@@ -309,7 +309,7 @@ class Stack:
 def job_stack(
     *,
     lease_seconds: float = 10.0,
-    repositories: Mapping[str, Mapping[str, str]] | None = None,
+    repositories: Mapping[str, Mapping[str, object]] | None = None,
     model_factory: str = "tests.support.playbooks:for_job",
     more_config: Mapping[str, Mapping[str, object]] | None = None,
     redis_config: Path | None = None,
@@ -372,7 +372,7 @@ def _config_text(
     upstream: Path,
     base: Path,
     lease_seconds: float,
-    repositories: Mapping[str, Mapping[str, str]],
+    repositories: Mapping[str, Mapping[str, object]],
     model_factory: str,
     more: Mapping[str, Mapping[str, object]],
 ) -> str:

@@ -15,7 +15,7 @@ what to do next. The tree groups codes by the part of the system that raises the
     │   ├── WorkspaceError    BEM-34x            mirrors and per-job workspaces on the host
     │   └── RelayError        BEM-35x, 36x       the relay and publishing upstream
     ├── ContainerError        BEM-40x            the per-job sandbox container
-    ├── JobError              BEM-50x            jobs, the store and the workers
+    ├── JobError              BEM-50x..52x       jobs, the store, the workers, outcomes
     ├── ApprovalError         BEM-60x            approvals of parked calls
     ├── AccessError           BEM-70x            the HTTP API and web pages: tokens, roles, requests
     └── ConfigError           BEM-90x            configuration
@@ -209,6 +209,13 @@ _TABLE = [
     Code("BEM-509", JobError, "the worker failed unexpectedly while running the job"),
     Code("BEM-510", JobError, "a service of the local stack failed to start"),
     Code("BEM-511", JobError, "posting a scheduled run's summaries to its webhook failed"),
+    Code("BEM-520", JobError, "the run ended on a tool error it did not recover from"),
+    Code("BEM-521", JobError, "the review job delivered no verdict"),
+    Code("BEM-522", JobError, "the summarize job produced no summary"),
+    Code("BEM-523", JobError, "the commit-notes job produced no commit message"),
+    Code("BEM-524", JobError, "the author job left changes it did not push"),
+    Code("BEM-525", JobError, "the publish job published nothing"),
+    Code("BEM-526", JobError, "the author job changed nothing and did not say why"),
     Code("BEM-600", ApprovalError, "the job has no approval waiting"),
     Code("BEM-601", ApprovalError, "the approval has already been decided"),
     Code("BEM-602", ApprovalError, "a requester cannot approve their own job here"),
@@ -224,6 +231,7 @@ _TABLE = [
     Code("BEM-708", AccessError, "the sign-in session expired or was signed out"),
     Code("BEM-709", AccessError, "the server failed unexpectedly while answering"),
     Code("BEM-900", ConfigError, "configuration is missing or invalid"),
+    Code("BEM-901", ConfigError, "a setting's value is not one its consumer can use"),
 ]
 
 CODES: dict[str, Code] = {entry.code: entry for entry in _TABLE}

@@ -73,6 +73,7 @@ REQUESTER = "writer@example.com"
 REVIEWER = "reviewer@example.com"
 PUBLISH_REF = "docs-live"
 READY_SECONDS = 30.0
+IMAGE_VARIABLE = "RIVERBEAM_SANDBOX__IMAGE"
 STOP_SECONDS = 30.0
 
 
@@ -412,11 +413,14 @@ def _unknown(store: JobStore, job_id: str) -> bool:
 
 
 def _clean_environment() -> dict[str, str]:
-    """The test process's environment without model keys or Riverbeam settings."""
+    """The test process's environment without model keys or Riverbeam settings, but with
+    the sandbox image name it chose (``RIVERBEAM_SANDBOX__IMAGE``): the stack built that
+    image, so its workers must run it."""
     return {
         name: value
         for name, value in os.environ.items()
-        if not name.startswith(("RIVERBEAM_", "BEAM_", "GFS_", "NVIDIA_", "OPENAI_"))
+        if name == IMAGE_VARIABLE
+        or not name.startswith(("RIVERBEAM_", "BEAM_", "GFS_", "NVIDIA_", "OPENAI_"))
     }
 
 

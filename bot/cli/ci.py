@@ -299,7 +299,7 @@ def _ci(args: argparse.Namespace) -> int:
         reason = f": {done.error.code}: {done.error.message}" if done.error else ""
         _note(f"job {done.id} {done.state.value}{reason}")
         return EXIT_JOB_FAILED
-    missing = _missing_result(done)
+    missing = missing_result(done)
     if missing is not None:
         # A job recorded as succeeded by an older release can still lack its result.
         _note(f"job {done.id} succeeded without its result: {missing}")
@@ -309,7 +309,7 @@ def _ci(args: argparse.Namespace) -> int:
     return 0
 
 
-def _missing_result(job: JobView) -> str | None:
+def missing_result(job: JobView) -> str | None:
     """What the job's kind must produce and this job lacks, or None."""
     outcome = job.result.outcome if job.result is not None else None
     if outcome is None:

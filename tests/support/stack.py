@@ -135,7 +135,7 @@ class Stack:
         log = root / f"{name}.log"
         own = self.worker_settings(name).workspaces
         environment = {
-            **_clean_environment(),
+            **clean_environment(),
             "RIVERBEAM_CONFIG": str(self.config),
             "RIVERBEAM_WORKSPACES__ROOT": str(own.root),
             "RIVERBEAM_WORKSPACES__MIRRORS": str(own.mirrors),
@@ -412,7 +412,7 @@ def _unknown(store: JobStore, job_id: str) -> bool:
     return False
 
 
-def _clean_environment() -> dict[str, str]:
+def clean_environment() -> dict[str, str]:
     """The test process's environment without model keys or Riverbeam settings, but with
     the sandbox image name it chose (``RIVERBEAM_SANDBOX__IMAGE``): the stack built that
     image, so its workers must run it."""

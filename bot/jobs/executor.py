@@ -87,6 +87,7 @@ from bot.runner.state import Decision, RunState
 from bot.tools import ToolSpec
 from sandbox.container.engine import engine_errors
 from sandbox.container.lifecycle import ContainerSandbox
+from sandbox.identity import Trailer
 from sandbox.image.build import check_image
 from sandbox.jail import SandboxRoot
 from sandbox.workspace.credentials import upstream_callbacks
@@ -270,6 +271,7 @@ class Executor:
                 deadline=datetime.now(UTC) + timedelta(seconds=settings.jobs.time_limit_seconds),
                 outbox=workspace.outbox,
                 identity=settings.identity,
+                trailers=[Trailer.requested_by(record.spec.requested_by)],
                 compare_to=segment.compare.sha if segment.compare else None,
                 compare_label=segment.compare.label if segment.compare else None,
                 # This worker holds the job: a container of it on this engine was left by

@@ -231,7 +231,6 @@ _TABLE = [
     Code("BEM-708", AccessError, "the sign-in session expired or was signed out"),
     Code("BEM-709", AccessError, "the server failed unexpectedly while answering"),
     Code("BEM-900", ConfigError, "configuration is missing or invalid"),
-    Code("BEM-901", ConfigError, "a setting's value is not one its consumer can use"),
 ]
 
 CODES: dict[str, Code] = {entry.code: entry for entry in _TABLE}

@@ -41,7 +41,7 @@ import pygit2
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from bot.clients.base import Completion, Message, ToolCall
-from bot.clients.playbook import PlaybookClient, PlaybookStep, last_tool_result
+from bot.clients.playbook import PlaybookClient, PlaybookStep, last_tool_result, tool_results
 from bot.jobs.host_tools.review import SubmittedReview, Verdict
 from bot.jobs.models import Finding, JobKind, JobRecord
 from sandbox.reports import DiffReport, LogReport
@@ -344,22 +344,6 @@ def _read(messages: Sequence[Message], tool: str, model: type[_Read]) -> _Read |
         return None
 
 
-def _results(messages: Sequence[Message], tool: str) -> list[tuple[JsonValue, JsonValue]]:
-    """(arguments, parsed result) of every call of ``tool`` in the conversation."""
-    arguments = {
-        call["id"]: json.loads(call["function"]["arguments"] or "{}")
-        for message in messages
-        if message.get("role") == "assistant"
-        for call in message.get("tool_calls") or []
-        if call["function"]["name"] == tool
-    }
-    return [
-        (arguments[message["tool_call_id"]], json.loads(str(message.get("content") or "null")))
-        for message in messages
-        if message.get("role") == "tool" and message.get("tool_call_id") in arguments
-    ]
-
-
 def _review_steps() -> list[PlaybookStep]:
     return [
         Completion.of_calls(ToolCall.of("git_log", {}), ToolCall.of("git_diff", {})),
@@ -427,7 +411,7 @@ def _deliver_review(messages: Sequence[Message]) -> Completion | str:
         return f"I could not list the tree ({tree}), so I cannot check the links; no review."
     pages = {
         str(arguments["path"]): str(result["content"])
-        for arguments, result in _results(messages, "read_file")
+        for arguments, result in tool_results(messages, "read_file")
         if isinstance(arguments, dict)
         and isinstance(result, dict)
         and isinstance(result.get("content"), str)
@@ -438,7 +422,7 @@ def _deliver_review(messages: Sequence[Message]) -> Completion | str:
 
 def _report_review(messages: Sequence[Message]) -> str:
     """The final answer: the verdict, the findings by severity, the most important one."""
-    delivered = _results(messages, "review_change")
+    delivered = tool_results(messages, "review_change")
     if not delivered or not isinstance(delivered[-1][1], dict) or "error" in delivered[-1][1]:
         return f"review_change did not record the review: {last_tool_result(messages)}"
     review = SubmittedReview.model_validate(delivered[-1][0])

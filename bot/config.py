@@ -41,6 +41,8 @@ from sandbox.identity import Identity
 from sandbox.refs import ProtectedRefs, branch_name
 
 DEFAULT_PROTECTED_REFS = ("main", "master", "release/*")
+# What a job may name as its repository (``JobSpec.repo``): a registered name must be one.
+REPOSITORY_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 # Docker refuses a memory limit under 6 MiB.
 MIN_MEM_LIMIT = 6 << 20
 # A Docker repository name (lower case, path components, an optional registry host:port);
@@ -240,7 +242,7 @@ class TokenConfig(BaseModel):
 class ApiSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    host: str = "127.0.0.1"
+    host: str = Field(default="127.0.0.1", pattern=r"^\S+$")
     port: int = Field(default=8000, ge=1, le=65535)
     tokens: tuple[TokenConfig, ...] = ()
     session_hours: float = Field(default=12.0, gt=0, description="web sign-in lifetime")
@@ -264,7 +266,9 @@ class Settings(BaseSettings):
 
     redis_url: Annotated[str, _checked(_redis_url, "a Redis URL")] = "redis://127.0.0.1:6379/0"
     identity: Identity = Field(default_factory=Identity)
-    repositories: dict[str, RepositoryConfig] = Field(default_factory=dict)
+    repositories: dict[Annotated[str, Field(pattern=REPOSITORY_NAME)], RepositoryConfig] = Field(
+        default_factory=dict
+    )
     sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
     workspaces: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
     model: ModelSettings = Field(default_factory=ModelSettings)

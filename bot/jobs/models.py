@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from bot.config import REPOSITORY_NAME
 from bot.errors import JobError
 from bot.frames import ErrorInfo, Frame, Usage
 from sandbox.refs import JOB_ID_PATTERN
@@ -81,7 +82,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.CANCELLED: frozenset(),
 }
 
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+_NAME = REPOSITORY_NAME
 _JOB_ID = JOB_ID_PATTERN
 _RANGE = re.compile(r"^(?P<start>[^.\s]+(?:\.[^.\s]+)*)\.\.(?P<end>[^.\s]+(?:\.[^.\s]+)*)$")
 MAX_REQUEST_CHARS = 20_000

@@ -29,6 +29,7 @@ MALFORMED = [
     ("RIVERBEAM_MODEL__FACTORY", "bot.demo.demo_model", "'module:function'"),
     ("RIVERBEAM_JOBS__LEASE_SECONDS", "0", "greater than 0"),
     ("RIVERBEAM_JOBS__PREFIX", "two words", "should match pattern"),
+    ("RIVERBEAM_API__HOST", "", "should match pattern"),
 ]
 REPOSITORY = [
     ("protected_refs", ["release/*", "a b"], "not a list of ref patterns"),
@@ -102,3 +103,15 @@ def test_up_with_a_malformed_memory_limit_says_bem_900_not_a_traceback(
     assert ran.err.startswith("riverbeam: BEM-900: invalid configuration")
     assert "sandbox.mem_limit (from $RIVERBEAM_SANDBOX__MEM_LIMIT): 'lots'" in ran.err
     assert "Traceback" not in ran.err + ran.out
+
+
+def test_a_repository_name_no_job_could_name_is_bem_900(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "riverbeam.toml"
+    config.write_text('[repositories."my docs"]\nupstream = "/srv/docs.git"\n')
+    monkeypatch.setenv("RIVERBEAM_CONFIG", str(config))
+    with pytest.raises(BeamError) as caught:
+        load_settings()
+    assert caught.value.code == "BEM-900"
+    assert "repositories.my docs.[key]: String should match pattern" in caught.value.message

@@ -3,16 +3,33 @@
 The file is found at ``$RIVERBEAM_CONFIG`` or ``./riverbeam.toml``. Environment variables
 override it, with ``__`` between nested names (``RIVERBEAM_SANDBOX__MEM_LIMIT=1g``).
 Repositories are registered by name; a job names a repository, never a path or a URL.
+
+A value that another part parses later (a Docker byte size, the image name, the Redis URL, a
+cron expression, ref names and patterns, webhook URLs, the model factory's form) is parsed
+here, with that part's own parser where there is one, so a malformed value is BEM-900 when
+the configuration is read, never a traceback in a worker later.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+import httpx
+from docker.errors import DockerException
+from docker.utils import parse_bytes
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -22,8 +39,76 @@ from pydantic_settings import (
 
 from bot.errors import BeamError
 from sandbox.identity import Identity
+from sandbox.refs import ProtectedRefs, branch_name
 
 DEFAULT_PROTECTED_REFS = ("main", "master", "release/*")
+# What a job may name as its repository (``JobSpec.repo``): a registered name must be one.
+REPOSITORY_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+# Docker refuses a memory limit under 6 MiB.
+MIN_MEM_LIMIT = 6 << 20
+# A Docker repository name (lower case, path components, an optional registry host:port);
+# the image check adds the tag.
+_IMAGE_NAME = re.compile(
+    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
+)
+_FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_T = TypeVar("_T")
+
+
+def _checked(check: Callable[[_T], object], what: str) -> AfterValidator:
+    """A validator running ``check`` (the parser the value's consumer uses) on the value; any
+    error it raises becomes the setting's error, saying what the value must be."""
+
+    def validate(value: _T) -> _T:
+        try:
+            check(value)
+        except (BeamError, DockerException, ValueError, httpx.InvalidURL) as error:
+            reason = error.message if isinstance(error, BeamError) else str(error)
+            raise ValueError(f"{value!r} is not {what}: {reason}") from None
+        return value
+
+    return AfterValidator(validate)
+
+
+def _byte_size(text: str) -> None:
+    parse_bytes(text)
+    if not re.fullmatch(r"\d+(\.\d+)?[bkmg]?b?", text.lower()):
+        raise ValueError("use a number and a unit, such as 512m or 1g")
+
+
+def _memory(text: str) -> None:
+    _byte_size(text)
+    if parse_bytes(text) < MIN_MEM_LIMIT:
+        raise ValueError("Docker needs at least 6m")
+
+
+def _http_url(text: str) -> None:
+    url = httpx.URL(text)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError("it needs http:// or https:// and a host")
+
+
+def _matches(pattern: re.Pattern[str], form: str) -> Callable[[str], None]:
+    def check(text: str) -> None:
+        if not pattern.fullmatch(text):
+            raise ValueError(f"it must look like {form}")
+
+    return check
+
+
+def _redis_url(url: str) -> None:
+    from redis.connection import parse_url
+
+    parse_url(url)  # type: ignore[no-untyped-call]
+
+
+ByteSize = Annotated[str, _checked(_byte_size, "a Docker size (512m, 1g)")]
+MemoryLimit = Annotated[str, _checked(_memory, "a Docker memory limit (512m, 1g)")]
+HttpUrl = Annotated[str, _checked(_http_url, "an http(s) URL")]
+BranchName = Annotated[str, _checked(branch_name, "a branch name")]
+Positive = Annotated[int, Field(ge=1)]
+Seconds = Annotated[float, Field(gt=0)]
 
 
 class Credentials(BaseModel):
@@ -48,14 +133,16 @@ class Credentials(BaseModel):
 class RepositoryConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    upstream: str = Field(description="URL or path of the upstream repository")
+    upstream: str = Field(min_length=1, description="URL or path of the upstream repository")
     credentials: Credentials = Field(default_factory=Credentials)
-    protected_refs: tuple[str, ...] = DEFAULT_PROTECTED_REFS
-    default_branch: str = "main"
-    publish_ref: str | None = Field(default=None, description="branch a publish job moves")
-    docs_build_webhook: str | None = None
+    protected_refs: Annotated[
+        tuple[str, ...], _checked(ProtectedRefs, "a list of ref patterns")
+    ] = DEFAULT_PROTECTED_REFS
+    default_branch: BranchName = "main"
+    publish_ref: BranchName | None = Field(default=None, description="branch a publish job moves")
+    docs_build_webhook: HttpUrl | None = None
     summary_schedule: str | None = Field(default=None, description="cron expression")
-    summary_webhook: str | None = Field(default=None, description="where summaries are posted")
+    summary_webhook: HttpUrl | None = Field(default=None, description="where summaries are posted")
     allow_self_approval: bool = False
     known_hosts: Path | None = Field(
         default=None,
@@ -69,25 +156,28 @@ class SandboxLimits(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    image: str = "riverbeam-sandbox"
-    uid: int = 10001
-    mem_limit: str = "512m"
-    pids_limit: int = 128
-    nano_cpus: int = 1_000_000_000
-    tmpfs_size: str = "64m"
-    call_timeout: float = 30.0
-    max_message_bytes: int = 4 << 20
-    max_read_bytes: int = 1 << 20
-    max_write_bytes: int = 1 << 20
-    job_deadline_seconds: int = 3600
-    ready_timeout: float = Field(default=10.0, description="seconds for the tool server to start")
+    image: Annotated[
+        str, _checked(_matches(_IMAGE_NAME, "riverbeam-sandbox"), "a Docker image name")
+    ] = "riverbeam-sandbox"
+    # Never 0: the sandbox never runs as root.
+    uid: int = Field(default=10001, ge=1, le=2**31 - 2)
+    mem_limit: MemoryLimit = "512m"
+    pids_limit: Positive = 128
+    nano_cpus: Positive = 1_000_000_000
+    tmpfs_size: ByteSize = "64m"
+    call_timeout: Seconds = 30.0
+    max_message_bytes: Positive = 4 << 20
+    max_read_bytes: Positive = 1 << 20
+    max_write_bytes: Positive = 1 << 20
+    job_deadline_seconds: Positive = 3600
+    ready_timeout: Seconds = Field(default=10.0, description="seconds for the tool server to start")
     build_method: Literal["auto", "dockerfile", "rootfs"] = Field(
         default="auto", description="how `riverbeam sandbox build` makes the image"
     )
     build_cache: Path | None = Field(
         default=None, description="downloaded wheels and Debian root filesystems"
     )
-    debian_mirror: str = "http://deb.debian.org/debian"
+    debian_mirror: HttpUrl = "http://deb.debian.org/debian"
 
 
 class WorkspaceSettings(BaseModel):
@@ -95,8 +185,10 @@ class WorkspaceSettings(BaseModel):
 
     root: Path = Path("/var/lib/riverbeam/workspaces")
     mirrors: Path = Path("/var/lib/riverbeam/mirrors")
-    branch_prefix: str = "riverbeam/"
-    retention_hours: float = 24.0
+    branch_prefix: Annotated[
+        str, _checked(lambda prefix: branch_name(f"{prefix}0"), "a branch name prefix")
+    ] = "riverbeam/"
+    retention_hours: Seconds = 24.0
     known_hosts: Path = Field(
         default=Path("/var/lib/riverbeam/known_hosts"),
         description="OpenSSH known_hosts file pinning the host keys of SSH upstreams",
@@ -117,7 +209,9 @@ class ModelSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    factory: str | None = Field(
+    factory: (
+        Annotated[str, _checked(_matches(_FACTORY, "'module:function'"), "a factory")] | None
+    ) = Field(
         default=None,
         description="'module:function' returning a CompletionClient for a job (tests, demo)",
     )
@@ -172,17 +266,26 @@ class ModelSettings(BaseModel):
 class JobSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    prefix: str = Field(default="riverbeam", description="prefix of every Redis key")
-    soft_time_limit_seconds: int = 900
-    time_limit_seconds: int = 1200
-    lease_seconds: float = 60.0
-    resume_grace_seconds: float = Field(
-        default=120.0, gt=0, description="age of a decision whose resume is sent again"
+    prefix: str = Field(
+        default="riverbeam", pattern=r"^[^\s:]+$", description="prefix of every Redis key"
     )
-    snapshot_max_bytes: int = 32 << 20
-    events_maxlen: int = 10_000
-    diff_max_chars: int = 200_000
-    webhook_timeout_seconds: float = 10.0
+    soft_time_limit_seconds: Positive = 900
+    time_limit_seconds: Positive = 1200
+    lease_seconds: Seconds = 60.0
+    resume_grace_seconds: Seconds = Field(
+        default=120.0, description="age of a decision whose resume is sent again"
+    )
+    snapshot_max_bytes: Positive = 32 << 20
+    events_maxlen: Positive = 10_000
+    diff_max_chars: Positive = 200_000
+    webhook_timeout_seconds: Seconds = 10.0
+
+    @model_validator(mode="after")
+    def _limits_in_order(self) -> JobSettings:
+        # Celery raises the soft limit first, so the segment can still record its failure.
+        if self.soft_time_limit_seconds >= self.time_limit_seconds:
+            raise ValueError("soft_time_limit_seconds must be less than time_limit_seconds")
+        return self
 
 
 Role = Literal["submitter", "reviewer", "ci", "admin"]
@@ -207,7 +310,7 @@ class TokenConfig(BaseModel):
 class ApiSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    host: str = "127.0.0.1"
+    host: str = Field(default="127.0.0.1", pattern=r"^\S+$")
     port: int = Field(default=8000, ge=1, le=65535)
     tokens: tuple[TokenConfig, ...] = ()
     session_hours: float = Field(default=12.0, gt=0, description="web sign-in lifetime")
@@ -229,9 +332,11 @@ class Settings(BaseSettings):
         env_prefix="RIVERBEAM_", env_nested_delimiter="__", extra="forbid", frozen=True
     )
 
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: Annotated[str, _checked(_redis_url, "a Redis URL")] = "redis://127.0.0.1:6379/0"
     identity: Identity = Field(default_factory=Identity)
-    repositories: dict[str, RepositoryConfig] = Field(default_factory=dict)
+    repositories: dict[Annotated[str, Field(pattern=REPOSITORY_NAME)], RepositoryConfig] = Field(
+        default_factory=dict
+    )
     sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
     workspaces: WorkspaceSettings = Field(default_factory=WorkspaceSettings)
     model: ModelSettings = Field(default_factory=ModelSettings)
@@ -249,6 +354,19 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = TomlConfigSettingsSource(settings_cls, toml_file=config_path())
         return (init_settings, env_settings, toml)
+
+    @model_validator(mode="after")
+    def _schedules_parse(self) -> Settings:
+        if not any(repo.summary_schedule for repo in self.repositories.values()):
+            return self
+        # Imported here (and only then): the schedules module reads these settings.
+        from bot.jobs.schedules import summary_schedules
+
+        try:
+            summary_schedules(self)
+        except BeamError as error:
+            raise ValueError(error.message) from None
+        return self
 
     def allows_self_approval(self, repo: str) -> bool:
         """Whether the requester of a job on ``repo`` may approve it themselves; never for a
@@ -280,8 +398,15 @@ def load_settings(**overrides: Any) -> Settings:
     except OSError as error:
         raise BeamError("BEM-900", f"cannot read {config_path()}: {error.strerror}") from None
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}"
-            for item in error.errors()[:5]
-        )
+        problems = "; ".join(_problem(item["loc"], item["msg"]) for item in error.errors()[:5])
         raise BeamError("BEM-900", f"invalid configuration ({config_path()}): {problems}") from None
+
+
+def _problem(loc: tuple[int | str, ...], message: str) -> str:
+    """One refused setting: its key, where its value came from (the variable, when one is
+    set, overrides the file) and why."""
+    key = ".".join(str(part) for part in loc)
+    variable = "RIVERBEAM_" + "__".join(str(part) for part in loc).upper()
+    where = f" (from ${variable})" if variable in {name.upper() for name in os.environ} else ""
+    reason = message.removeprefix("Value error, ")
+    return f"{key}{where}: {reason}" if key else reason

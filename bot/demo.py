@@ -5,13 +5,23 @@ install page has typos and a broken relative link, registers it in a generated
 ``riverbeam.toml``, and asks an author job to fix the page.
 
 Without a model API key the workers use ``demo_model`` (``model.factory =
-"bot.demo:demo_model"``): a ``PlaybookClient`` that works through the real tools. It lists
-the tree and reads the install page through them, computes the corrected page from what
-it read (known misspellings replaced word by word; a relative link to a page that does not
-exist pointed at the closest page that does), writes it back, looks at the diff, commits,
-and pushes, which parks for approval. Nothing about the page is hard-coded in its steps:
-change the page and it fixes what it finds. With a key, the workers use the live model and
-this module only provides the repository.
+"bot.demo:demo_model"``): a scripted model, a ``PlaybookClient`` with a plan for every kind
+that works through the real tools and computes its answers from what they return. Its whole
+knowledge is a list of common misspellings and the rule that a relative link must point at a
+file that exists:
+
+- author: lists the tree, reads the install page, writes it back corrected (misspellings
+  replaced word by word; a link to a missing page pointed at the closest page that exists),
+  looks at the diff, commits and pushes, which parks for approval;
+- review: reads the log, the diff, the tree and every changed file, and delivers with
+  ``review_change`` one finding per misspelling (minor) and per broken relative link
+  (major), the verdict following from them;
+- summarize and commit-notes: read the log and the diff and describe the commits, the files
+  and the fixes the diff makes;
+- publish: states what it publishes, from its brief, and calls ``publish_docset``.
+
+Nothing about the pages is hard-coded in its steps: change them and it finds what is there.
+With a key, the workers use the live model and this module only provides the repository.
 """
 
 from __future__ import annotations
@@ -20,20 +30,26 @@ import difflib
 import json
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import textwrap
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pygit2
-from pydantic import JsonValue
+from pydantic import BaseModel, JsonValue, ValidationError
 
 from bot.clients.base import Completion, Message, ToolCall
-from bot.clients.playbook import PlaybookClient, PlaybookStep, last_tool_result
-from bot.jobs.models import JobRecord
+from bot.clients.playbook import PlaybookClient, PlaybookStep, last_tool_result, tool_results
+from bot.jobs.host_tools.review import SubmittedReview, Verdict
+from bot.jobs.models import Finding, JobKind, JobRecord
+from sandbox.reports import DiffReport, LogReport
 
 REPO_NAME = "skiff-docs"
 PAGE = "docs/install.md"
 REQUEST = "Fix the broken links and typos on the install page"
+PUBLISH_REF = "published"
 DEMO_MODEL_FACTORY = "bot.demo:demo_model"
 SCRIPTED_LABEL = "scripted demo model — no language model is called"
 AUTHOR = pygit2.Signature("Skiff Docs Team", "docs@skiff.invalid")
@@ -156,6 +172,8 @@ def config_text(
         "",
         f"[repositories.{REPO_NAME}]",
         f"upstream = {json.dumps(str(upstream))}",
+        "# Where a publish job puts a reviewed commit.",
+        f"publish_ref = {json.dumps(PUBLISH_REF)}",
         "# In the demo you are the writer and the reviewer; a team keeps this off.",
         "allow_self_approval = true",
         "",
@@ -212,9 +230,7 @@ def fix_links(text: str, page: str, files: Sequence[str]) -> tuple[str, list[Fix
 
     def replace(match: re.Match[str]) -> str:
         target = match.group("target")
-        if "://" in target or target.startswith(("/", "mailto:")):
-            return match.group(0)
-        if posixpath.normpath(posixpath.join(here, target)) in existing:
+        if not _missing_target(target, here, existing):
             return match.group(0)
         closest = difflib.get_close_matches(target, neighbours, n=1, cutoff=0.6)
         if not closest:
@@ -223,6 +239,14 @@ def fix_links(text: str, page: str, files: Sequence[str]) -> tuple[str, list[Fix
         return f"]({closest[0]}{match.group('anchor') or ''})"
 
     return _LINK.sub(replace, text), fixes
+
+
+def _missing_target(target: str, here: str, existing: set[str]) -> bool:
+    """Whether ``target``, linked from a page in directory ``here``, is a relative link to a
+    file that is not in ``existing``."""
+    if "://" in target or target.startswith(("/", "mailto:")):
+        return False
+    return posixpath.normpath(posixpath.join(here, target)) not in existing
 
 
 # -- the scripted demo model --------------------------------------------------------------
@@ -235,11 +259,11 @@ class DemoModel(PlaybookClient):
 
 
 def demo_model(job: JobRecord) -> DemoModel:
-    """``model.factory`` of the demo: the scripted steps below, for any author job."""
-    return DemoModel(_steps())
+    """``model.factory`` of the demo: the scripted plan of the job's kind."""
+    return DemoModel(PLANS[job.spec.kind]())
 
 
-def _steps() -> list[PlaybookStep]:
+def _author_steps() -> list[PlaybookStep]:
     return [
         _calls("list_tree", {}),
         _calls("read_file", {"path": PAGE}),
@@ -304,3 +328,265 @@ def _report(messages: Sequence[Message]) -> str:
         f"link(s) ({', '.join(map(str, links))}) in {PAGE}, and pushed commit "
         f"{str(pushed['sha'])[:12]} to {str(pushed.get('ref', '')).removeprefix('refs/heads/')}."
     )
+
+
+# -- review ----------------------------------------------------------------------------------
+
+MAX_REVIEW_FILES = 20
+_Read = TypeVar("_Read", bound=BaseModel)
+
+
+def _read(messages: Sequence[Message], tool: str, model: type[_Read]) -> _Read | None:
+    """The newest result of ``tool``, as the report it is; None when it failed or is absent."""
+    try:
+        return model.model_validate(last_tool_result(messages, tool))
+    except ValidationError:
+        return None
+
+
+def _review_steps() -> list[PlaybookStep]:
+    return [
+        Completion.of_calls(ToolCall.of("git_log", {}), ToolCall.of("git_diff", {})),
+        _read_changed_files,
+        _deliver_review,
+        _report_review,
+    ]
+
+
+def _read_changed_files(messages: Sequence[Message]) -> Completion:
+    """The tree (for the links) and every text file the diff adds or changes."""
+    diff = _read(messages, "git_diff", DiffReport)
+    changed = [
+        item.path
+        for item in (diff.files if diff else [])
+        if item.status != "deleted" and not item.binary
+    ]
+    reads = [ToolCall.of("read_file", {"path": path}) for path in changed[:MAX_REVIEW_FILES]]
+    return Completion.of_calls(ToolCall.of("list_tree", {}), *reads)
+
+
+def review_pages(pages: Mapping[str, str], files: Sequence[str]) -> SubmittedReview:
+    """The review of ``pages`` (path → text as read): a finding per misspelling (minor, the
+    corrected line as its suggestion) and per relative link to a missing file (major, the
+    line pointed at the closest page as its suggestion, when one is similar enough); the
+    verdict follows from the findings."""
+    existing = set(files)
+    findings: list[Finding] = []
+    for path, text in pages.items():
+        here = posixpath.dirname(path)
+        for number, line in enumerate(text.split("\n"), start=1):
+            fixed, typos = fix_typos(line)
+            findings += [
+                Finding(path=path, line=number, severity="minor", suggestion=fixed,
+                        note=f"Misspelling: '{typo.before}' should be '{typo.after}'.")
+                for typo in typos
+            ]  # fmt: skip
+            repointed = fix_links(line, path, files)[0]
+            findings += [
+                Finding(path=path, line=number, severity="major",
+                        suggestion=repointed if repointed != line else None,
+                        note=f"The link to '{target}' points at a file that does not exist.")
+                for target in (match.group("target") for match in _LINK.finditer(line))
+                if _missing_target(target, here, existing)
+            ]  # fmt: skip
+    findings.sort(key=lambda finding: finding.severity != "major")
+    majors = sum(finding.severity == "major" for finding in findings)
+    minors = len(findings) - majors
+    verdict: Verdict
+    if majors:
+        verdict, why = "request_changes", f"{majors} broken relative link(s) must be fixed"
+    elif minors:
+        verdict, why = "approve_with_suggestions", f"{minors} misspelling(s) are worth fixing"
+    else:
+        verdict, why = "approve", "no misspelling I know of and no broken relative link"
+    checked = ", ".join(pages) or "no page (the change adds or changes no text file)"
+    summary = f"Checked {checked} for misspellings and relative links: {why}."
+    return SubmittedReview(verdict=verdict, summary=summary, findings=findings)
+
+
+def _deliver_review(messages: Sequence[Message]) -> Completion | str:
+    tree = last_tool_result(messages, "list_tree")
+    names = tree.get("files") if isinstance(tree, dict) else None
+    if not isinstance(names, list):
+        return f"I could not list the tree ({tree}), so I cannot check the links; no review."
+    pages = {
+        str(arguments["path"]): str(result["content"])
+        for arguments, result in tool_results(messages, "read_file")
+        if isinstance(arguments, dict)
+        and isinstance(result, dict)
+        and isinstance(result.get("content"), str)
+    }
+    review = review_pages(pages, [str(name) for name in names])
+    return _calls("review_change", review.model_dump(mode="json"))
+
+
+def _report_review(messages: Sequence[Message]) -> str:
+    """The final answer: the verdict, the findings by severity, the most important one."""
+    delivered = tool_results(messages, "review_change")
+    if not delivered or not isinstance(delivered[-1][1], dict) or "error" in delivered[-1][1]:
+        return f"review_change did not record the review: {last_tool_result(messages)}"
+    review = SubmittedReview.model_validate(delivered[-1][0])
+    counts = Counter(finding.severity for finding in review.findings)
+    found = ", ".join(f"{count} {severity}" for severity, count in counts.items()) or "none"
+    top = review.findings[0] if review.findings else None
+    first = f" Most important: {top.path}:{top.line}: {top.note}" if top else ""
+    return f"Verdict: {review.verdict}. Findings: {found}.{first}"
+
+
+# -- summarize and commit-notes: what the log and the diff show ------------------------------
+
+
+@dataclass
+class _FileChange:
+    path: str
+    status: str
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+    def fixes(self) -> tuple[list[Fix], list[Fix]]:
+        """The misspellings the change corrects and the link targets it repoints."""
+        removed, added = "\n".join(self.removed), "\n".join(self.added)
+        typos = {(f.before, f.after): f for f in fix_typos(removed)[1] if f.after in added}
+        before = {m.group("target") for m in _LINK.finditer(removed)}
+        after = {m.group("target") for m in _LINK.finditer(added)}
+        pairs = zip(sorted(before - after), sorted(after - before), strict=False)
+        return list(typos.values()), [Fix(old, new) for old, new in pairs]
+
+    def described(self) -> str:
+        typos, links = self.fixes()
+        parts = []
+        if typos:
+            parts.append(f"corrects {len(typos)} misspelling(s) ({', '.join(map(str, typos))})")
+        if links:
+            parts.append(f"repoints {len(links)} link(s) ({', '.join(map(str, links))})")
+        what = " and ".join(parts) or self.status
+        return f"`{self.path}`: {what}; +{len(self.added)} −{len(self.removed)} lines"
+
+
+@dataclass
+class _Change:
+    branch: str
+    base: str
+    commits: list[str]
+    files: list[_FileChange]
+
+
+def _read_change(messages: Sequence[Message]) -> _Change | str:
+    """The change from the log and the diff it read, or why it cannot say."""
+    log = _read(messages, "git_log", LogReport)
+    diff = _read(messages, "git_diff", DiffReport)
+    if log is None or diff is None:
+        return f"I could not read the change: {last_tool_result(messages)}"
+    since = log.since or diff.against
+    files = {item.path: _FileChange(item.path, item.status) for item in diff.files}
+    current: _FileChange | None = None
+    for line in diff.patch.splitlines():
+        if line.startswith("diff --git "):
+            current = files.get(line.rsplit(" b/", 1)[-1])
+        elif current is None or line.startswith(("+++ ", "--- ")):
+            continue
+        elif line.startswith("+"):
+            current.added.append(line[1:])
+        elif line.startswith("-"):
+            current.removed.append(line[1:])
+    # The workspace's branch is the job's own; the brief names the branch as people know it.
+    named = _BRIEF_BRANCH.search(str(messages[0].get("content") or "")) if messages else None
+    return _Change(
+        branch=named["branch"] if named else log.branch or "HEAD",
+        base=since.label if since else "HEAD",
+        # The log lists the newest first.
+        commits=[f"`{c.sha[:12]}` {c.subject}" for c in reversed(log.commits)],
+        files=list(files.values()),
+    )
+
+
+def _change_steps(answer: Callable[[_Change], str]) -> list[PlaybookStep]:
+    def final(messages: Sequence[Message]) -> str:
+        change = _read_change(messages)
+        return change if isinstance(change, str) else answer(change)
+
+    return [Completion.of_calls(ToolCall.of("git_log", {}), ToolCall.of("git_diff", {})), final]
+
+
+def summary_text(change: _Change) -> str:
+    grouped: dict[str, list[str]] = {}
+    for item in change.files:
+        grouped.setdefault(item.status, []).append(f"`{item.path}`")
+    files = "; ".join(f"{status}: {', '.join(paths)}" for status, paths in grouped.items())
+    readers = [f"  - {item.described()}" for item in change.files]
+    return "\n".join(
+        [
+            f"### `{change.branch}` compared with `{change.base}`",
+            f"- **Commits** ({len(change.commits)}): {'; '.join(change.commits) or 'none'}",
+            f"- **Files touched**: {files or 'none'}",
+            "- **What changed for readers**:",
+            *(readers or ["  - nothing: the branch changes no file"]),
+        ]
+    )
+
+
+def commit_subject(files: Sequence[_FileChange]) -> str:
+    """An imperative subject from the fixes the change makes, else from what it touches."""
+    if not files:
+        return "Record an empty change"
+    where = files[0].path if len(files) == 1 else f"{len(files)} pages"
+    fixes = [item.fixes() for item in files]
+    found = {"typos": any(t for t, _ in fixes), "broken links": any(k for _, k in fixes)}
+    kinds = [name for name, there in found.items() if there]
+    if kinds:
+        return f"Fix {' and '.join(kinds)} in {where}"
+    verbs = {"added": "Add", "deleted": "Remove", "renamed": "Rename"}
+    return f"{verbs.get(files[0].status, 'Update') if len(files) == 1 else 'Update'} {where}"
+
+
+def notes_text(change: _Change) -> str:
+    fixing = any(typos or links for typos, links in (item.fixes() for item in change.files))
+    why = (
+        "Readers met misspelled words or links to pages that do not exist. What the diff changes:"
+        if fixing
+        else "What the diff changes:"
+    )
+    body = [textwrap.fill(why, 72)]
+    body += [
+        textwrap.fill(f"- {item.described()}", 72, subsequent_indent="  ") for item in change.files
+    ]
+    if change.commits:
+        body.append(textwrap.fill("Commits: " + "; ".join(change.commits), 72))
+    message = commit_subject(change.files) + "\n\n" + "\n\n".join(body)
+    return f"```text\n{message}\n```"
+
+
+# -- publish ---------------------------------------------------------------------------------
+
+_BRIEF_BRANCH = re.compile(r"(?:Branch to summarize|Branch): `(?P<branch>[^`]+)`")
+_BRIEF_REF = re.compile(r"Reviewed ref to publish: `(?P<ref>[^`]+)`")
+_BRIEF_DESTINATION = re.compile(r"Publish to: `(?P<ref>[^`]+)`")
+
+
+def _publish(messages: Sequence[Message]) -> Completion | str:
+    """Says what it publishes, as its brief names it, and calls publish_docset."""
+    brief = str(messages[0].get("content") or "") if messages else ""
+    ref, destination = _BRIEF_REF.search(brief), _BRIEF_DESTINATION.search(brief)
+    if ref is None or destination is None:
+        return "My brief does not name the reviewed ref and the destination; nothing to publish."
+    text = f"I am about to publish {ref['ref']} to {destination['ref']}."
+    call = ToolCall.of("publish_docset", {"note": f"Publishes {ref['ref']} as reviewed."})
+    return Completion(text=text, tool_calls=[call])
+
+
+def _report_publish(messages: Sequence[Message]) -> str:
+    result = last_tool_result(messages, "publish_docset")
+    if isinstance(result, dict) and result.get("published"):
+        return f"Published {result.get('sha')} to {result.get('publish_ref')}."
+    if isinstance(result, dict) and result.get("refused"):
+        return f"Nothing was published: {result.get('by')} refused ({result.get('comment')})."
+    return f"Nothing was published: {result}"
+
+
+PLANS: dict[JobKind, Callable[[], list[PlaybookStep]]] = {
+    JobKind.AUTHOR: _author_steps,
+    JobKind.REVIEW: _review_steps,
+    JobKind.SUMMARIZE: lambda: _change_steps(summary_text),
+    JobKind.COMMIT_NOTES: lambda: _change_steps(notes_text),
+    JobKind.PUBLISH: lambda: [_publish, _report_publish],
+}

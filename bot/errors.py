@@ -15,7 +15,7 @@ what to do next. The tree groups codes by the part of the system that raises the
     │   ├── WorkspaceError    BEM-34x            mirrors and per-job workspaces on the host
     │   └── RelayError        BEM-35x, 36x       the relay and publishing upstream
     ├── ContainerError        BEM-40x            the per-job sandbox container
-    ├── JobError              BEM-50x            jobs, the store and the workers
+    ├── JobError              BEM-50x..52x       jobs, the store, the workers, outcomes
     ├── ApprovalError         BEM-60x            approvals of parked calls
     ├── AccessError           BEM-70x            the HTTP API and web pages: tokens, roles, requests
     └── ConfigError           BEM-90x            configuration
@@ -222,6 +222,13 @@ _TABLE = [
     Code("BEM-510", JobError, "a service of the local stack failed to start"),
     Code("BEM-511", JobError, "posting a scheduled run's summaries to its webhook failed"),
     Code("BEM-512", JobError, "the job's push is under way upstream and cannot be cancelled"),
+    Code("BEM-520", JobError, "the run ended on a tool error it did not recover from"),
+    Code("BEM-521", JobError, "the review job delivered no verdict"),
+    Code("BEM-522", JobError, "the summarize job produced no summary"),
+    Code("BEM-523", JobError, "the commit-notes job produced no commit message"),
+    Code("BEM-524", JobError, "the author job left changes it did not push"),
+    Code("BEM-525", JobError, "the publish job published nothing"),
+    Code("BEM-526", JobError, "the author job changed nothing and did not say why"),
     Code("BEM-535", JobError, "no worker serves a job queue"),
     Code("BEM-600", ApprovalError, "the job has no approval waiting"),
     Code("BEM-601", ApprovalError, "the approval has already been decided"),

@@ -26,6 +26,7 @@ class Named(Protocol):
 _SIGNATURE_FORBIDDEN = re.compile(r"[<>\x00-\x1f\x7f]")
 _TRAILER_KEY = r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$"
 _TRAILER_LINE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*: \S")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class Identity(BaseModel):
@@ -72,8 +73,20 @@ class Trailer(BaseModel):
         return value
 
     @classmethod
-    def requested_by(cls, person: Named) -> Trailer:
-        return cls(key="Requested-by", value=str(Identity.of(person)))
+    def requested_by(cls, person: Named | str) -> Trailer:
+        """Credit for the person who asked: ``Name <email>``, or the name a job recorded
+        (its ``requested_by``) on one line, control characters and runs of blanks made one
+        space."""
+        if not isinstance(person, str):
+            return cls(key="Requested-by", value=str(Identity.of(person)))
+        value = " ".join(_CONTROL.sub(" ", person).split())[:500]
+        return cls(key="Requested-by", value=value or "anonymous")
+
+    @classmethod
+    def parse(cls, line: str) -> Trailer:
+        """A trailer from its ``Key: value`` line (pydantic ValidationError when it is not)."""
+        key, _, value = line.partition(": ")
+        return cls(key=key, value=value)
 
     @classmethod
     def co_authored_by(cls, person: Named) -> Trailer:

@@ -33,7 +33,7 @@ from types import FrameType
 from typing import Any, BinaryIO
 
 from bot.errors import BeamError
-from sandbox.identity import Identity
+from sandbox.identity import Identity, Trailer
 from sandbox.jail import SandboxRoot
 from sandbox.protocol import encode_frame, error_reply, ok_reply, ready_frame
 from sandbox.tool_specs import TOOL_SPECS
@@ -169,6 +169,9 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--call-timeout", type=float, default=30.0)
     parser.add_argument("--identity-name", default="Riverbeam")
     parser.add_argument("--identity-email", default="riverbeam@localhost")
+    parser.add_argument(
+        "--trailer", action="append", default=[], help="'Key: value' ending every commit"
+    )
     parser.add_argument("--compare-to", help="commit git_diff and git_log start from (a sha)")
     parser.add_argument("--compare-label", help="what the job calls that commit, like 'main'")
     return parser.parse_args(argv)
@@ -184,6 +187,7 @@ def open_tree(args: argparse.Namespace) -> WorkingTree:
     make = functools.partial(
         WorkingTree,
         identity=identity,
+        trailers=[Trailer.parse(line) for line in args.trailer],
         compare_to=args.compare_to,
         compare_label=args.compare_label,
     )

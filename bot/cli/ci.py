@@ -14,7 +14,8 @@ retried pipeline step returns the job the first attempt made and waits on it, in
 making a second one. The command itself retries a submit that failed in transit with the
 same key.
 
-Exit codes: 0 the draft is printed; 1 the job failed, was refused or was cancelled; 2 the
+Exit codes: 0 the draft is printed; 1 the job failed, was refused or was cancelled, or
+lacks the result its kind must produce (a review without a verdict); 2 the
 API refused the request (the BEM code of its problem document), could not be reached, or
 the command was used wrongly; 3 the job did not finish within ``--timeout``: the command
 cancels it, so no job nobody waits for piles up (with ``--leave-running`` it goes on, and a
@@ -388,9 +389,23 @@ def _ci(args: argparse.Namespace) -> int:
         reason = f": {done.error.code}: {done.error.message}" if done.error else ""
         _note(f"job {done.id} {done.state.value}{reason}")
         return EXIT_JOB_FAILED
+    missing = missing_result(done)
+    if missing is not None:
+        # A job recorded as succeeded by an older release can still lack its result.
+        _note(f"job {done.id} succeeded without its result: {missing}")
+        return EXIT_JOB_FAILED
     _note(f"job {done.id} succeeded")
     print(draft(done))
     return 0
+
+
+def missing_result(job: JobView) -> str | None:
+    """What the job's kind must produce and this job lacks, or None."""
+    outcome = job.result.outcome if job.result is not None else None
+    if outcome is None:
+        return f"a {job.kind.value} job must have an outcome, and this one has none"
+    missing = outcome.missing()
+    return str(missing) if missing is not None else None
 
 
 def _note(text: str) -> None:

@@ -82,3 +82,16 @@ def services(settings: Settings | None = None) -> Iterator[Services]:
         yield Services(settings, store, app)
     finally:
         app.close()
+
+
+def scripted_model_note(settings: Settings) -> str | None:
+    """What to say when this configuration's jobs run on the scripted demo model, so nobody
+    mistakes its answers for a language model's; None for any other model."""
+    from bot.demo import DEMO_MODEL_FACTORY, SCRIPTED_LABEL
+
+    if settings.model.factory != DEMO_MODEL_FACTORY:
+        return None
+    return (
+        f"model: {SCRIPTED_LABEL} (model.factory = {DEMO_MODEL_FACTORY!r}; "
+        "remove it and set BEAM_API_KEY for a live model)"
+    )

@@ -64,14 +64,12 @@ def follow(
             # The end entry was trimmed from a capped stream or never written: say it anyway.
             renderer.end(record.state)
             return Followed(last, record)
-        if stop_when_parked and _waits_for_a_person(store, record):
+        person = _waits_for_a_person(store, record)
+        if stop_when_parked and person:
             return Followed(last, record)
         quiet = time.monotonic() - quiet_since > IDLE_NOTICE_SECONDS
         if quiet and not told and record.state is not JobState.RUNNING:
-            renderer.note(
-                f"  … {record.state.value}: waiting for a worker to take it (is `riverbeam "
-                "worker` or `riverbeam up` running for this Redis?)"
-            )
+            renderer.note(_why_idle(record, waits_for_a_person=person))
             told = True
 
 
@@ -80,6 +78,21 @@ def _waits_for_a_person(store: JobStore, record: JobRecord) -> bool:
         return False
     approval = store.approval(record.id)
     return approval is not None and approval.state is ApprovalState.PENDING
+
+
+def _why_idle(record: JobRecord, *, waits_for_a_person: bool) -> str:
+    """Why nothing happens to a job that is not running: a parked job waits for a decision
+    (no worker is needed for that); a queued job, or a decided one whose resume is queued,
+    waits for a worker."""
+    if waits_for_a_person:
+        return (
+            f"  … {record.state.value}: waiting for a person to approve or refuse "
+            f"(`riverbeam approvals show {record.id}`); following on until the job ends"
+        )
+    return (
+        f"  … {record.state.value}: waiting for a worker to take it (is `riverbeam "
+        "worker` or `riverbeam up` running for this Redis?)"
+    )
 
 
 def finish(out: Console, followed: Followed) -> int:

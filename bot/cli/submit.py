@@ -84,7 +84,7 @@ def metadata_pairs(pairs: list[str]) -> dict[str, JsonValue]:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from bot.cli.common import acting_as, console, services
+    from bot.cli.common import acting_as, console, scripted_model_note, services
     from bot.cli.follow import finish, follow
     from bot.cli.render import FrameRenderer
     from bot.config import load_settings
@@ -93,10 +93,15 @@ def _submit(args: argparse.Namespace) -> int:
     settings = load_settings()
     spec = job_spec(args, acting_as(args.as_name))
     out = console()
+    note = scripted_model_note(settings)
     with services(settings) as running:
         record = submit_job(running.store, spec, settings=settings, app=running.app)
         if not args.follow:
+            if note is not None:
+                print(note, file=sys.stderr)  # standard output is the id alone
             print(record.id)
             return 0
         out.print(f"job {record.id} queued ({spec.kind.value} on {spec.repo})")
+        if note is not None:
+            out.print(note)
         return finish(out, follow(running.store, record.id, FrameRenderer(out)))

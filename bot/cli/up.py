@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rich.text import Text
+
 
 def add_up_command(commands: Any) -> None:
     up = commands.add_parser(
@@ -23,7 +25,7 @@ def add_up_command(commands: Any) -> None:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from bot.cli.common import console
+    from bot.cli.common import console, scripted_model_note
     from bot.cli.localstack import LocalStack
     from bot.cli.paths import state_dir
     from bot.config import config_path, load_settings
@@ -31,6 +33,9 @@ def _up(args: argparse.Namespace) -> int:
     out = console()
     settings = load_settings()
     out.print(f"riverbeam up: {config_path()}, state in {state_dir()}")
+    note = scripted_model_note(settings)
+    if note is not None:
+        out.print(Text(note, style="bold yellow"))
     stack = LocalStack(settings, out, concurrency=args.concurrency, api=True)
     stack.start()
     if not stack.started:

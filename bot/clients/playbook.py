@@ -52,22 +52,37 @@ class PlaybookClient:
         return answer if answer.model else answer.model_copy(update={"model": self.model})
 
 
-def last_tool_result(messages: Sequence[Message], tool: str | None = None) -> JsonValue:
-    """The newest tool message's content (of a call of ``tool``, if named), parsed; ``None``
-    when there is none: what a step reacts to. Tool messages carry JSON text (a result, or
-    ``{"error": {...}}``)."""
-    names = {
-        call["id"]: call["function"]["name"]
+def tool_results(
+    messages: Sequence[Message], tool: str | None = None
+) -> list[tuple[JsonValue, JsonValue]]:
+    """(arguments, result) of every answered tool call (of ``tool``, if named), oldest first,
+    each parsed from its JSON text (text that is not JSON stays text): what a step reads.
+    Tool messages carry a result or ``{"error": {...}}``."""
+    functions = {
+        call["id"]: call["function"]
         for message in messages
         if message.get("role") == "assistant"
         for call in message.get("tool_calls") or []
     }
-    for message in reversed(messages):
-        if message.get("role") == "tool" and tool in (None, names.get(message.get("tool_call_id"))):
-            content = str(message.get("content") or "null")
-            try:
-                parsed: JsonValue = json.loads(content)
-            except ValueError:
-                return content
-            return parsed
-    return None
+    found = []
+    for message in messages:
+        function = functions.get(message.get("tool_call_id"), {})
+        if message.get("role") == "tool" and tool in (None, function.get("name")):
+            arguments = _parsed(str(function.get("arguments") or "{}"))
+            found.append((arguments, _parsed(str(message.get("content") or "null"))))
+    return found
+
+
+def last_tool_result(messages: Sequence[Message], tool: str | None = None) -> JsonValue:
+    """The newest tool message's content (of a call of ``tool``, if named), parsed; ``None``
+    when there is none: what a step reacts to."""
+    found = tool_results(messages, tool)
+    return found[-1][1] if found else None
+
+
+def _parsed(text: str) -> JsonValue:
+    try:
+        parsed: JsonValue = json.loads(text)
+    except ValueError:
+        return text
+    return parsed

@@ -15,7 +15,9 @@ decision to the parked run and drives it on. A segment, on the worker that claim
 5. runs it. When it stops on a call that needs a person, policy refuses at once what could
    never be pushed (``bot.jobs.parking``) and the run goes on; otherwise it PARKS: run state
    and workspace snapshot saved, approval opened, job moved to ``awaiting_approval``;
-6. or, when the run ends, FINISHES: the kind's outcome, the final state.
+6. or, when the run ends, FINISHES: the kind's outcome, the final state (``failed`` when
+   the kind's required result is missing or the run ended on a tool error, see
+   ``bot.jobs.outcomes.shortfall``).
 
 The container is stopped on every path, and the workspace released on every path but a park
 (a resume on this host reuses it). A failure is the job's ``error`` and state ``failed``; a
@@ -62,6 +64,7 @@ from bot.jobs.outcomes import (
     author_outcome,
     commit_notes_outcome,
     ended_refused,
+    shortfall,
     summary_outcome,
 )
 from bot.jobs.parking import (
@@ -84,6 +87,7 @@ from bot.runner.state import Decision, RunState
 from bot.tools import ToolSpec
 from sandbox.container.engine import engine_errors
 from sandbox.container.lifecycle import ContainerSandbox
+from sandbox.identity import Trailer
 from sandbox.image.build import check_image
 from sandbox.jail import SandboxRoot
 from sandbox.workspace.credentials import upstream_callbacks
@@ -270,6 +274,7 @@ class Executor:
                 deadline=datetime.now(UTC) + timedelta(seconds=settings.jobs.time_limit_seconds),
                 outbox=workspace.outbox,
                 identity=settings.identity,
+                trailers=[Trailer.requested_by(record.spec.requested_by)],
                 compare_to=segment.compare.sha if segment.compare else None,
                 compare_label=segment.compare.label if segment.compare else None,
                 # This worker holds the job: a container of it on this engine was left by
@@ -526,8 +531,13 @@ class Executor:
             # The model declined: nothing it would have done is reported as an outcome.
             return self._end(segment, JobState.REFUSED, result=result)
         result.outcome = self._outcome(segment, state)
-        to = JobState.REFUSED if ended_refused(state) else JobState.SUCCEEDED
-        return self._end(segment, to, result=result)
+        if ended_refused(state):
+            return self._end(segment, JobState.REFUSED, result=result)
+        # Fail closed: what the kind must produce is checked, never assumed.
+        missing = shortfall(state, result.outcome)
+        if missing is not None:
+            return self._end(segment, JobState.FAILED, error=missing, result=result)
+        return self._end(segment, JobState.SUCCEEDED, result=result)
 
     def _outcome(self, segment: _Segment, state: RunState) -> Outcome | None:
         kind, plan, workspace = segment.record.spec.kind, segment.plan, segment.workspace

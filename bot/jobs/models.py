@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from bot.config import REPOSITORY_NAME
 from bot.errors import ApprovalError, JobError
 from bot.frames import ErrorInfo, Frame, Usage
 from sandbox.refs import JOB_ID_PATTERN
@@ -81,7 +82,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.CANCELLED: frozenset(),
 }
 
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+_NAME = REPOSITORY_NAME
 _JOB_ID = JOB_ID_PATTERN
 _RANGE = re.compile(r"^(?P<start>[^.\s]+(?:\.[^.\s]+)*)\.\.(?P<end>[^.\s]+(?:\.[^.\s]+)*)$")
 MAX_REQUEST_CHARS = 20_000
@@ -161,6 +162,19 @@ class AuthorOutcome(BaseModel):
     diff_stat: str = ""
     pushed_sha: str | None = None
 
+    def missing(self) -> JobError | None:
+        """BEM-524 when the branch holds commits that were not pushed. (No commit at all is
+        a "nothing to change" answer; the executor checks that it says why.)"""
+        if not self.commits or self.commits[-1].sha == self.pushed_sha:
+            return None
+        tip = self.commits[-1].sha[:12]
+        if self.pushed_sha is None:
+            return JobError("BEM-524", f"the job committed {tip} on {self.branch} but never pushed")
+        return JobError(
+            "BEM-524",
+            f"the job pushed {self.pushed_sha[:12]} but committed {tip} after it on {self.branch}",
+        )
+
 
 class Finding(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -180,6 +194,13 @@ class ReviewOutcome(BaseModel):
     summary: str = ""
     findings: list[Finding] = Field(default_factory=list)
 
+    def missing(self) -> JobError | None:
+        if self.verdict is not None:
+            return None
+        return JobError(
+            "BEM-521", f"the review of {self.branch} delivered no verdict (no review_change call)"
+        )
+
 
 class SummaryOutcome(BaseModel):
     kind: Literal["summarize"] = "summarize"
@@ -188,6 +209,11 @@ class SummaryOutcome(BaseModel):
     commits: list[CommitInfo] = Field(default_factory=list)
     files: list[str] = Field(default_factory=list)
     summary: str = ""
+
+    def missing(self) -> JobError | None:
+        if self.summary.strip():
+            return None
+        return JobError("BEM-522", f"the summary of {self.branch} since {self.base} is empty")
 
 
 class CommitNotesOutcome(BaseModel):
@@ -199,6 +225,11 @@ class CommitNotesOutcome(BaseModel):
         default=False, description="the model's subject was over 72 characters and was cut"
     )
 
+    def missing(self) -> JobError | None:
+        if self.subject.strip():
+            return None
+        return JobError("BEM-523", f"the commit notes for {self.range} have no subject line")
+
 
 class PublishOutcome(BaseModel):
     kind: Literal["publish"] = "publish"
@@ -206,6 +237,11 @@ class PublishOutcome(BaseModel):
     sha: str | None = None
     webhook_status: int | None = None
     webhook_error: ErrorInfo | None = None
+
+    def missing(self) -> JobError | None:
+        if self.sha is not None:
+            return None
+        return JobError("BEM-525", f"nothing was published to {self.publish_ref}")
 
 
 Outcome = Annotated[

@@ -17,7 +17,7 @@ from docker.types import LogConfig, Mount, Ulimit
 
 from bot.config import SandboxLimits
 from bot.errors import BeamError
-from sandbox.identity import Identity
+from sandbox.identity import Identity, Trailer
 from sandbox.workspace.prepare import is_job_id
 
 __all__ = [
@@ -59,6 +59,8 @@ class SandboxJob:
     protected_refs: tuple[str, ...]
     outbox: Path | None = None
     identity: Identity = field(default_factory=Identity)
+    # Lines every commit of the job ends with, such as ``Requested-by:``.
+    trailers: tuple[Trailer, ...] = ()
     # The commit git_diff and git_log start from, and its name; the tool server checks both.
     compare_to: str | None = None
     compare_label: str | None = None
@@ -104,6 +106,7 @@ def server_arguments(job: SandboxJob) -> list[str]:
     ]
     if job.outbox is not None:
         arguments += ["--origin", OUTBOX_MOUNT]
+    arguments += [f"--trailer={trailer}" for trailer in job.trailers]
     # One "--flag=value" word each: a label starting with '-' must not read as an option.
     if job.compare_to is not None:
         arguments.append(f"--compare-to={job.compare_to}")

@@ -27,6 +27,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -44,7 +45,7 @@ from bot.tools import Tool, ToolSpec
 from sandbox.container.attach import AttachedStream, LineTooLong, StreamClosed, StreamTimeout
 from sandbox.container.engine import engine_errors
 from sandbox.container.hardening import SandboxJob, create_arguments
-from sandbox.identity import Identity
+from sandbox.identity import Identity, Trailer
 from sandbox.protocol import PROTOCOL_VERSION, encode_frame
 from sandbox.tool_specs import TOOL_SPECS
 
@@ -112,6 +113,7 @@ class ContainerSandbox:
         deadline: datetime,
         outbox: Path | None = None,
         identity: Identity | None = None,
+        trailers: Sequence[Trailer] = (),
         compare_to: str | None = None,
         compare_label: str | None = None,
         replace_leftover: bool = False,
@@ -119,6 +121,7 @@ class ContainerSandbox:
     ) -> None:
         """Create, attach, start and wait for the ready line (``limits.ready_timeout``).
 
+        ``trailers`` end every commit the job makes (``Requested-by:``).
         ``compare_to`` (a commit sha the workspace holds) and its ``compare_label`` make
         git_diff and git_log show the change since that commit; a bad one fails the start
         (BEM-402, with the server's reason). A second container for the same job is a name
@@ -135,6 +138,7 @@ class ContainerSandbox:
             protected_refs=tuple(protected_refs),
             outbox=outbox,
             identity=identity or Identity(),
+            trailers=tuple(trailers),
             compare_to=compare_to,
             compare_label=compare_label,
             deployment=deployment,

@@ -49,7 +49,9 @@ def _silent_port() -> Iterator[int]:
         yield listener.getsockname()[1]
 
 
-def test_everything_up_is_200_with_every_check_ok_and_needs_no_token(api: ApiServer) -> None:
+def test_everything_up_is_200_with_every_check_ok_and_needs_no_token(
+    api: ApiServer, stack: Stack
+) -> None:
     reply = httpx.get(f"{api.url}/healthz", timeout=30)
 
     assert reply.status_code == 200, reply.text
@@ -58,7 +60,7 @@ def test_everything_up_is_200_with_every_check_ok_and_needs_no_token(api: ApiSer
     assert set(body["checks"]) == CHECKS
     assert _failing(body) == {}
     assert "answered PING" in body["checks"]["redis"]["detail"]
-    assert "riverbeam-sandbox:" in body["checks"]["image"]["detail"]
+    assert f"{stack.settings.sandbox.image}:" in body["checks"]["image"]["detail"]
     assert reply.headers["cache-control"] == "no-store"
     # The stack's one worker serves every job queue.
     assert set(body["workers"]) == set(job_queues())

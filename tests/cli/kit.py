@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.cli import main
+from tests.support.stack import clean_environment
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -143,13 +143,9 @@ class Background:
 
 
 def environment(state: Path) -> dict[str, str]:
-    """The test's environment for a ``riverbeam`` process: no Riverbeam settings or model
-    keys from the shell, the state directory given."""
-    clean = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("RIVERBEAM_", "BEAM_", "GFS_", "NVIDIA_", "OPENAI_"))
-    }
+    """The test's environment for a ``riverbeam`` process: no Riverbeam settings (but the
+    sandbox image name) or model keys from the shell, the state directory given."""
+    clean = clean_environment()
     return {**clean, "RIVERBEAM_STATE_DIR": str(state), "PYTHONPATH": str(PROJECT_ROOT)}
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,8 +21,8 @@ import pytest
 
 from bot.api.schemas import JobRequest, JobView
 from bot.cli import build_parser
-from bot.cli.ci import draft, idempotency_key
-from bot.jobs.models import JobKind, JobResult, JobState
+from bot.cli.ci import draft, idempotency_key, missing_result
+from bot.jobs.models import JobKind, JobResult, JobState, ReviewOutcome
 from tests.cli.kit import PROJECT_ROOT, Ran, cli
 from tests.support.api_server import ApiServer, api_server
 from tests.support.playbooks import (
@@ -34,6 +35,8 @@ from tests.support.playbooks import (
 from tests.support.stack import Stack, job_stack, wait_until
 
 TOKENS = {"ci": ("ci", None), "ci-handbook": ("ci", ("handbook",)), "writer": ("submitter", None)}
+FIXED_BRANCH = "docs/fix-install"
+FIXED_RANGE = f"main..{FIXED_BRANCH}"
 GITHUB = {"GITHUB_RUN_ID": "4242", "GITHUB_RUN_ATTEMPT": "1", "GITHUB_JOB": "notes"}
 
 
@@ -53,8 +56,8 @@ def api(stack: Stack) -> Iterator[ApiServer]:
 @pytest.fixture(scope="module")
 def fixed(stack: Stack) -> str:
     """A branch upstream that fixes the install page, one commit past main."""
-    stack.push_branch("docs/fix-install", {"docs/install.md": FIXED_INSTALL}, "Fix install")
-    return "docs/fix-install"
+    stack.push_branch(FIXED_BRANCH, {"docs/install.md": FIXED_INSTALL}, "Fix install")
+    return FIXED_BRANCH
 
 
 def riverbeam_ci(
@@ -221,6 +224,101 @@ def test_review_prints_the_verdict_and_findings(api: ApiServer, fixed: str) -> N
     )
 
 
+# -- a job without its result fails the step ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "target", "playbook", "code"),
+    [
+        ("review", ("--branch", FIXED_BRANCH), "review-no-verdict", "BEM-521"),
+        ("summarize", ("--branch", FIXED_BRANCH), "summarize-empty", "BEM-522"),
+        ("commit-notes", ("--range", FIXED_RANGE), "commit-notes-no-subject", "BEM-523"),
+        ("commit-notes", ("--range", FIXED_RANGE), "commit-notes-unknown-tools", "BEM-520"),
+    ],
+)
+def test_a_job_without_its_result_is_exit_1_with_nothing_on_stdout(
+    api: ApiServer, fixed: str, kind: str, target: tuple[str, str], playbook: str, code: str
+) -> None:
+    ran = riverbeam_ci(api, kind, "--repo", "docs", *target, "--metadata", f"playbook={playbook}")
+
+    assert ran.code == 1, ran.err
+    assert ran.out == ""
+    assert re.search(rf"riverbeam: job [0-9a-f]{{12}} failed: {code}: ", ran.err), ran.err
+
+
+def _documented_gate() -> str:
+    """The shell block of docs/ci.md that gates a merge on a review."""
+    text = (PROJECT_ROOT / "docs" / "ci.md").read_text()
+    after = text[text.index("To gate a merge on a review") :]
+    found = re.search(r"```sh\n(.*?)```", after, re.DOTALL)
+    assert found is not None
+    return found.group(1)
+
+
+def _run_gate(api: ApiServer, directory: Path, branch: str, playbook: str) -> int:
+    """The documented gate in bash, in a pipeline's working directory, with a ``riverbeam``
+    on the PATH (this checkout, its scripted model picked by ``playbook``)."""
+    bin_dir = directory / "bin"
+    bin_dir.mkdir(parents=True)
+    command = bin_dir / "riverbeam"
+    command.write_text(
+        f'#!/bin/sh\nexec {sys.executable} -m bot.cli "$@" --metadata "playbook=$PLAYBOOK"\n'
+    )
+    command.chmod(0o755)
+    environment = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHONPATH": str(PROJECT_ROOT),
+        "RIVERBEAM_API_URL": api.url,
+        "RIVERBEAM_TOKEN": api.tokens["ci"],
+        "BRANCH": branch,
+        "PLAYBOOK": playbook,
+    }
+    gate = subprocess.run(
+        ["bash", "-c", _documented_gate()], env=environment, cwd=directory, timeout=180
+    )
+    return gate.returncode
+
+
+def test_the_documented_gate_fails_on_a_review_without_a_verdict(
+    api: ApiServer, fixed: str, tmp_path: Path
+) -> None:
+    assert "riverbeam ci review" in _documented_gate()
+    assert _run_gate(api, tmp_path / "none", fixed, "review-no-verdict") != 0
+    assert (tmp_path / "none" / "review.txt").read_text() == ""
+    assert _run_gate(api, tmp_path / "changes", fixed, "review-request-changes") != 0
+    assert _run_gate(api, tmp_path / "approve", fixed, "review-approve") == 0
+
+
+def test_the_gate_test_alone_lets_no_verdict_through() -> None:
+    """The second half of the gate on the draft an older release printed for a review
+    without a verdict: it fails too, where the old ``grep -qv request_changes`` passed."""
+    gate = _documented_gate()
+    check = gate[gate.index("head -n 1") :].strip()
+    for draft_text, passes in (("verdict: none\n", False), ("", False),
+                               ("verdict: approve\n", True)):  # fmt: skip
+        ran = subprocess.run(
+            ["bash", "-c", check.replace("review.txt", "/dev/stdin")], input=draft_text.encode()
+        )
+        assert (ran.returncode == 0) is passes, draft_text
+    old = subprocess.run(
+        ["bash", "-c", "head -1 | grep -qv request_changes"], input=b"verdict: none\n"
+    )
+    assert old.returncode == 0
+
+
+def test_a_succeeded_review_without_a_verdict_is_still_missing_its_result() -> None:
+    """A job an older release recorded as succeeded without a verdict: the command exits 1."""
+    now = datetime.now(UTC)
+    view = _view(now, JobResult(outcome=ReviewOutcome(branch="b", commit_sha="c" * 40)))
+
+    assert missing_result(view) == (
+        "BEM-521: the review of b delivered no verdict (no review_change call)"
+    )
+    assert missing_result(view.model_copy(update={"result": None})) == (
+        "a summarize job must have an outcome, and this one has none"
+    )
+
+
 def test_an_unknown_token_is_exit_2_with_bem_701(api: ApiServer) -> None:
     ran = riverbeam_ci(
         api, "commit-notes", "--repo", "docs", "--range", "main..x", token="rb_not-a-token"
@@ -318,9 +416,8 @@ def test_the_key_is_one_per_ci_run_step_and_request() -> None:
     assert len(key) <= 200 and key.isprintable()
 
 
-def test_a_draft_without_an_outcome_is_the_answer_text() -> None:
-    now = datetime.now(UTC)
-    view = JobView(
+def _view(now: datetime, result: JobResult) -> JobView:
+    return JobView(
         id="abc",
         kind=JobKind.SUMMARIZE,
         repo="docs",
@@ -338,9 +435,13 @@ def test_a_draft_without_an_outcome_is_the_answer_text() -> None:
         attempt=1,
         approval_id=None,
         cancel_requested=False,
-        result=JobResult(text="Nothing changed."),
+        result=result,
         error=None,
     )
+
+
+def test_a_draft_without_an_outcome_is_the_answer_text() -> None:
+    view = _view(datetime.now(UTC), JobResult(text="Nothing changed."))
 
     assert draft(view) == "Nothing changed."
 

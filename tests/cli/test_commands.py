@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from bot.cli.common import os_account
 from bot.jobs.celery_app import queue_for, worker_queues
 from bot.jobs.models import ApprovalState, JobKind, JobRecord, JobState
-from tests.cli.kit import Ran, cli
+from tests.cli.kit import Background, Ran, cli, environment
 from tests.support.playbooks import COMMIT_SUBJECT
 from tests.support.stack import REQUESTER, REVIEWER, Stack, job_stack, wait_until
 
@@ -245,6 +246,22 @@ def test_jobs_list_and_show_filter_and_describe(stack: Stack) -> None:
     assert as_json["job"]["state"] == "succeeded"
     assert as_json["approval"]["decided_by"] == REVIEWER
     assert cli("jobs", "cancel", queued_id).code == 0
+
+
+def test_follow_until_end_says_a_parked_job_waits_for_a_person_not_a_worker(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """A worker runs and the job waits for a decision: the quiet notice must say so."""
+    job = parked(stack)
+    env = environment(tmp_path) | {"RIVERBEAM_CONFIG": str(stack.config)}
+    with Background(["jobs", "follow", job.id, "--until-end"], env) as follower:
+        follower.wait_for("awaiting_approval: waiting for a person to approve or refuse")
+        decided = cli("approvals", "approve", job.id, "--as", REVIEWER)
+        assert decided.code == 0, decided.err
+        assert follower.finish() == 0, follower.output
+    assert f"riverbeam approvals show {job.id}" in follower.output
+    assert "waiting for a worker" not in follower.output
+    assert "● job succeeded" in follower.output
 
 
 def test_follow_replays_from_the_start_or_after_an_event(stack: Stack) -> None:

@@ -5,6 +5,7 @@ and the deployment keeps its security properties. Missing ``docker-compose`` fai
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -88,3 +89,39 @@ def test_redis_persists_to_an_append_only_file_behind_a_password(config: dict[st
 def test_a_deployment_without_a_redis_password_is_refused() -> None:
     done = _compose_config({k: v for k, v in os.environ.items() if k != "REDIS_PASSWORD"})
     assert done.returncode != 0 and "set REDIS_PASSWORD" in done.stderr
+
+
+def _project(compose_dir: Path, cwd: Path) -> str:
+    """The project ``docker-compose`` works on for ``compose_dir/compose.yaml`` run from
+    ``cwd``: the project label it filters the engine's containers by, which ``--verbose``
+    logs (a read-only ``ps``)."""
+    binary = shutil.which("docker-compose")
+    assert binary is not None
+    done = subprocess.run(
+        [binary, "--verbose", "-f", str(compose_dir / "compose.yaml"), "ps"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "REDIS_PASSWORD": PASSWORD},
+        timeout=60,
+        check=False,
+    )
+    found = set(re.findall(r"com\.docker\.compose\.project=([\w.-]+)", done.stdout + done.stderr))
+    assert len(found) == 1, done.stdout + done.stderr
+    return found.pop()
+
+
+def test_the_project_is_riverbeam_whatever_the_folder_and_the_backup_names_its_volume(
+    tmp_path: Path, config: dict[str, Any]
+) -> None:
+    # The deployment folder copied under another name, run from elsewhere.
+    elsewhere = tmp_path / "deploy-here"
+    shutil.copytree(COMPOSE.parent, elsewhere, ignore=shutil.ignore_patterns("*.toml"))
+    assert _project(elsewhere, tmp_path) == "riverbeam"
+    assert _project(COMPOSE.parent, ROOT) == "riverbeam"
+
+    # docs/operations.md's backup copies the Redis volume of that project.
+    assert "redis-data" in config["volumes"]
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    backup = operations[operations.index("## Backups of job history") :]
+    assert re.findall(r"-v (\S+):/data ", backup) == ["riverbeam_redis-data"]

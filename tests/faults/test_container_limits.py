@@ -81,7 +81,11 @@ def test_a_read_past_the_memory_limit_kills_the_container_not_the_job() -> None:
 
         assert _tool_error(stack, job.id, "read_file") == "BEM-405"
         done = records[job.id]
-        assert done.state is JobState.SUCCEEDED and done.result is not None
+        # The job ends cleanly; it fails because the model answered right after the failed
+        # read, without trying again (fail closed, BEM-520).
+        assert done.state is JobState.FAILED and done.result is not None
+        assert done.error is not None and done.error.code == "BEM-520"
+        assert "after read_file failed (BEM-405" in done.error.message
         assert done.result.text.startswith("The read failed: ")
         assert "BEM-405" in done.result.text and MEMORY_LIMIT in done.result.text
 

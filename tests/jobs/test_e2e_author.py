@@ -78,6 +78,13 @@ def test_an_author_job_parks_its_push_and_lands_it_after_approval(stack: Stack) 
     assert stack.upstream_ref(branch) == approval.commit_sha
     assert stack.upstream_ref("main") == main
     assert len(stack.upstream_updates(branch)) == 1
+    # The pushed commit credits the person who asked (docs/configuration.md, identity).
+    pushed = git("-C", str(stack.upstream), "log", "-1", "--format=%an <%ae>%n%B", branch)
+    assert (
+        pushed == f"Riverbeam <riverbeam@localhost>\n{COMMIT_SUBJECT}\n\nRequested-by: {REQUESTER}"
+    )
+    trailers = git("-C", str(stack.upstream), "log", "-1", "--format=%(trailers)", branch)
+    assert trailers == f"Requested-by: {REQUESTER}"
     assert done.result is not None and done.result.text == DONE_TEXT
     assert done.result.model_used == "playbook"
     outcome = done.result.outcome

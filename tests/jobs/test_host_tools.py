@@ -523,7 +523,9 @@ class World:
             "publish_ref": PUBLISH_REF,
             "docs_build_webhook": self.receiver.url,
         }
-        return RepositoryConfig(**{**fields, **changes})
+        # Unvalidated changes: the configuration refuses a malformed publish_ref as it is
+        # read; the tool checks again what it is given (a config built elsewhere).
+        return RepositoryConfig(**fields).model_copy(update=changes)
 
     def lookup(self, job_id: str) -> JobRecord:
         if job_id not in self.jobs:

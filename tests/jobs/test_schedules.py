@@ -19,7 +19,7 @@ from celery.beat import Scheduler
 from celery.result import AsyncResult
 from celery.schedules import crontab
 
-from bot.config import RepositoryConfig, Settings, WorkspaceSettings
+from bot.config import RepositoryConfig, Settings, WorkspaceSettings, load_settings
 from bot.errors import BeamError
 from bot.jobs.celery_app import DEFAULT_QUEUE, SCHEDULE_SUMMARIES, create_app
 from bot.jobs.models import JobKind, JobSpec, JobState, SummaryOutcome
@@ -143,10 +143,14 @@ def test_each_scheduled_repository_gets_a_beat_entry() -> None:
     assert list(beat.schedule["summarize-docs"].args or ()) == ["docs"]
 
 
-def test_an_invalid_schedule_stops_the_app_at_start_up(tmp_path: Path) -> None:
-    bad = RepositoryConfig(upstream="/srv/docs.git", summary_schedule="0 0 * *")
+def test_an_invalid_schedule_stops_the_app_at_start_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The configuration refuses it as it is read, naming the repository.
+    bad = '{"docs": {"upstream": "/srv/docs.git", "summary_schedule": "0 0 * *"}}'
+    monkeypatch.setenv("RIVERBEAM_REPOSITORIES", bad)
     with pytest.raises(BeamError) as caught:
-        create_app(_settings(docs=bad))
+        load_settings()
     assert caught.value.code == "BEM-900" and "repositories.docs" in caught.value.message
 
     # A real beat process refuses to start, saying which repository and why.

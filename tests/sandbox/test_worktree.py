@@ -679,6 +679,19 @@ def test_any_name_and_email_pair_is_an_identity(tmp_path: Path) -> None:
         WorkingTree(SandboxRoot(tmp_path), identity=ConfiguredIdentity(name="a\nb"))
 
 
+def test_a_recorded_requester_is_credited_on_one_line_and_survives_the_command_line() -> None:
+    """A job records its requester as free text (a login, a token name): the trailer keeps
+    it on one line, and the tool server's ``--trailer`` argument reads it back the same."""
+    for recorded, shown in (
+        ("writer@example.com", "writer@example.com"),
+        ("Ada  Lovelace\nInjected: yes", "Ada Lovelace Injected: yes"),
+        ("\t", "anonymous"),
+    ):
+        trailer = Trailer.requested_by(recorded)
+        assert str(trailer) == f"Requested-by: {shown}"
+        assert Trailer.parse(str(trailer)) == trailer
+
+
 @pytest.mark.parametrize(
     ("field", "value"), [("name", "Eve <e@x>"), ("email", "a\nb"), ("name", ""), ("name", " x")]
 )

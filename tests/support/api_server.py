@@ -13,7 +13,6 @@ limited to; ``api.tokens[name]`` is the holder's bearer token.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from bot.api.access import new_token, token_digest
 from bot.cli.tokens import token_table
 from bot.config import Role, TokenConfig
 from tests.support.redis_server import free_port
-from tests.support.stack import PROJECT_ROOT, Stack, log_tail
+from tests.support.stack import PROJECT_ROOT, Stack, clean_environment, log_tail
 
 READY_SECONDS = 30.0
 
@@ -82,9 +81,7 @@ def api_server(
     )
     port = free_port()
     log = stack.base / "api.log"
-    environment = {
-        key: value for key, value in os.environ.items() if not key.startswith("RIVERBEAM_")
-    }
+    environment = clean_environment()
     environment.update(RIVERBEAM_CONFIG=str(config), PYTHONPATH=str(PROJECT_ROOT))
     command = [sys.executable, "-m", "bot.cli", "api", "--port", str(port)]
     with log.open("wb") as output:

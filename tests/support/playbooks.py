@@ -75,6 +75,7 @@ LONG_SUBJECT = (
 # What an author job running one of the install-page playbooks is asked.
 AUTHOR_REQUEST = "Fix the broken links and typos on the install page"
 COMMIT_SUBJECT = "Fix typos and the configuration link on the install page"
+NOTHING_TO_CHANGE = "The install page already says what the request asks for; nothing to change."
 DONE_TEXT = "Fixed two typos and the broken link in docs/install.md; the push was approved."
 SECOND_LINE = "\nSee also the [FAQ](index.md).\n"
 
@@ -271,6 +272,64 @@ def _after_publish(messages: Sequence[Message]) -> str:
     return f"Nothing was published: {result}"
 
 
+# -- runs that end without what their kind must produce (they fail, never succeed) ---------
+
+
+def _review_no_verdict() -> list[PlaybookStep]:
+    """Reads the change and answers in words, never calling review_change."""
+    return [calls(("git_diff", {})), "Looks fine to me."]
+
+
+def _summarize_empty() -> list[PlaybookStep]:
+    return [calls(("git_log", {})), ""]
+
+
+def _commit_notes_no_subject() -> list[PlaybookStep]:
+    return [calls(("git_diff", {})), "```text\n\n```"]
+
+
+def _commit_notes_unknown_tools() -> list[PlaybookStep]:
+    """An author's steps in a commit-notes job: list_tree and read_file are not its tools
+    (BEM-089), and it answers anyway."""
+    return [
+        calls(("list_tree", {})),
+        calls(("read_file", {"path": "docs/install.md"})),
+        "I could not read docs/install.md, so I changed nothing.",
+    ]
+
+
+def _author_commit_no_push() -> list[PlaybookStep]:
+    return [
+        calls(("write_file", {"path": "docs/install.md", "body": FIXED_INSTALL})),
+        calls(("git_add", {"path": "docs/install.md"}), ("git_commit", {"message": "Fix"})),
+        "Committed the fix.",
+    ]
+
+
+def _author_write_no_commit() -> list[PlaybookStep]:
+    return [
+        calls(("write_file", {"path": "docs/install.md", "body": FIXED_INSTALL})),
+        "Fixed the page.",
+    ]
+
+
+def _author_nothing_silent() -> list[PlaybookStep]:
+    return [calls(("list_tree", {})), ""]
+
+
+def _author_nothing_to_change() -> list[PlaybookStep]:
+    return [calls(("list_tree", {})), NOTHING_TO_CHANGE]
+
+
+def _author_read_missing() -> list[PlaybookStep]:
+    """Reads a page that does not exist and answers as if that were fine."""
+    return [calls(("read_file", {"path": "docs/missing.md"})), "The page reads well."]
+
+
+def _publish_without_calling() -> list[PlaybookStep]:
+    return ["I would rather not publish today."]
+
+
 PLAYBOOKS: dict[str, Callable[[], list[PlaybookStep]]] = {
     "author-fix-install": _author_fix_install,
     "author-push-main": _author_push_main,
@@ -286,6 +345,16 @@ PLAYBOOKS: dict[str, Callable[[], list[PlaybookStep]]] = {
     "commit-notes": _commit_notes,
     "commit-notes-long": _commit_notes_long,
     "publish": _publish,
+    "review-no-verdict": _review_no_verdict,
+    "summarize-empty": _summarize_empty,
+    "commit-notes-no-subject": _commit_notes_no_subject,
+    "commit-notes-unknown-tools": _commit_notes_unknown_tools,
+    "author-commit-no-push": _author_commit_no_push,
+    "author-write-no-commit": _author_write_no_commit,
+    "author-nothing-silent": _author_nothing_silent,
+    "author-nothing-to-change": _author_nothing_to_change,
+    "author-read-missing": _author_read_missing,
+    "publish-without-calling": _publish_without_calling,
 }
 
 

@@ -73,6 +73,7 @@ REQUESTER = "writer@example.com"
 REVIEWER = "reviewer@example.com"
 PUBLISH_REF = "docs-live"
 READY_SECONDS = 30.0
+IMAGE_VARIABLE = "RIVERBEAM_SANDBOX__IMAGE"
 STOP_SECONDS = 30.0
 
 
@@ -134,7 +135,7 @@ class Stack:
         log = root / f"{name}.log"
         own = self.worker_settings(name).workspaces
         environment = {
-            **_clean_environment(),
+            **clean_environment(),
             "RIVERBEAM_CONFIG": str(self.config),
             "RIVERBEAM_WORKSPACES__ROOT": str(own.root),
             "RIVERBEAM_WORKSPACES__MIRRORS": str(own.mirrors),
@@ -437,7 +438,7 @@ def _unknown(store: JobStore, job_id: str) -> bool:
 _KEPT_SETTINGS = frozenset({"RIVERBEAM_SANDBOX__IMAGE"})
 
 
-def _clean_environment() -> dict[str, str]:
+def clean_environment() -> dict[str, str]:
     """The test process's environment without model keys or Riverbeam settings (but the
     sandbox image's name, which the stack built)."""
     return {

@@ -34,7 +34,7 @@ from pygit2.remotes import PushUpdate
 
 from bot.errors import BeamError
 from sandbox.changes import SCAN_FLAGS, Changes, diff_index_to_workdir, scan
-from sandbox.identity import Identity, Named, Trailer, compose_message
+from sandbox.identity import Identity, Named, Trailer, compose_message, utf8
 from sandbox.jail import SandboxRoot
 from sandbox.refs import HEADS, ProtectedRefs, branch_name, full_ref
 from sandbox.repo_guard import (
@@ -68,6 +68,7 @@ MAX_URL_CHARS = 2_048
 MAX_MESSAGE_CHARS = 65_536
 MAX_LABEL_CHARS = 200
 _COMMIT_ID = re.compile(r"[0-9a-f]{40}")
+_ZERO = pygit2.Oid(hex="0" * 40)
 _URL_SCHEMES = frozenset({"file", "http", "https", "ssh", "git"})
 
 
@@ -270,6 +271,15 @@ class WorkingTree:
             raise BeamError("BEM-320", "the commit message is empty; say what the change does")
         if len(message) > MAX_MESSAGE_CHARS:
             raise BeamError("BEM-320", f"the commit message is over {MAX_MESSAGE_CHARS} characters")
+        nul = message.find("\x00")
+        if nul >= 0:
+            # libgit2 takes the message as a C string: it would end at the NUL, trailers lost.
+            raise BeamError(
+                "BEM-331",
+                f"the commit message has a NUL character at position {nul}; git cannot store "
+                "it (the message would end there and lose its trailers). Remove it",
+            )
+        utf8(message, "the commit message")
         repo = self._open()
         with _libgit2("git commit"):
             index = repo.index
@@ -310,7 +320,7 @@ class WorkingTree:
             remote = repo.remotes.create_anonymous(self._origin)
             remote.push([f"{ref}:{ref}"], callbacks=watch, proxy=None)
         except pygit2.GitError as error:
-            raise _push_error(name, error) from error
+            raise _push_error(repo, name, watch, error) from error
         watch.raise_if_rejected()
         return PushResult(remote="origin", ref=ref, sha=str(sha))
 
@@ -378,15 +388,18 @@ class _PushWatch(pygit2.RemoteCallbacks):
     def __init__(self, ref: str, sha: pygit2.Oid) -> None:
         super().__init__()
         self._ref = ref
-        self._sha = sha
+        self.sha = sha
         self.rejected: dict[str, str] = {}
+        # What the remote's branch pointed at when the push was negotiated (zero: absent).
+        self.remote_tip: pygit2.Oid | None = None
 
     def push_negotiation(self, updates: list[PushUpdate]) -> None:
         # A second line of defence: libgit2 must be about to send exactly our one update.
-        expected = [(self._ref, self._ref, self._sha)]
+        expected = [(self._ref, self._ref, self.sha)]
         actual = [(u.src_refname, u.dst_refname, u.dst) for u in updates]
         if actual != expected:
             raise BeamError("BEM-325", f"push negotiated {actual!r}, expected {expected!r}")
+        self.remote_tip = updates[0].src
 
     def push_update_reference(self, refname: str, message: str | None) -> None:
         if message is not None:
@@ -401,13 +414,29 @@ class _PushWatch(pygit2.RemoteCallbacks):
             )
 
 
-def _push_error(name: str, error: pygit2.GitError) -> BeamError:
-    if "non-fastforward" in str(error):
-        return BeamError(
-            "BEM-327",
-            f"{name!r} on the origin has commits this branch does not have (not a "
-            "fast-forward); Riverbeam never force-pushes. Start again from the origin's tip",
-        )
+def _push_error(
+    repo: pygit2.Repository, name: str, watch: _PushWatch, error: pygit2.GitError
+) -> BeamError:
+    """BEM-327 when the origin's branch is not an ancestor of ours, else BEM-320.
+
+    Decided from the tip the origin advertised, not from libgit2's wording: it words a tip
+    this clone lacks ("contains commits that are not present locally") and one it has but
+    that diverged ("non-fastforwardable") differently, and either may change.
+    """
+    tip, sha = watch.remote_tip, watch.sha
+    if tip is not None and tip != _ZERO and tip != sha:
+        if tip not in repo:
+            state = "commits this clone has never seen"
+        elif not repo.descendant_of(sha, tip):
+            state = "commits this branch does not have"
+        else:
+            state = ""
+        if state:
+            return BeamError(
+                "BEM-327",
+                f"{name!r} on the origin is at {str(tip)[:12]}, which has {state} (not a "
+                "fast-forward); Riverbeam never force-pushes. Start again from the origin's tip",
+            )
     return BeamError("BEM-320", f"pushing {name!r} to origin failed: {error}")
 
 

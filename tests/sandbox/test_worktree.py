@@ -793,6 +793,26 @@ def test_push_that_is_not_a_fast_forward_is_bem_327(env: GitEnv) -> None:
     assert refs_of(env.upstream) == before
 
 
+def test_push_against_commits_the_clone_lacks_is_bem_327(env: GitEnv) -> None:
+    # Someone else pushed to the branch: the clone never fetched their commit, so libgit2
+    # refuses with "contains commits that are not present locally", not "non-fastforward".
+    env.commit_file("a.md", "one\n")
+    env.tree.push()
+    upstream = pygit2.Repository(str(env.upstream))
+    theirs = upstream.references["refs/heads/feature"].peel(pygit2.Commit)
+    signature = pygit2.Signature("Someone", "someone@example.com")
+    upstream.create_commit(
+        "refs/heads/feature", signature, signature, "Theirs", theirs.tree_id, [theirs.id]
+    )
+    env.commit_file("a.md", "two\n")
+    before = refs_of(env.upstream)
+    with pytest.raises(GitError) as caught:
+        env.tree.push()
+    assert _code(caught) == "BEM-327"
+    assert "never seen" in caught.value.message
+    assert refs_of(env.upstream) == before
+
+
 def test_a_rejection_reported_by_the_remote_is_bem_327(env: GitEnv) -> None:
     # The local transport reports a ref it cannot lock as a per-ref rejection, just as a
     # server reports a hook's refusal; no exception is raised for it.

@@ -165,7 +165,8 @@ class WorkingTree:
         """Switch to branch ``name``, creating it at HEAD with ``create``. Returns the name."""
         branch = self._policy.check_branch(name)
         repo = self._open()
-        existing = repo.branches.local.get(branch)
+        # The ref itself, not the branch lookup, which resolves a symbolic ref on the way.
+        existing = repo.references.get(full_ref(branch))
         with _libgit2(f"checking out {branch!r}"):
             if not create:
                 if existing is None:
@@ -173,6 +174,7 @@ class WorkingTree:
                         "BEM-326",
                         f"there is no branch {branch!r}; pass create=True to make it at HEAD",
                     )
+                _require_direct(existing)
                 repo.checkout(existing)
                 return branch
             _refuse_existing(repo, branch)
@@ -281,6 +283,7 @@ class WorkingTree:
             )
         utf8(message, "the commit message")
         repo = self._open()
+        _require_head_on_a_branch(repo)
         with _libgit2("git commit"):
             index = repo.index
             index.read(False)
@@ -311,9 +314,9 @@ class WorkingTree:
             )
         ref = full_ref(name)
         local = repo.references.get(ref)
-        sha = None if local is None else local.target
-        if not isinstance(sha, pygit2.Oid):
+        if local is None:
             raise BeamError("BEM-326", f"there is no local branch {name!r} to push")
+        sha = _require_direct(local)
         watch = _PushWatch(ref, sha)
         try:
             # Anonymous: no remote.<name>.* or url.*.insteadOf can apply, even if present.
@@ -458,6 +461,38 @@ def _branch_of(repo: pygit2.Repository) -> str | None:
         return None
     target = repo.references["HEAD"].target
     return target.removeprefix(HEADS) if isinstance(target, str) else None
+
+
+def _require_direct(branch: pygit2.Reference) -> pygit2.Oid:
+    """The commit ``branch`` points at itself; BEM-330 when it is a symbolic ref.
+
+    A symbolic branch is another name for the ref it points at: checking it out, committing
+    on it or pushing it would move that ref (a protected one, say) while every check saw
+    only the alias. Such branches are refused outright, whatever they point at.
+    """
+    target = branch.target
+    if not isinstance(target, pygit2.Oid):
+        raise BeamError(
+            "BEM-330",
+            f"branch {branch.name.removeprefix(HEADS)!r} is a symbolic ref to {target!r}; "
+            "Riverbeam only works on branches that point at a commit themselves",
+        )
+    return target
+
+
+def _require_head_on_a_branch(repo: pygit2.Repository) -> None:
+    """BEM-330 unless a commit through HEAD moves HEAD itself or one plain branch."""
+    target = repo.references["HEAD"].target
+    if isinstance(target, pygit2.Oid):
+        return  # detached: the commit moves HEAD alone
+    if not target.startswith(HEADS):
+        raise BeamError(
+            "BEM-330",
+            f"HEAD points at {target!r}, which is not a branch; a commit would move it",
+        )
+    branch = repo.references.get(target)
+    if branch is not None:  # None: unborn, the commit creates the branch
+        _require_direct(branch)
 
 
 def _pushable(repo: pygit2.Repository) -> str:

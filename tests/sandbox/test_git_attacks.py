@@ -17,9 +17,12 @@ import stat
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pygit2
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pygit2.enums import ConfigLevel
 
 from bot.errors import BeamError, GitError
@@ -162,6 +165,79 @@ def test_checkout_attack_is_refused(env: GitEnv, name: str, create: bool, code: 
     head = env.tree.current_branch()
     _assert_refused(env, code, lambda: env.tree.checkout_branch(name, create=create))
     assert env.tree.current_branch() == head
+
+
+# -- symbolic refs: a branch that is another name for a (protected) ref -------------------
+
+ALIASES = ["sneaky", "alias/deep", "x"]
+ALIAS_ENDS = [
+    "refs/heads/main",
+    "refs/heads/master",
+    "refs/heads/release/1.0",
+    "refs/heads/feature",
+    "refs/heads/elsewhere",
+    "refs/tags/v1",
+    "refs/remotes/origin/main",
+    "HEAD",
+]
+
+
+@st.composite
+def alias_chains(draw: st.DrawFn) -> tuple[list[str], str, str]:
+    """Symbolic branches chained to an end ref, and how the job meets the first of them."""
+    names = draw(st.permutations(ALIASES))[: draw(st.integers(1, len(ALIASES)))]
+    return (
+        names,
+        draw(st.sampled_from(ALIAS_ENDS)),
+        draw(st.sampled_from(["checkout", "head", "push"])),
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chain=alias_chains())
+def test_a_symbolic_branch_never_moves_the_ref_it_names(
+    tmp_path_factory: pytest.TempPathFactory, chain: tuple[list[str], str, str]
+) -> None:
+    names, end, entry = chain
+    env = build_git_env(tmp_path_factory.mktemp("symref"))
+    repo = env.repo
+    for name, target in zip(names, [f"refs/heads/{n}" for n in names[1:]] + [end], strict=True):
+        repo.references.create(f"refs/heads/{name}", target)
+    if entry == "head":
+        repo.set_head(f"refs/heads/{names[0]}")
+    unrelated = {"HEAD", "refs/heads/feature"}  # the job's own branch may move
+    local = {k: v for k, v in refs_of(env.work / ".git").items() if k not in unrelated}
+    upstream = {k: v for k, v in refs_of(env.upstream).items() if k not in unrelated}
+    codes = []
+    steps: list[tuple[str, dict[str, Any]]] = [
+        ("write_file", {"path": "docs/index.md", "body": "edited\n"}),
+        ("git_add", {"path": "docs/index.md"}),
+        ("git_commit", {"message": "Edit"}),
+        ("git_push", {"ref": names[0]} if entry == "push" else {}),
+    ]
+    if entry == "checkout":
+        try:
+            env.tree.checkout_branch(names[0])
+        except BeamError as refused:
+            codes.append(refused.code)
+    for tool, args in steps:
+        try:
+            call_tool(env.tree, tool, args)
+        except BeamError as refused:
+            codes.append(refused.code)
+    assert {k: v for k, v in refs_of(env.work / ".git").items() if k not in unrelated} == local
+    assert {k: v for k, v in refs_of(env.upstream).items() if k not in unrelated} == upstream
+    assert "BEM-330" in codes
+
+
+@pytest.mark.parametrize("target", ["refs/tags/v1", "refs/remotes/origin/main", "refs/notes/x"])
+def test_a_commit_through_a_head_that_names_no_branch_is_bem_330(env: GitEnv, target: str) -> None:
+    env.repo.references.create(target, env.repo.head.target, force=True)
+    # Written by hand: libgit2's set_head would detach HEAD instead of naming a non-branch.
+    (env.work / ".git/HEAD").write_text(f"ref: {target}\n")
+    env.write("docs/index.md", "edited\n")
+    call_tool(env.tree, "git_add", {"path": "docs/index.md"})
+    _assert_refused(env, "BEM-330", lambda: call_tool(env.tree, "git_commit", {"message": "x"}))
 
 
 # -- hostile repository configuration -----------------------------------------------------

@@ -38,6 +38,7 @@ from sandbox.identity import Identity, Named, Trailer, compose_message, utf8
 from sandbox.jail import SandboxRoot
 from sandbox.refs import HEADS, ProtectedRefs, branch_name, full_ref
 from sandbox.repo_guard import (
+    SettledDirectories,
     check_layout,
     enforce_config,
     isolate_process_config,
@@ -104,6 +105,7 @@ class WorkingTree:
         self._origin: str | None = None
         self._repo: pygit2.Repository | None = None
         self._helpers: list[pygit2.Repository] = []
+        self._settled: SettledDirectories = {}
         self.lock = threading.RLock()
 
     def __repr__(self) -> str:
@@ -332,7 +334,7 @@ class WorkingTree:
     def _open(self) -> pygit2.Repository:
         """The repository, after the guard has checked its layout and reset its config."""
         try:
-            gitdir = check_layout(self._root.path)
+            gitdir = check_layout(self._root.path, self._settled)
             rewritten = enforce_config(gitdir)
         except BeamError:
             self._repo, self._helpers = None, []

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 import pygit2
-from pygit2.enums import DeltaStatus
+from pygit2.enums import DeltaStatus, FileMode
 from pygit2.remotes import PushUpdate
 
 from bot.errors import BeamError
@@ -53,6 +53,7 @@ from sandbox.reports import (
     StageReport,
     StatusReport,
 )
+from sandbox.staging import stage_file
 from sandbox.views import (
     MAX_DIFF_FILES,
     MAX_PATCH_CHARS,
@@ -193,13 +194,20 @@ class WorkingTree:
         repo = self._open()
         with _libgit2("git status"):
             changes = self._scan(repo, _head_tree(repo))
-            return status_report(
+            report = status_report(
                 changes,
                 branch=_branch_of(repo),
                 head=None if repo.head_is_unborn else str(repo.head.target),
                 detached=repo.head_is_detached,
                 max_files=max_files,
             )
+        # libgit2 looked at these files by path; the jail's rules (no hard link, nothing
+        # beyond a symlink) hold for every one the report names, as for read_file.
+        listed = {entry.path for entry in report.files}
+        for change in changes.unstaged:
+            if change.path in listed and change.is_file_on_disk:
+                self._root.git_file(change.path, read=False)
+        return report
 
     def diff(
         self,
@@ -231,9 +239,9 @@ class WorkingTree:
                 base=base,
                 against=self._compare,
                 narrowed=narrowed or None,
+                root=self._root,
                 max_chars=max_chars,
                 max_files=max_files,
-                max_file_bytes=self._root.max_read_bytes,
             )
 
     def log(self, limit: int = 20) -> LogReport:
@@ -259,7 +267,7 @@ class WorkingTree:
             pathspec = [target.encode()] if target else None
             found = diff_index_to_workdir(repo, index, pathspec, SCAN_FLAGS)
             for delta in found.deltas:
-                _stage(index, delta)
+                self._stage(repo, index, delta)
             if target and not len(found):
                 self._explain_nothing_to_add(repo, target)
             index.write()
@@ -365,6 +373,25 @@ class WorkingTree:
             )
         return found
 
+    def _stage(self, repo: pygit2.Repository, index: pygit2.Index, delta: pygit2.DiffDelta) -> None:
+        path = delta.new_file.path
+        if delta.status == DeltaStatus.DELETED:
+            index.remove(path)
+        elif delta.new_file.mode == FileMode.COMMIT:
+            # A submodule: libgit2 records the commit its checkout is at (no file content).
+            index.add(path)
+        elif not path.endswith("/"):
+            # (A trailing slash is an untracked nested repository: git would make it a
+            # gitlink.) The content comes through the jail, never read by libgit2 by path.
+            file = self._root.git_file(path)
+            if file.data is None:
+                raise BeamError(
+                    "BEM-305",
+                    f"{path!r} is {file.st.st_size} bytes, over the read cap of "
+                    f"{self._root.max_read_bytes} bytes; it cannot be staged",
+                )
+            stage_file(repo, index, path, file)
+
     def _explain_nothing_to_add(self, repo: pygit2.Repository, target: str) -> None:
         """Refuse a path that staged nothing because git cannot stage it; else return."""
         if target in repo.index:
@@ -443,15 +470,6 @@ def _push_error(
                 "fast-forward); Riverbeam never force-pushes. Start again from the origin's tip",
             )
     return BeamError("BEM-320", f"pushing {name!r} to origin failed: {error}")
-
-
-def _stage(index: pygit2.Index, delta: pygit2.DiffDelta) -> None:
-    path = delta.new_file.path
-    if delta.status == DeltaStatus.DELETED:
-        index.remove(path)
-    elif not path.endswith("/"):
-        # A trailing slash is an untracked nested repository; git would make it a gitlink.
-        index.add(path)
 
 
 def _head_tree(repo: pygit2.Repository) -> pygit2.Tree | None:

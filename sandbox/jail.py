@@ -126,10 +126,10 @@ class SandboxRoot:
         git never follows a symlink on the way to a path it tracks, so neither does this:
         every directory on the way must be a real one, and the last name must be a regular
         file (one link, as for ``read_bytes``) or a symlink, whose target is its content.
-        The path is one git has just listed, so a directory on the way that is now a
-        symlink, a file or missing, or a last name that is gone, means the tree changed
-        meanwhile: BEM-303. With ``read`` False, or for a file over the read cap, ``data``
-        is None.
+        The path is one git has just listed as a file, so a directory on the way that is
+        now a symlink, a file or missing, or a last name that is gone or a directory, means
+        the tree changed meanwhile: BEM-303. With ``read`` False, or for a file over the
+        read cap, ``data`` is None.
         """
         parts = self._file_components(rel)
         with self._cursor() as cursor:
@@ -145,6 +145,9 @@ class SandboxRoot:
             if probed is None:
                 raise _changed_error(found.shown)
             fd, st = probed
+            if stat.S_ISDIR(st.st_mode):
+                os.close(fd)
+                raise _changed_error(found.shown)
             if stat.S_ISLNK(st.st_mode):
                 # readlinkat on the probed fd: the very link whose stat we hold.
                 try:

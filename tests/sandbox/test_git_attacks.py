@@ -12,6 +12,7 @@ same plants do fire when something honours them.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -866,6 +867,46 @@ def test_links_in_git_are_live_when_nothing_checks(env: GitEnv, location: str, k
     tree = repo.index.write_tree()
     repo.create_commit("HEAD", signature, signature, "Control", tree, [repo.head.target])
     assert snapshot(env.outside) != before
+
+
+# -- working files that share an inode with a file outside --------------------------------
+
+SECRET = "TOP SECRET: outside the root\n"
+
+
+def _hard_link_out(env: GitEnv, path: str) -> None:
+    """Make ``path`` in the tree a second name of a secret file outside the root."""
+    secret = env.outside / "linked-secret.txt"
+    secret.write_text(SECRET)
+    target = env.work / path
+    target.unlink(missing_ok=True)
+    os.link(secret, target)
+
+
+@pytest.mark.parametrize("path", ["docs/index.md", "docs/brand-new.md"], ids=["tracked", "new"])
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("git_add", {"path": "."}),
+        ("git_add", {"path": "docs"}),
+        ("git_diff", {}),
+        ("git_diff", {"path": "docs"}),
+        ("git_status", {}),
+    ],
+)
+def test_a_hard_linked_working_file_is_refused_by_every_git_tool(
+    env: GitEnv, path: str, tool: str, args: dict[str, Any]
+) -> None:
+    # read_file refuses a file with two links; the git tools read files too, so they must
+    # refuse it the same way rather than stage it, show it, or compare it.
+    _hard_link_out(env, path)
+    index = (env.work / ".git/index").read_bytes()
+    with pytest.raises(BeamError) as caught:
+        result = call_tool(env.tree, tool, args)
+        assert SECRET.strip() not in json.dumps(result)
+    assert caught.value.code == "BEM-303"
+    assert path in caught.value.message and "hard links" in caught.value.message
+    assert (env.work / ".git/index").read_bytes() == index
 
 
 # -- controls: the plants are live when something honours them -----------------------------

@@ -19,6 +19,10 @@ outside symlink mid-call can only make the call fail, never escape. The final fi
 
 Missing files and non-directories in the middle of a path are not refusals: they raise
 ``FileNotFoundError`` and ``NotADirectoryError`` like the rest of Python's file API.
+
+``git_file`` reads a path git listed the way git sees it (no symlink followed anywhere on
+the way, a symlink at the end read as its target), for the git tools, which must never let
+libgit2 read working files by path (see ``sandbox.staging``).
 """
 
 from __future__ import annotations

@@ -6,9 +6,11 @@ or credential helpers to run. Configuration it would honour is neutralised by
 tree git writes in are the ones Riverbeam set, whatever ``.git/config`` said.
 
 Branch names are checked by ``sandbox.refs``: invalid names are BEM-324, refspec or option
-syntax BEM-325, protected refs BEM-328, for checkouts as well as pushes. A push sends
-exactly ``refs/heads/<name>:refs/heads/<name>`` (built here, never taken from a caller):
-no ``+``, no deletion, no tags, no push options, no proxy.
+syntax BEM-325, protected refs BEM-328, for checkouts as well as pushes. A branch that is a
+symbolic ref is BEM-330 wherever it is met (checkout, commit, push): it would move the ref
+it names. Working files are staged and diffed from what the jail reads
+(``sandbox.staging``). A push sends exactly ``refs/heads/<name>:refs/heads/<name>`` (built
+here, never taken from a caller): no ``+``, no deletion, no tags, no push options, no proxy.
 
 A job that looks at a change already committed (a review, a summary, commit notes) gives
 the tree a *compare point*: a commit, usually where the branch left its base. ``diff`` then

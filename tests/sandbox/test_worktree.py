@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pygit2
@@ -777,39 +778,41 @@ def test_push_of_a_missing_local_branch_is_bem_326(env: GitEnv) -> None:
     assert _code(caught) == "BEM-326"
 
 
-def test_push_that_is_not_a_fast_forward_is_bem_327(env: GitEnv) -> None:
-    env.commit_file("a.md", "one\n")
-    env.tree.push()
+def _rewind_local_branch(env: GitEnv) -> None:
+    # The local branch drops the pushed commit: the clone has it, the branch does not.
     repo = env.repo
     head = repo.head.peel(pygit2.Commit)
-    # Rewrite the local branch so the remote holds a commit it does not have.
     repo.references["refs/heads/feature"].set_target(head.parents[0].id)
-    env.commit_file("a.md", "two\n")
-    before = refs_of(env.upstream)
-    with pytest.raises(GitError) as caught:
-        env.tree.push()
-    assert _code(caught) == "BEM-327"
-    assert "never force-pushes" in caught.value.message
-    assert refs_of(env.upstream) == before
 
 
-def test_push_against_commits_the_clone_lacks_is_bem_327(env: GitEnv) -> None:
+def _commit_upstream_only(env: GitEnv) -> None:
     # Someone else pushed to the branch: the clone never fetched their commit, so libgit2
     # refuses with "contains commits that are not present locally", not "non-fastforward".
-    env.commit_file("a.md", "one\n")
-    env.tree.push()
     upstream = pygit2.Repository(str(env.upstream))
     theirs = upstream.references["refs/heads/feature"].peel(pygit2.Commit)
     signature = pygit2.Signature("Someone", "someone@example.com")
     upstream.create_commit(
         "refs/heads/feature", signature, signature, "Theirs", theirs.tree_id, [theirs.id]
     )
+
+
+@pytest.mark.parametrize(
+    ("diverge", "state"),
+    [(_rewind_local_branch, "does not have"), (_commit_upstream_only, "never seen")],
+    ids=["diverged", "commits-the-clone-lacks"],
+)
+def test_push_that_is_not_a_fast_forward_is_bem_327(
+    env: GitEnv, diverge: Callable[[GitEnv], None], state: str
+) -> None:
+    env.commit_file("a.md", "one\n")
+    env.tree.push()
+    diverge(env)
     env.commit_file("a.md", "two\n")
     before = refs_of(env.upstream)
     with pytest.raises(GitError) as caught:
         env.tree.push()
     assert _code(caught) == "BEM-327"
-    assert "never seen" in caught.value.message
+    assert "never force-pushes" in caught.value.message and state in caught.value.message
     assert refs_of(env.upstream) == before
 
 

@@ -57,15 +57,15 @@ def worktree_patch(
     line counts, and whether it is binary. ``file.data`` None (over the read cap) is shown
     as binary, unread."""
     path = delta.new_file.path
-    new_id = "0" * 40 if file.data is None else str(pygit2.hash(_clean(repo, path, file)))
+    data = None if file.data is None else _clean(repo, path, file)
     old = None if delta.status in _NEW else delta.old_file
-    header = _header(path, old, file.mode, new_id)
-    if file.data is None:
+    header = _header(path, old, file.mode, "0" * 40 if data is None else str(pygit2.hash(data)))
+    if data is None:
         return header + f"Binary files {_old_name(path, old)} and b/{path} differ\n", (0, 0), True
     flag = DiffOption.FORCE_BINARY if repo.get_attr(path, "diff") is False else DiffOption.NORMAL
     patch = pygit2.Patch.create_from(
         None if old is None else _old_data(repo, old),
-        _clean(repo, path, file),
+        data,
         old_as_path=path,
         new_as_path=path,
         flag=flag,

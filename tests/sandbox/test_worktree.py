@@ -553,6 +553,41 @@ def test_add_a_directory_stages_its_changes_and_deletions(env: GitEnv) -> None:
     ]
 
 
+def test_add_records_what_libgit2_itself_would_stage(env: GitEnv) -> None:
+    # Content now comes through the jail, so filters, modes and links must come out exactly
+    # as libgit2's own staging by path makes them; and the next scan must not see a change.
+    env.commit_file(".gitattributes", "*.txt text eol=crlf\n*.id ident\n*.auto text=auto\n")
+    files = {
+        "a.txt": b"one\r\ntwo\r\n",
+        "b.id": b"$Id: 123 $\nx\n",
+        "c.auto": b"x\r\ny\r\n",
+        "run.sh": b"#!/bin/sh\n",
+        "blob.bin": b"\x00\x01\r\n" * 50,
+    }
+    for name, data in files.items():
+        env.write(name, data)
+    (env.work / "run.sh").chmod(0o755)
+    (env.work / "link").symlink_to("a.txt")
+    env.tree.add(".")
+    ours = {entry.path: (entry.id, entry.mode) for entry in env.repo.index}
+    index = env.repo.index
+    for name in [*files, "link"]:
+        index.add(name)
+    assert ours == {entry.path: (entry.id, entry.mode) for entry in index}
+    assert all(f.unstaged is None for f in env.tree.status().files)
+
+
+def test_add_of_a_file_over_the_read_cap_is_bem_305(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    tree = WorkingTree(SandboxRoot(tmp_path / "work", max_read_bytes=1000))
+    tree.init()
+    (tmp_path / "work/big.md").write_text("line\n" * 1000)
+    with pytest.raises(JailError) as caught:
+        tree.add(".")
+    assert _code(caught) == "BEM-305"
+    assert "big.md" in caught.value.message
+
+
 def test_add_of_a_deleted_tracked_file_stages_the_deletion(env: GitEnv) -> None:
     (env.work / "README.md").unlink()
     assert [(f.path, f.staged) for f in env.tree.add("README.md").staged] == [

@@ -11,7 +11,7 @@ what to do next. The tree groups codes by the part of the system that raises the
     ├── ToolError             BEM-10x            a tool refused or failed
     ├── SkillError            BEM-11x            skill files and lookups
     ├── JailError             BEM-300..305       a path the jail refuses
-    ├── GitError              BEM-32x            working tree, refs and pushes
+    ├── GitError              BEM-32x, 33x       working tree, refs and pushes
     │   ├── WorkspaceError    BEM-34x            mirrors and per-job workspaces on the host
     │   └── RelayError        BEM-35x, 36x       the relay and publishing upstream
     ├── ContainerError        BEM-40x            the per-job sandbox container
@@ -182,6 +182,9 @@ _TABLE = [
     Code("BEM-327", GitError, "push was rejected by the remote (not a fast-forward)"),
     Code("BEM-328", GitError, "push (or checkout) of a protected ref"),
     Code("BEM-329", GitError, "working tree is not a repository, or has no commits"),
+    Code("BEM-330", GitError, "a branch is a symbolic ref, or HEAD names no branch"),
+    Code("BEM-331", GitError, "commit message contains a NUL character"),
+    Code("BEM-332", GitError, "text is not valid Unicode (a lone surrogate)"),
     Code("BEM-340", WorkspaceError, "fetching the upstream into the mirror failed"),
     Code("BEM-341", WorkspaceError, "branch or commit not found upstream, or no shared history"),
     Code("BEM-342", WorkspaceError, "preparing the job's workspace failed"),

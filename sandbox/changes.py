@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pygit2
-from pygit2.enums import DeltaStatus, DiffOption
+from pygit2.enums import DeltaStatus, DiffOption, FileMode
 from pygit2.errors import check_error
 from pygit2.ffi import C, ffi
 
@@ -34,6 +34,7 @@ __all__ = [
     "Changes",
     "diff_index_to_workdir",
     "diff_tree_to_index",
+    "files_on_disk",
     "plan_groups",
     "scan",
 ]
@@ -60,6 +61,17 @@ class Change:
     path: str
     old_path: str
     status: DeltaStatus
+    mode: int  # of the new side: a gitlink (submodule) is 0o160000
+
+    @property
+    def is_file_on_disk(self) -> bool:
+        """True for an unstaged change whose new side is a file (not a deletion, a
+        submodule's commit, or an untracked nested repository ending in ``/``)."""
+        return (
+            self.status != DeltaStatus.DELETED
+            and self.mode != FileMode.COMMIT
+            and not self.path.endswith("/")
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +182,15 @@ def _fresh_index(repo: pygit2.Repository) -> pygit2.Index:
     return index
 
 
+def files_on_disk(diff: pygit2.Diff) -> set[str]:
+    """The paths of an index-to-files ``diff`` whose new side is a file on disk."""
+    return {change.path for change in _changes(diff) if change.is_file_on_disk}
+
+
 def _changes(diff: pygit2.Diff) -> tuple[Change, ...]:
     return tuple(
-        Change(delta.new_file.path, delta.old_file.path, delta.status) for delta in diff.deltas
+        Change(delta.new_file.path, delta.old_file.path, delta.status, delta.new_file.mode)
+        for delta in diff.deltas
     )
 
 

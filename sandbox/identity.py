@@ -9,7 +9,9 @@ from typing import Protocol
 import pygit2
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["Identity", "Named", "Trailer", "compose_message"]
+from bot.errors import BeamError
+
+__all__ = ["Identity", "Named", "Trailer", "compose_message", "utf8"]
 
 
 class Named(Protocol):
@@ -107,3 +109,17 @@ def compose_message(message: str, trailers: Sequence[Trailer]) -> str:
     ends_with_trailers = bool(gap) and all(_TRAILER_LINE.match(line) for line in last.splitlines())
     separator = "\n" if ends_with_trailers else "\n\n"
     return body + separator + added + "\n"
+
+
+def utf8(text: str, what: str) -> bytes:
+    """``text`` as UTF-8, or BEM-332 when it holds a lone surrogate (JSON's ``"\\ud800"``
+    decodes to one, and no UTF-8 encoding of it exists)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise BeamError(
+            "BEM-332",
+            f"{what} has a lone surrogate ({text[error.start]!r}) at character {error.start}, "
+            "which is not a Unicode character and cannot be stored as UTF-8; send the text "
+            "as proper characters",
+        ) from None

@@ -19,6 +19,10 @@ outside symlink mid-call can only make the call fail, never escape. The final fi
 
 Missing files and non-directories in the middle of a path are not refusals: they raise
 ``FileNotFoundError`` and ``NotADirectoryError`` like the rest of Python's file API.
+
+``git_file`` reads a path git listed the way git sees it (no symlink followed anywhere on
+the way, a symlink at the end read as its target), for the git tools, which must never let
+libgit2 read working files by path (see ``sandbox.staging``).
 """
 
 from __future__ import annotations
@@ -37,12 +41,16 @@ from types import TracebackType
 from bot.errors import BeamError
 from sandbox.metadata_names import is_repository_metadata
 
-__all__ = ["SandboxRoot", "is_repository_metadata"]
+__all__ = ["GitFile", "SandboxRoot", "is_repository_metadata"]
 
 MAX_SYMLINK_HOPS = 40
 MAX_NAME_BYTES = 255
 NEW_FILE_MODE = 0o644
 NEW_DIR_MODE = 0o755
+# The modes git records for a file, an executable file and a symlink.
+FILE_MODE = 0o100644
+EXECUTABLE_MODE = 0o100755
+LINK_MODE = 0o120000
 
 # O_PATH opens without reading: no FIFO blocks, no device driver runs, and with O_NOFOLLOW a
 # symlink is opened as itself, so fstat tells us its type without a second lookup.
@@ -114,15 +122,49 @@ class SandboxRoot:
             # Checked before opening as well as after, so a device is never opened at all.
             self._require_plain_file(st, found.shown)
             self._require_size(st.st_size, self.max_read_bytes, found.shown, "read")
-            fd = self._open_leaf(found, _READ_FLAGS)
-            try:
-                opened = os.fstat(fd)
-                _require_same_inode(st, opened, found.shown)
-                self._require_plain_file(opened, found.shown)
-                self._require_size(opened.st_size, self.max_read_bytes, found.shown, "read")
-                return self._read_capped(fd, found.shown)
-            finally:
+            return self._read_found(found, st)
+
+    def git_file(self, rel: str, *, read: bool = True) -> GitFile:
+        """The file at index path ``rel`` as git records it, read through the jail's fds.
+
+        git never follows a symlink on the way to a path it tracks, so neither does this:
+        every directory on the way must be a real one, and the last name must be a regular
+        file (one link, as for ``read_bytes``) or a symlink, whose target is its content.
+        The path is one git has just listed as a file, so a directory on the way that is
+        now a symlink, a file or missing, or a last name that is gone or a directory, means
+        the tree changed meanwhile: BEM-303. With ``read`` False, or for a file over the
+        read cap, ``data`` is None.
+        """
+        parts = self._file_components(rel)
+        with self._cursor() as cursor:
+            for name in parts[:-1]:
+                probed = _probe(cursor.fd, name)
+                if probed is None or not stat.S_ISDIR(probed[1].st_mode):
+                    if probed is not None:
+                        os.close(probed[0])
+                    raise _changed_error(cursor.shown(name))
+                self._descend(cursor, name, probed[0])
+            found = _Found(cursor.fd, parts[-1], cursor.shown(parts[-1]), None)
+            probed = _probe(cursor.fd, found.leaf)
+            if probed is None:
+                raise _changed_error(found.shown)
+            fd, st = probed
+            if stat.S_ISDIR(st.st_mode):
                 os.close(fd)
+                raise _changed_error(found.shown)
+            if stat.S_ISLNK(st.st_mode):
+                # readlinkat on the probed fd: the very link whose stat we hold.
+                try:
+                    target = os.fsencode(os.readlink("", dir_fd=fd))
+                finally:
+                    os.close(fd)
+                return GitFile(LINK_MODE, st, target if read else None)
+            os.close(fd)
+            self._require_plain_file(st, found.shown)
+            mode = EXECUTABLE_MODE if st.st_mode & stat.S_IXUSR else FILE_MODE
+            if not read or st.st_size > self.max_read_bytes:
+                return GitFile(mode, st, None)
+            return GitFile(mode, st, self._read_found(found, st))
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Replace (or create) the file at ``rel`` atomically, creating parent directories."""
@@ -316,6 +358,18 @@ class SandboxRoot:
 
     # -- file checks -----------------------------------------------------------------------
 
+    def _read_found(self, found: _Found, st: os.stat_result) -> bytes:
+        """Open the checked file ``found`` (lstat ``st``), check it again from its fd, read."""
+        fd = self._open_leaf(found, _READ_FLAGS)
+        try:
+            opened = os.fstat(fd)
+            _require_same_inode(st, opened, found.shown)
+            self._require_plain_file(opened, found.shown)
+            self._require_size(opened.st_size, self.max_read_bytes, found.shown, "read")
+            return self._read_capped(fd, found.shown)
+        finally:
+            os.close(fd)
+
     @staticmethod
     def _require_plain_file(st: os.stat_result, shown: str) -> None:
         if not stat.S_ISREG(st.st_mode):
@@ -407,6 +461,16 @@ class SandboxRoot:
         if size > self.max_path_bytes:
             return False
         return not (top and (path.startswith("\\") or _DRIVE.match(path)))
+
+
+@dataclass(frozen=True, slots=True)
+class GitFile:
+    """A working file as git records it: its git mode, its lstat, and its content (for a
+    symlink, the target) when it was read."""
+
+    mode: int
+    st: os.stat_result
+    data: bytes | None
 
 
 @dataclass(frozen=True, slots=True)

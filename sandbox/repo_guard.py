@@ -16,8 +16,12 @@ system files are read as well. A repository can arrive with any of that in ``.gi
    file). Riverbeam's own settings (the origin URL, the commit identity) live in the
    ``WorkingTree`` object, never in the file, so there is nothing in it worth reading.
 3. **Layout**: ``.git`` must be a real directory, with no ``commondir`` or object
-   ``alternates`` and no symlinked metadata, which would make libgit2 read or write another
-   repository's objects or refs (BEM-329).
+   ``alternates``, which would make libgit2 read another repository's objects or refs, and
+   nothing in it may lead a write elsewhere (BEM-329): the whole directory is walked before
+   every operation, and holds only directories and regular files, no symlink, FIFO, socket
+   or device at any depth, and no regular file with a second hard link (libgit2 appends to
+   reflogs in place, so ``logs/HEAD`` linked to a file outside would grow that file). Object
+   files are the one exception to the link rule (see ``_walk``).
 4. **Open**: the repository is opened by its ``.git`` path without searching parent
    directories or the environment, and refused unless libgit2 agrees the working tree is the
    root and the repository is not bare.
@@ -28,15 +32,17 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import time
 from pathlib import Path
 
 import pygit2
-from pygit2.enums import ConfigLevel, RepositoryOpenFlag
+from pygit2.enums import ConfigLevel, Option, RepositoryOpenFlag
 
 from bot.errors import BeamError
 
 __all__ = [
     "CANONICAL_CONFIG",
+    "SettledDirectories",
     "check_layout",
     "enforce_config",
     "isolate_process_config",
@@ -67,14 +73,16 @@ _OUTSIDE_LEVELS = (
 )
 # Files that make libgit2 read objects or refs of another repository.
 _REDIRECTS = ("commondir", "objects/info/alternates", "objects/info/http-alternates")
-# Metadata libgit2 reads or writes through; a symlink would lead it outside the root.
-_NO_SYMLINKS = ("objects", "refs", "HEAD", "index", "packed-refs", "logs", "info", "shallow")
+_SETTLE_NS = 2_000_000_000
+_Identity = tuple[int, int, int]  # st_dev, st_ino, st_ctime_ns of a directory
+SettledDirectories = dict[str, _Identity]
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def isolate_process_config() -> None:
-    """Give libgit2 no search path for global, XDG, system or ProgramData config.
+    """Give libgit2 no search path for global, XDG, system or ProgramData config, and make it
+    verify every object it reads against the object's name.
 
     An empty path means "search nowhere", so no file anyone plants is ever read. Applied
     again before every repository is opened: the setting is process-wide, and other code
@@ -82,10 +90,16 @@ def isolate_process_config() -> None:
     """
     for level in _OUTSIDE_LEVELS:
         pygit2.settings.search_path[level] = ""
+    # libgit2's default, set all the same: hard-linked object files rely on it.
+    pygit2.option(Option.ENABLE_STRICT_HASH_VERIFICATION, 1)
 
 
-def check_layout(workdir: Path) -> Path:
-    """The ``.git`` directory of ``workdir``, once its layout redirects nothing (BEM-329)."""
+def check_layout(workdir: Path, settled: SettledDirectories | None = None) -> Path:
+    """The ``.git`` directory of ``workdir``, once its layout redirects nothing (BEM-329).
+
+    ``settled`` remembers object directories found clean, so that a tree checked before
+    every operation lists each of them again only once it changed (see ``_walk``).
+    """
     gitdir = workdir / ".git"
     try:
         mode = os.lstat(gitdir).st_mode
@@ -98,10 +112,67 @@ def check_layout(workdir: Path) -> Path:
     for name in _REDIRECTS:
         if os.path.lexists(gitdir / name):
             raise _layout_error(f".git/{name} points git at another repository's data")
-    for name in _NO_SYMLINKS:
-        if os.path.islink(gitdir / name):
-            raise _layout_error(f".git/{name} is a symlink")
+    _walk(gitdir, {} if settled is None else settled)
     return gitdir
+
+
+def _walk(gitdir: Path, settled: SettledDirectories) -> None:
+    """Walk ``gitdir``: only directories and regular files, each file with one link.
+
+    ``config``, whatever it is, is left to ``enforce_config``, which replaces it rather than
+    refusing it. Entry types come from the listings themselves; only files outside
+    ``objects`` cost an ``lstat`` for their link count. A clone may hold thousands of loose
+    objects, and listing them costs more than the operation being guarded, so a directory
+    under ``objects`` that held only files is remembered by its inode and ctime: any entry
+    added, removed, renamed or replaced in it changes its ctime, and then it is listed
+    again. One that changed in the last ``_SETTLE_NS`` is not remembered, because two
+    changes within one tick of the filesystem's clock can leave the same ctime.
+    """
+    settle_before = time.time_ns() - _SETTLE_NS
+    pending: list[tuple[str, _Identity | None]] = [("", None)]
+    while pending:
+        directory, identity = pending.pop()
+        in_objects = directory.startswith("objects")
+        with os.scandir(gitdir / directory) as entries:
+            listed = list(entries)
+        only_files = True
+        for entry in listed:
+            path = f"{directory}/{entry.name}" if directory else entry.name
+            if path == "config":
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                only_files = False
+                pending.extend(_unsettled(entry, path, settled))
+            elif entry.is_symlink():
+                raise _layout_error(f".git/{path} is a symlink")
+            elif not entry.is_file(follow_symlinks=False):
+                raise _layout_error(f".git/{path} is not a regular file or directory")
+            elif not in_objects:
+                # Object files may have more links: workspaces hard-link the mirror's on
+                # purpose (sandbox.workspace.objectstore). libgit2 never writes into an
+                # existing object file (a new one is written aside and renamed into place)
+                # and checks each object it reads against its name (strict hash
+                # verification), so a shared inode only ever yields the object it names.
+                links = entry.stat(follow_symlinks=False).st_nlink
+                if links != 1:
+                    raise _layout_error(
+                        f".git/{path} has {links} hard links (it shares its content with "
+                        "another file, and a write to it would change that file too)"
+                    )
+        if identity is not None and only_files and identity[2] < settle_before:
+            settled[directory] = identity
+
+
+def _unsettled(
+    entry: os.DirEntry[str], path: str, settled: SettledDirectories
+) -> list[tuple[str, _Identity | None]]:
+    """``path`` to be listed, with the identity to remember it by; [] if it is settled."""
+    if not path.startswith("objects/"):
+        return [(path, None)]
+    # Taken before the listing: a change during it leaves a stale identity, listed again.
+    info = entry.stat(follow_symlinks=False)
+    identity = (info.st_dev, info.st_ino, info.st_ctime_ns)
+    return [] if settled.get(path) == identity else [(path, identity)]
 
 
 def enforce_config(gitdir: Path) -> bool:

@@ -20,6 +20,7 @@ from pydantic import JsonValue
 from bot.errors import BeamError
 from bot.input import AgentInput
 from bot.tools import Tool, ToolSpec, validate_arguments
+from sandbox.identity import utf8
 from sandbox.tool_specs import MAX_LIST_ENTRIES, MAX_READ_CHARS, TOOL_SPECS
 from sandbox.worktree import WorkingTree
 
@@ -183,7 +184,7 @@ def _lines(text: str, start: int, limit: int | None) -> Result:
 def _write_file(tree: WorkingTree, args: dict[str, Any]) -> Result:
     root = tree.root
     path = root.normalize(args["path"])
-    data = args["body"].encode("utf-8")
+    data = utf8(args["body"], "body")
     created = not root.exists(path)
     root.write_bytes(path, data)
     return {"path": path, "bytes": len(data), "created": created}

@@ -9,7 +9,15 @@ from datetime import UTC, datetime, timedelta, timezone
 import pygit2
 from pygit2.enums import DeltaStatus, DiffOption, SortMode
 
-from sandbox.changes import SCAN_FLAGS, Change, Changes, diff_index_to_workdir, diff_tree_to_index
+from sandbox.changes import (
+    SCAN_FLAGS,
+    Change,
+    Changes,
+    diff_index_to_workdir,
+    diff_tree_to_index,
+    files_on_disk,
+)
+from sandbox.jail import SandboxRoot
 from sandbox.reports import (
     CommitInfo,
     ComparePoint,
@@ -20,6 +28,7 @@ from sandbox.reports import (
     StageReport,
     StatusReport,
 )
+from sandbox.staging import worktree_patch
 
 __all__ = ["diff_report", "file_statuses", "log_report", "stage_report", "status_report"]
 
@@ -112,13 +121,14 @@ def diff_report(
     base: str | None,
     against: ComparePoint | None,
     narrowed: str | None,
+    root: SandboxRoot,
     max_chars: int = MAX_PATCH_CHARS,
     max_files: int = MAX_DIFF_FILES,
-    max_file_bytes: int = 1 << 20,
 ) -> DiffReport:
     """``tree`` (commit ``base``) against the files: index and files together, new files too.
 
-    ``changes`` must come from a scan against the same ``tree``.
+    ``changes`` must come from a scan against the same ``tree``. Files on disk are read
+    through ``root`` (over its read cap: shown as binary, unread).
     """
     paths = [path.encode() for path in changes.paths()]
     if not paths:
@@ -135,9 +145,13 @@ def diff_report(
         )
     index = repo.index
     # Only the changed paths are compared again, so this second pass costs little.
-    diff = diff_tree_to_index(repo, tree, index, paths, _PATCH_FLAGS, max_file_bytes)
-    diff.merge(diff_index_to_workdir(repo, index, paths, _PATCH_FLAGS, max_file_bytes))
-    files, patch, cut = _render(diff, max_chars, max_files)
+    diff = diff_tree_to_index(repo, tree, index, paths, _PATCH_FLAGS, root.max_read_bytes)
+    unstaged = diff_index_to_workdir(repo, index, paths, _PATCH_FLAGS, root.max_read_bytes)
+    # Paths whose new side is a file on disk: their patches are made from what the jail
+    # reads (sandbox.staging); libgit2 renders only those whose sides are both objects.
+    on_disk = files_on_disk(unstaged)
+    diff.merge(unstaged)
+    files, patch, cut = _render(_Patches(repo, diff, root, on_disk), max_chars, max_files)
     total = len(diff)
     truncated = cut or total > len(files)
     return DiffReport(
@@ -157,22 +171,51 @@ def _named(point: ComparePoint) -> str:
     return short if point.label == short else f"{point.label} ({short})"
 
 
-def _render(diff: pygit2.Diff, max_chars: int, max_files: int) -> tuple[list[FileDiff], str, bool]:
+class _Patches:
+    """The merged diff's deltas and, on demand, each one's patch text."""
+
+    def __init__(
+        self, repo: pygit2.Repository, diff: pygit2.Diff, root: SandboxRoot, on_disk: set[str]
+    ) -> None:
+        self._repo, self._diff, self._root, self._on_disk = repo, diff, root, on_disk
+        self.deltas = diff.deltas
+
+    def patch(self, number: int, delta: pygit2.DiffDelta) -> tuple[str, tuple[int, int], bool]:
+        """The text, (added, removed) line counts and binary flag of delta ``number``."""
+        path = self._on_disk_file(delta)
+        if path is not None:
+            return worktree_patch(self._repo, delta, self._root.git_file(path))
+        patch = self._diff[number]
+        if patch is None:
+            return "", (0, 0), bool(delta.is_binary)
+        _, added, removed = patch.line_stats
+        return patch.text or "", (added, removed), bool(patch.delta.is_binary)
+
+    def check(self, delta: pygit2.DiffDelta) -> None:
+        """Apply the jail's rules to a file on disk that is listed without its patch."""
+        path = self._on_disk_file(delta)
+        if path is not None:
+            self._root.git_file(path, read=False)
+
+    def _on_disk_file(self, delta: pygit2.DiffDelta) -> str | None:
+        path = delta.new_file.path
+        return path if path in self._on_disk else None
+
+
+def _render(patches: _Patches, max_chars: int, max_files: int) -> tuple[list[FileDiff], str, bool]:
     """Per-file stats and the patch text, until the patch reaches ``max_chars``."""
     files: list[FileDiff] = []
     chunks: list[str] = []
     room = max_chars
     cut = False
-    for number, delta in enumerate(itertools.islice(diff.deltas, max_files)):
+    for number, delta in enumerate(itertools.islice(patches.deltas, max_files)):
         stats: tuple[int, int] | None = None
         binary = bool(delta.is_binary)
-        # Past the cap no more patches are generated: their content is never even loaded.
-        patch = None if cut else diff[number]
-        if patch is not None:
-            _, added, removed = patch.line_stats
-            stats = (added, removed)
-            binary = bool(patch.delta.is_binary)
-            text = patch.text or ""
+        if cut:
+            # Past the cap no more patches are made: their content is never even loaded.
+            patches.check(delta)
+        else:
+            text, stats, binary = patches.patch(number, delta)
             if len(text) > room:
                 text = text[:room] + f"\n[... patch cut at {max_chars} characters ...]\n"
                 cut = True

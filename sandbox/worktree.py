@@ -6,9 +6,11 @@ or credential helpers to run. Configuration it would honour is neutralised by
 tree git writes in are the ones Riverbeam set, whatever ``.git/config`` said.
 
 Branch names are checked by ``sandbox.refs``: invalid names are BEM-324, refspec or option
-syntax BEM-325, protected refs BEM-328, for checkouts as well as pushes. A push sends
-exactly ``refs/heads/<name>:refs/heads/<name>`` (built here, never taken from a caller):
-no ``+``, no deletion, no tags, no push options, no proxy.
+syntax BEM-325, protected refs BEM-328, for checkouts as well as pushes. A branch that is a
+symbolic ref is BEM-330 wherever it is met (checkout, commit, push): it would move the ref
+it names. Working files are staged and diffed from what the jail reads
+(``sandbox.staging``). A push sends exactly ``refs/heads/<name>:refs/heads/<name>`` (built
+here, never taken from a caller): no ``+``, no deletion, no tags, no push options, no proxy.
 
 A job that looks at a change already committed (a review, a summary, commit notes) gives
 the tree a *compare point*: a commit, usually where the branch left its base. ``diff`` then
@@ -29,15 +31,16 @@ from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 import pygit2
-from pygit2.enums import DeltaStatus
+from pygit2.enums import DeltaStatus, FileMode
 from pygit2.remotes import PushUpdate
 
 from bot.errors import BeamError
 from sandbox.changes import SCAN_FLAGS, Changes, diff_index_to_workdir, scan
-from sandbox.identity import Identity, Named, Trailer, compose_message
+from sandbox.identity import Identity, Named, Trailer, compose_message, utf8
 from sandbox.jail import SandboxRoot
 from sandbox.refs import HEADS, ProtectedRefs, branch_name, full_ref
 from sandbox.repo_guard import (
+    SettledDirectories,
     check_layout,
     enforce_config,
     isolate_process_config,
@@ -52,6 +55,7 @@ from sandbox.reports import (
     StageReport,
     StatusReport,
 )
+from sandbox.staging import stage_file
 from sandbox.views import (
     MAX_DIFF_FILES,
     MAX_PATCH_CHARS,
@@ -68,6 +72,7 @@ MAX_URL_CHARS = 2_048
 MAX_MESSAGE_CHARS = 65_536
 MAX_LABEL_CHARS = 200
 _COMMIT_ID = re.compile(r"[0-9a-f]{40}")
+_ZERO = pygit2.Oid(hex="0" * 40)
 _URL_SCHEMES = frozenset({"file", "http", "https", "ssh", "git"})
 
 
@@ -103,6 +108,7 @@ class WorkingTree:
         self._origin: str | None = None
         self._repo: pygit2.Repository | None = None
         self._helpers: list[pygit2.Repository] = []
+        self._settled: SettledDirectories = {}
         self.lock = threading.RLock()
 
     def __repr__(self) -> str:
@@ -164,7 +170,8 @@ class WorkingTree:
         """Switch to branch ``name``, creating it at HEAD with ``create``. Returns the name."""
         branch = self._policy.check_branch(name)
         repo = self._open()
-        existing = repo.branches.local.get(branch)
+        # The ref itself, not the branch lookup, which resolves a symbolic ref on the way.
+        existing = repo.references.get(full_ref(branch))
         with _libgit2(f"checking out {branch!r}"):
             if not create:
                 if existing is None:
@@ -172,6 +179,7 @@ class WorkingTree:
                         "BEM-326",
                         f"there is no branch {branch!r}; pass create=True to make it at HEAD",
                     )
+                _require_direct(existing)
                 repo.checkout(existing)
                 return branch
             _refuse_existing(repo, branch)
@@ -188,13 +196,20 @@ class WorkingTree:
         repo = self._open()
         with _libgit2("git status"):
             changes = self._scan(repo, _head_tree(repo))
-            return status_report(
+            report = status_report(
                 changes,
                 branch=_branch_of(repo),
                 head=None if repo.head_is_unborn else str(repo.head.target),
                 detached=repo.head_is_detached,
                 max_files=max_files,
             )
+        # libgit2 looked at these files by path; the jail's rules (no hard link, nothing
+        # beyond a symlink) hold for every one the report names, as for read_file.
+        listed = {entry.path for entry in report.files}
+        for change in changes.unstaged:
+            if change.path in listed and change.is_file_on_disk:
+                self._root.git_file(change.path, read=False)
+        return report
 
     def diff(
         self,
@@ -226,9 +241,9 @@ class WorkingTree:
                 base=base,
                 against=self._compare,
                 narrowed=narrowed or None,
+                root=self._root,
                 max_chars=max_chars,
                 max_files=max_files,
-                max_file_bytes=self._root.max_read_bytes,
             )
 
     def log(self, limit: int = 20) -> LogReport:
@@ -254,7 +269,7 @@ class WorkingTree:
             pathspec = [target.encode()] if target else None
             found = diff_index_to_workdir(repo, index, pathspec, SCAN_FLAGS)
             for delta in found.deltas:
-                _stage(index, delta)
+                self._stage(repo, index, delta)
             if target and not len(found):
                 self._explain_nothing_to_add(repo, target)
             index.write()
@@ -270,7 +285,17 @@ class WorkingTree:
             raise BeamError("BEM-320", "the commit message is empty; say what the change does")
         if len(message) > MAX_MESSAGE_CHARS:
             raise BeamError("BEM-320", f"the commit message is over {MAX_MESSAGE_CHARS} characters")
+        nul = message.find("\x00")
+        if nul >= 0:
+            # libgit2 takes the message as a C string: it would end at the NUL, trailers lost.
+            raise BeamError(
+                "BEM-331",
+                f"the commit message has a NUL character at position {nul}; git cannot store "
+                "it (the message would end there and lose its trailers). Remove it",
+            )
+        utf8(message, "the commit message")
         repo = self._open()
+        _require_head_on_a_branch(repo)
         with _libgit2("git commit"):
             index = repo.index
             index.read(False)
@@ -301,16 +326,16 @@ class WorkingTree:
             )
         ref = full_ref(name)
         local = repo.references.get(ref)
-        sha = None if local is None else local.target
-        if not isinstance(sha, pygit2.Oid):
+        if local is None:
             raise BeamError("BEM-326", f"there is no local branch {name!r} to push")
+        sha = _require_direct(local)
         watch = _PushWatch(ref, sha)
         try:
             # Anonymous: no remote.<name>.* or url.*.insteadOf can apply, even if present.
             remote = repo.remotes.create_anonymous(self._origin)
             remote.push([f"{ref}:{ref}"], callbacks=watch, proxy=None)
         except pygit2.GitError as error:
-            raise _push_error(name, error) from error
+            raise _push_error(repo, name, watch, error) from error
         watch.raise_if_rejected()
         return PushResult(remote="origin", ref=ref, sha=str(sha))
 
@@ -319,7 +344,7 @@ class WorkingTree:
     def _open(self) -> pygit2.Repository:
         """The repository, after the guard has checked its layout and reset its config."""
         try:
-            gitdir = check_layout(self._root.path)
+            gitdir = check_layout(self._root.path, self._settled)
             rewritten = enforce_config(gitdir)
         except BeamError:
             self._repo, self._helpers = None, []
@@ -350,6 +375,25 @@ class WorkingTree:
             )
         return found
 
+    def _stage(self, repo: pygit2.Repository, index: pygit2.Index, delta: pygit2.DiffDelta) -> None:
+        path = delta.new_file.path
+        if delta.status == DeltaStatus.DELETED:
+            index.remove(path)
+        elif delta.new_file.mode == FileMode.COMMIT:
+            # A submodule: libgit2 records the commit its checkout is at (no file content).
+            index.add(path)
+        elif not path.endswith("/"):
+            # (A trailing slash is an untracked nested repository: git would make it a
+            # gitlink.) The content comes through the jail, never read by libgit2 by path.
+            file = self._root.git_file(path)
+            if file.data is None:
+                raise BeamError(
+                    "BEM-305",
+                    f"{path!r} is {file.st.st_size} bytes, over the read cap of "
+                    f"{self._root.max_read_bytes} bytes; it cannot be staged",
+                )
+            stage_file(repo, index, path, file)
+
     def _explain_nothing_to_add(self, repo: pygit2.Repository, target: str) -> None:
         """Refuse a path that staged nothing because git cannot stage it; else return."""
         if target in repo.index:
@@ -378,15 +422,18 @@ class _PushWatch(pygit2.RemoteCallbacks):
     def __init__(self, ref: str, sha: pygit2.Oid) -> None:
         super().__init__()
         self._ref = ref
-        self._sha = sha
+        self.sha = sha
         self.rejected: dict[str, str] = {}
+        # What the remote's branch pointed at when the push was negotiated (zero: absent).
+        self.remote_tip: pygit2.Oid | None = None
 
     def push_negotiation(self, updates: list[PushUpdate]) -> None:
         # A second line of defence: libgit2 must be about to send exactly our one update.
-        expected = [(self._ref, self._ref, self._sha)]
+        expected = [(self._ref, self._ref, self.sha)]
         actual = [(u.src_refname, u.dst_refname, u.dst) for u in updates]
         if actual != expected:
             raise BeamError("BEM-325", f"push negotiated {actual!r}, expected {expected!r}")
+        self.remote_tip = updates[0].src
 
     def push_update_reference(self, refname: str, message: str | None) -> None:
         if message is not None:
@@ -401,23 +448,30 @@ class _PushWatch(pygit2.RemoteCallbacks):
             )
 
 
-def _push_error(name: str, error: pygit2.GitError) -> BeamError:
-    if "non-fastforward" in str(error):
-        return BeamError(
-            "BEM-327",
-            f"{name!r} on the origin has commits this branch does not have (not a "
-            "fast-forward); Riverbeam never force-pushes. Start again from the origin's tip",
-        )
+def _push_error(
+    repo: pygit2.Repository, name: str, watch: _PushWatch, error: pygit2.GitError
+) -> BeamError:
+    """BEM-327 when the origin's branch is not an ancestor of ours, else BEM-320.
+
+    Decided from the tip the origin advertised, not from libgit2's wording: it words a tip
+    this clone lacks ("contains commits that are not present locally") and one it has but
+    that diverged ("non-fastforwardable") differently, and either may change.
+    """
+    tip, sha = watch.remote_tip, watch.sha
+    if tip is not None and tip != _ZERO and tip != sha:
+        if tip not in repo:
+            state = "commits this clone has never seen"
+        elif not repo.descendant_of(sha, tip):
+            state = "commits this branch does not have"
+        else:
+            state = ""
+        if state:
+            return BeamError(
+                "BEM-327",
+                f"{name!r} on the origin is at {str(tip)[:12]}, which has {state} (not a "
+                "fast-forward); Riverbeam never force-pushes. Start again from the origin's tip",
+            )
     return BeamError("BEM-320", f"pushing {name!r} to origin failed: {error}")
-
-
-def _stage(index: pygit2.Index, delta: pygit2.DiffDelta) -> None:
-    path = delta.new_file.path
-    if delta.status == DeltaStatus.DELETED:
-        index.remove(path)
-    elif not path.endswith("/"):
-        # A trailing slash is an untracked nested repository; git would make it a gitlink.
-        index.add(path)
 
 
 def _head_tree(repo: pygit2.Repository) -> pygit2.Tree | None:
@@ -429,6 +483,38 @@ def _branch_of(repo: pygit2.Repository) -> str | None:
         return None
     target = repo.references["HEAD"].target
     return target.removeprefix(HEADS) if isinstance(target, str) else None
+
+
+def _require_direct(branch: pygit2.Reference) -> pygit2.Oid:
+    """The commit ``branch`` points at itself; BEM-330 when it is a symbolic ref.
+
+    A symbolic branch is another name for the ref it points at: checking it out, committing
+    on it or pushing it would move that ref (a protected one, say) while every check saw
+    only the alias. Such branches are refused outright, whatever they point at.
+    """
+    target = branch.target
+    if not isinstance(target, pygit2.Oid):
+        raise BeamError(
+            "BEM-330",
+            f"branch {branch.name.removeprefix(HEADS)!r} is a symbolic ref to {target!r}; "
+            "Riverbeam only works on branches that point at a commit themselves",
+        )
+    return target
+
+
+def _require_head_on_a_branch(repo: pygit2.Repository) -> None:
+    """BEM-330 unless a commit through HEAD moves HEAD itself or one plain branch."""
+    target = repo.references["HEAD"].target
+    if isinstance(target, pygit2.Oid):
+        return  # detached: the commit moves HEAD alone
+    if not target.startswith(HEADS):
+        raise BeamError(
+            "BEM-330",
+            f"HEAD points at {target!r}, which is not a branch; a commit would move it",
+        )
+    branch = repo.references.get(target)
+    if branch is not None:  # None: unborn, the commit creates the branch
+        _require_direct(branch)
 
 
 def _pushable(repo: pygit2.Repository) -> str:

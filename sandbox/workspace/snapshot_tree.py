@@ -71,16 +71,10 @@ def open_tree(tree: Path, gitdir: Path, *, workers: int) -> list[pygit2.Reposito
 def _refuse_planted_files(tree: Path, gitdir: Path) -> None:
     """BEM-329 for anything libgit2 would read through a link or could block on.
 
-    Objects and refs must be plain files (a link could pull in another repository's
-    objects); ignore, attribute and module files, in ``.git/info`` and in every directory of
-    the tree, must be plain files of a sane size.
+    ``check_layout`` already holds everything in ``.git`` to plain files and directories;
+    ignore, attribute and module files in every directory of the tree must be plain files
+    of a sane size too.
     """
-    for top in (gitdir / "objects", gitdir / "refs"):
-        for directory, dirs, files in os.walk(top):
-            for name in dirs + files:
-                mode = os.lstat(os.path.join(directory, name)).st_mode
-                if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-                    raise _planted(os.path.relpath(os.path.join(directory, name), tree))
     for name in ("exclude", "attributes"):
         _check_rule_file(tree, gitdir / "info" / name)
     for directory, dirs, files in os.walk(tree):

@@ -12,22 +12,29 @@ same plants do fire when something honours them.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pygit2
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pygit2.enums import ConfigLevel
 
 from bot.errors import BeamError, GitError
+from sandbox import repo_guard
 from sandbox.jail import SandboxRoot
 from sandbox.repo_guard import CANONICAL_CONFIG
 from sandbox.tools import call_tool
 from sandbox.worktree import WorkingTree
-from tests.sandbox.git_kit import GitEnv, build_git_env, refs_of
+from tests.sandbox.git_kit import GitEnv, build_git_env, refs_of, snapshot
 
 # -- pushes and checkouts aimed at protected refs, or carrying options --------------------
 
@@ -162,6 +169,79 @@ def test_checkout_attack_is_refused(env: GitEnv, name: str, create: bool, code: 
     head = env.tree.current_branch()
     _assert_refused(env, code, lambda: env.tree.checkout_branch(name, create=create))
     assert env.tree.current_branch() == head
+
+
+# -- symbolic refs: a branch that is another name for a (protected) ref -------------------
+
+ALIASES = ["sneaky", "alias/deep", "x"]
+ALIAS_ENDS = [
+    "refs/heads/main",
+    "refs/heads/master",
+    "refs/heads/release/1.0",
+    "refs/heads/feature",
+    "refs/heads/elsewhere",
+    "refs/tags/v1",
+    "refs/remotes/origin/main",
+    "HEAD",
+]
+
+
+@st.composite
+def alias_chains(draw: st.DrawFn) -> tuple[list[str], str, str]:
+    """Symbolic branches chained to an end ref, and how the job meets the first of them."""
+    names = draw(st.permutations(ALIASES))[: draw(st.integers(1, len(ALIASES)))]
+    return (
+        names,
+        draw(st.sampled_from(ALIAS_ENDS)),
+        draw(st.sampled_from(["checkout", "head", "push"])),
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chain=alias_chains())
+def test_a_symbolic_branch_never_moves_the_ref_it_names(
+    tmp_path_factory: pytest.TempPathFactory, chain: tuple[list[str], str, str]
+) -> None:
+    names, end, entry = chain
+    env = build_git_env(tmp_path_factory.mktemp("symref"))
+    repo = env.repo
+    for name, target in zip(names, [f"refs/heads/{n}" for n in names[1:]] + [end], strict=True):
+        repo.references.create(f"refs/heads/{name}", target)
+    if entry == "head":
+        repo.set_head(f"refs/heads/{names[0]}")
+    unrelated = {"HEAD", "refs/heads/feature"}  # the job's own branch may move
+    local = {k: v for k, v in refs_of(env.work / ".git").items() if k not in unrelated}
+    upstream = {k: v for k, v in refs_of(env.upstream).items() if k not in unrelated}
+    codes = []
+    steps: list[tuple[str, dict[str, Any]]] = [
+        ("write_file", {"path": "docs/index.md", "body": "edited\n"}),
+        ("git_add", {"path": "docs/index.md"}),
+        ("git_commit", {"message": "Edit"}),
+        ("git_push", {"ref": names[0]} if entry == "push" else {}),
+    ]
+    if entry == "checkout":
+        try:
+            env.tree.checkout_branch(names[0])
+        except BeamError as refused:
+            codes.append(refused.code)
+    for tool, args in steps:
+        try:
+            call_tool(env.tree, tool, args)
+        except BeamError as refused:
+            codes.append(refused.code)
+    assert {k: v for k, v in refs_of(env.work / ".git").items() if k not in unrelated} == local
+    assert {k: v for k, v in refs_of(env.upstream).items() if k not in unrelated} == upstream
+    assert "BEM-330" in codes
+
+
+@pytest.mark.parametrize("target", ["refs/tags/v1", "refs/remotes/origin/main", "refs/notes/x"])
+def test_a_commit_through_a_head_that_names_no_branch_is_bem_330(env: GitEnv, target: str) -> None:
+    env.repo.references.create(target, env.repo.head.target, force=True)
+    # Written by hand: libgit2's set_head would detach HEAD instead of naming a non-branch.
+    (env.work / ".git/HEAD").write_text(f"ref: {target}\n")
+    env.write("docs/index.md", "edited\n")
+    call_tool(env.tree, "git_add", {"path": "docs/index.md"})
+    _assert_refused(env, "BEM-330", lambda: call_tool(env.tree, "git_commit", {"message": "x"}))
 
 
 # -- hostile repository configuration -----------------------------------------------------
@@ -607,6 +687,226 @@ def test_redirecting_metadata_is_bem_329(
     plant(env)
     args = {"git_add": {"path": "."}, "git_commit": {"message": "x"}}.get(tool, {})
     _assert_refused(env, "BEM-329", lambda: call_tool(env.tree, tool, args))
+
+
+# -- links anywhere inside .git: every place libgit2 reads or writes ----------------------
+
+EDIT = b"edited by the job\n"
+# Files and directories a job's add, commit and push write (or append) to, and ones they read.
+LINKABLE_FILES = [
+    "HEAD",
+    "index",
+    "logs/HEAD",
+    "logs/refs/heads/feature",
+    "refs/heads/feature",
+    "refs/heads/main",
+    "description",
+    "info/exclude",
+    "packed-refs",
+]
+LINKABLE_DIRS = [
+    "refs",
+    "refs/heads",
+    "logs",
+    "logs/refs",
+    "logs/refs/heads",
+    "objects",
+    "objects/pack",
+    f"objects/{pygit2.hash(EDIT)!s:.2}",
+    "info",
+]
+FILE_LINKS = ["symlink", "hardlink", "fifo"]
+
+
+@st.composite
+def link_placements(draw: st.DrawFn) -> list[tuple[str, str]]:
+    """One to three (location, kind) pairs inside .git, deepest first, no two alike."""
+    spots = st.one_of(
+        st.tuples(st.sampled_from(LINKABLE_FILES), st.sampled_from(FILE_LINKS)),
+        st.tuples(st.sampled_from(LINKABLE_DIRS), st.just("symlink")),
+    )
+    chosen = draw(st.lists(spots, min_size=1, max_size=3, unique_by=lambda spot: spot[0]))
+    return sorted(chosen, key=lambda spot: -spot[0].count("/"))
+
+
+def _link_in_git(env: GitEnv, location: str, kind: str) -> None:
+    """Make ``.git/<location>`` lead outside: moved out and symlinked, hard-linked, or a FIFO."""
+    inside = env.work / ".git" / location
+    outside = env.outside / "git" / location.replace("/", "_")
+    outside.parent.mkdir(exist_ok=True)
+    if kind == "fifo":
+        inside.unlink(missing_ok=True)
+        os.mkfifo(inside)
+    elif kind == "hardlink":
+        outside.unlink(missing_ok=True)
+        os.link(inside, outside)
+    elif inside.exists():
+        inside.rename(outside)
+        inside.symlink_to(outside)
+    else:
+        outside.mkdir()
+        inside.symlink_to(outside)
+
+
+@contextmanager
+def _unblocking(fifos: list[Path]) -> Iterator[None]:
+    """Keep opening ``fifos`` for writing, so that a reader blocked on one sees end of file
+    and the test fails on its assertions instead of hanging."""
+    done = threading.Event()
+
+    def writer() -> None:
+        while not done.wait(0.05):
+            for fifo in fifos:
+                try:
+                    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                except OSError:
+                    continue  # no reader yet (ENXIO), or not a FIFO any more
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def _git_env_with_history(base: Path) -> GitEnv:
+    env = build_git_env(base)
+    env.commit_file("docs/index.md", "# Index\n\nOne more line.\n")
+    (env.work / ".git/packed-refs").write_text("# pack-refs with: peeled fully-peeled sorted \n")
+    (env.work / ".git/objects" / f"{pygit2.hash(EDIT)!s:.2}").mkdir(exist_ok=True)
+    return env
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(placements=link_placements())
+def test_links_anywhere_in_git_are_refused_before_git_writes_through_them(
+    tmp_path_factory: pytest.TempPathFactory, placements: list[tuple[str, str]]
+) -> None:
+    env = _git_env_with_history(tmp_path_factory.mktemp("gitlinks"))
+    for location, kind in placements:
+        _link_in_git(env, location, kind)
+    outside, upstream = snapshot(env.outside), refs_of(env.upstream)
+    env.write("docs/index.md", EDIT)
+    codes = set()
+    fifos = [env.work / ".git" / spot for spot, kind in placements if kind == "fifo"]
+    with _unblocking(fifos):
+        for tool, args in [
+            ("git_status", {}),
+            ("git_add", {"path": "docs/index.md"}),
+            ("git_commit", {"message": "Edit"}),
+            ("git_diff", {}),
+            ("git_log", {}),
+            ("git_push", {}),
+        ]:
+            try:
+                call_tool(env.tree, tool, args)
+            except BeamError as refused:
+                codes.add(refused.code)
+    assert snapshot(env.outside) == outside, "a git tool wrote through a link in .git"
+    assert refs_of(env.upstream) == upstream
+    assert codes == {"BEM-329"}
+
+
+def test_a_remembered_object_directory_is_checked_again_once_it_changes(
+    env: GitEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blob = str(env.repo.revparse_single("HEAD:README.md").id)
+    fanout = env.work / ".git/objects" / blob[:2]
+    # Let the filesystem clock pass the directory's last change, so the plant below gets a
+    # later ctime even on a coarse clock; then count every directory as settled at once.
+    scratch = env.base / "tick"
+    while (scratch.touch() or scratch.stat().st_ctime_ns) <= fanout.stat().st_ctime_ns:
+        pass
+    monkeypatch.setattr(repo_guard, "_SETTLE_NS", -(10**12))
+    assert env.tree.status().clean  # lists the directory and remembers it
+    (fanout / ("0" * 38)).symlink_to(env.outside / "secret.txt")
+    _assert_refused(env, "BEM-329", env.tree.status)
+
+
+@pytest.mark.parametrize("shared", ["loose object", "pack", "pack index"])
+def test_object_files_shared_with_a_mirror_are_allowed(env: GitEnv, shared: str) -> None:
+    # Workspaces hard-link the mirror's object files into each clone on purpose.
+    repo = env.repo
+    if shared == "loose object":
+        blob = str(repo.revparse_single("HEAD:README.md").id)
+        victim = env.work / ".git/objects" / blob[:2] / blob[2:]
+    else:
+        subprocess.run(["git", "-C", str(env.work), "repack", "-q", "-a", "-d"], check=True)
+        suffix = ".pack" if shared == "pack" else ".idx"
+        victim = next((env.work / ".git/objects/pack").glob(f"*{suffix}"))
+    mirror = env.outside / "mirror-object"
+    os.link(victim, mirror)
+    before = snapshot(env.outside)
+    env.write("docs/index.md", EDIT)
+    for tool, args in [("git_add", {"path": "."}), ("git_commit", {"message": "Edit"})]:
+        call_tool(env.tree, tool, args)
+    assert call_tool(env.tree, "git_push", {})["sha"] == env.tree.head_sha()
+    assert snapshot(env.outside) == before
+
+
+@pytest.mark.parametrize(
+    ("location", "kind"),
+    [
+        ("logs/HEAD", "hardlink"),
+        ("logs/refs/heads", "symlink"),
+        (f"objects/{pygit2.hash(EDIT)!s:.2}", "symlink"),
+    ],
+)
+def test_links_in_git_are_live_when_nothing_checks(env: GitEnv, location: str, kind: str) -> None:
+    # The control: without the guard, libgit2 itself writes through each kind of link.
+    (env.work / ".git/objects" / f"{pygit2.hash(EDIT)!s:.2}").mkdir(exist_ok=True)
+    _link_in_git(env, location, kind)
+    before = snapshot(env.outside)
+    repo = env.repo
+    env.write("docs/index.md", EDIT)
+    repo.index.add("docs/index.md")
+    repo.index.write()
+    signature = pygit2.Signature("Control", "control@example.com")
+    tree = repo.index.write_tree()
+    repo.create_commit("HEAD", signature, signature, "Control", tree, [repo.head.target])
+    assert snapshot(env.outside) != before
+
+
+# -- working files that share an inode with a file outside --------------------------------
+
+SECRET = "TOP SECRET: outside the root\n"
+
+
+def _hard_link_out(env: GitEnv, path: str) -> None:
+    """Make ``path`` in the tree a second name of a secret file outside the root."""
+    secret = env.outside / "linked-secret.txt"
+    secret.write_text(SECRET)
+    target = env.work / path
+    target.unlink(missing_ok=True)
+    os.link(secret, target)
+
+
+@pytest.mark.parametrize("path", ["docs/index.md", "docs/brand-new.md"], ids=["tracked", "new"])
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("git_add", {"path": "."}),
+        ("git_add", {"path": "docs"}),
+        ("git_diff", {}),
+        ("git_diff", {"path": "docs"}),
+        ("git_status", {}),
+    ],
+)
+def test_a_hard_linked_working_file_is_refused_by_every_git_tool(
+    env: GitEnv, path: str, tool: str, args: dict[str, Any]
+) -> None:
+    # read_file refuses a file with two links; the git tools read files too, so they must
+    # refuse it the same way rather than stage it, show it, or compare it.
+    _hard_link_out(env, path)
+    index = (env.work / ".git/index").read_bytes()
+    with pytest.raises(BeamError) as caught:
+        result = call_tool(env.tree, tool, args)
+        assert SECRET.strip() not in json.dumps(result)
+    assert caught.value.code == "BEM-303"
+    assert path in caught.value.message and "hard links" in caught.value.message
+    assert (env.work / ".git/index").read_bytes() == index
 
 
 # -- controls: the plants are live when something honours them -----------------------------

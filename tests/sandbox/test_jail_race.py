@@ -9,6 +9,8 @@ with no file created there.
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -18,7 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.errors import JailError
+from bot.errors import BeamError
+from sandbox.jail import SandboxRoot, _Found
+from sandbox.tools import call_tool
+from sandbox.worktree import WorkingTree
+from tests.sandbox.git_kit import PROTECTED, GitEnv, build_git_env
 from tests.sandbox.jail_kit import OUTSIDE_SECRET, JailEnv, build_jail_env, snapshot_tree
 
 CALLS = 4000
@@ -74,12 +80,12 @@ def env(tmp_path: Path) -> JailEnv:
     return env
 
 
-def _hammer(call: Callable[[int], object]) -> Counter[str]:
+def _hammer(call: Callable[[int], object], calls: int = CALLS) -> Counter[str]:
     outcomes = Counter[str]()
-    for index in range(CALLS):
+    for index in range(calls):
         try:
             call(index)
-        except JailError as refused:
+        except BeamError as refused:
             outcomes[refused.code] += 1
         else:
             outcomes["ok"] += 1
@@ -129,3 +135,71 @@ def test_swapping_the_file_itself_for_an_outside_symlink(env: JailEnv) -> None:
 
     _assert_mixed(outcomes)
     assert snapshot_tree(env.outside) == outside_before
+
+
+# -- the git tools: what libgit2 lists is read through the jail --------------------------
+
+GIT_CALLS = 1500
+EDITED = b"edited inside\n"
+
+
+class RecordingRoot(SandboxRoot):
+    """A SandboxRoot that notes the identity of every file it opens for reading."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.opened: set[tuple[int, int]] = set()
+
+    def _open_leaf(self, found: _Found, flags: int) -> int:  # type: ignore[override]
+        fd = super()._open_leaf(found, flags)
+        info = os.fstat(fd)
+        self.opened.add((info.st_dev, info.st_ino))
+        return fd
+
+
+@pytest.fixture
+def git_env(tmp_path: Path) -> tuple[GitEnv, RecordingRoot]:
+    env = build_git_env(tmp_path)
+    env.commit_file("docs/a.md", INSIDE.decode())
+    (env.outside / "a.md").write_bytes(OUTSIDE_SECRET)
+    (env.work / "spare").symlink_to("../outside")
+    env.tree.add("spare")
+    env.tree.commit("A link that leads out, committed as a link")
+    (env.work / "docs" / "a.md").write_bytes(EDITED)
+    return env, RecordingRoot(env.work)
+
+
+@pytest.mark.parametrize("tool", ["git_add", "git_diff", "git_status"])
+def test_swapping_a_directory_under_the_git_tools(
+    git_env: tuple[GitEnv, RecordingRoot], tool: str
+) -> None:
+    env, root = git_env
+    tree = WorkingTree(root, PROTECTED)
+    secret = (env.outside / "a.md").stat()
+    outside_before = snapshot_tree(env.outside)
+    args = {"git_add": {"path": "docs/a.md"}, "git_diff": {"path": "docs"}}.get(tool, {})
+    shown: list[str] = []
+    staged: set[bytes] = set()
+
+    def call(index: int) -> None:
+        shown.append(json.dumps(call_tool(tree, tool, args)))
+        repo = env.repo
+        entries = [entry for entry in repo.index if entry.path == "docs/a.md"]
+        staged.update(repo[entry.id].read_raw() for entry in entries)
+
+    with swapping(env.work / "docs", env.work / "spare"):
+        outcomes = _hammer(call, GIT_CALLS)
+
+    # Whatever succeeded never carried the outside file, and the jail never opened it.
+    assert OUTSIDE_SECRET.decode().strip() not in "".join(shown)
+    assert (secret.st_dev, secret.st_ino) not in root.opened
+    assert staged <= {INSIDE, EDITED}
+    # Refusals are the jail's (BEM-303), or libgit2 stumbling on a directory that turned
+    # into a link under it (BEM-320, or BEM-100 for its OS errors); both successes and the
+    # jail's refusals must occur, or the race never happened.
+    assert outcomes["ok"] and outcomes["BEM-303"], outcomes
+    assert set(outcomes) <= {"ok", "BEM-303", "BEM-320", "BEM-100"}, outcomes
+    assert snapshot_tree(env.outside) == outside_before
+    # The object store never received the outside content, staged or not.
+    repo = env.repo
+    assert all(OUTSIDE_SECRET not in repo[oid].read_raw() for oid in repo.odb)

@@ -120,6 +120,52 @@ def test_arguments_that_are_not_an_object_are_bem_090(env: GitEnv) -> None:
     assert caught.value.code == "BEM-090"
 
 
+# Every string argument of every tool, with valid values for the others: a hostile value in
+# any one of them must end as a BeamError with the code below, never a raw exception.
+_VALID = {"path": "docs/index.md", "body": "text\n", "message": "Edit", "ref": "feature"}
+_HOSTILE_TEXT = {
+    ("list_tree", "path"): {"\ud800": "BEM-300", "a\x00b": "BEM-300"},
+    ("read_file", "path"): {"\ud800": "BEM-300", "a\x00b": "BEM-300"},
+    ("write_file", "path"): {"\ud800": "BEM-300", "a\x00b": "BEM-300"},
+    ("write_file", "body"): {"x\udcff": "BEM-332", "\ud83d alone": "BEM-332"},
+    ("git_diff", "path"): {"\ud800": "BEM-300", "a\x00b": "BEM-300"},
+    ("git_add", "path"): {"\ud800": "BEM-300", "a\x00b": "BEM-300"},
+    ("git_commit", "message"): {"Fix \udc80": "BEM-332", "Fix\x00\nSigned-off-by: x": "BEM-331"},
+    ("git_push", "ref"): {"feat\ud800": "BEM-324", "feat\x00": "BEM-324"},
+}
+
+
+def test_the_hostile_text_table_covers_every_string_argument() -> None:
+    strings = {
+        (name, arg)
+        for name, spec in TOOL_SPECS.items()
+        for arg, schema in spec.parameters["properties"].items()
+        if schema.get("type") == "string"
+    }
+    assert strings == set(_HOSTILE_TEXT)
+
+
+@pytest.mark.parametrize(
+    ("name", "arg", "value", "code"),
+    [
+        (name, arg, value, code)
+        for (name, arg), cases in _HOSTILE_TEXT.items()
+        for value, code in cases.items()
+    ],
+)
+def test_nul_and_lone_surrogates_in_any_text_argument_are_bem_codes(
+    env: GitEnv, name: str, arg: str, value: str, code: str
+) -> None:
+    required = TOOL_SPECS[name].parameters["required"]
+    args = {key: _VALID[key] for key in required} | {arg: value}
+    if name == "git_commit":
+        call(env, "write_file", path="docs/index.md", body="staged\n")
+        call(env, "git_add", path="docs/index.md")
+    head = env.tree.head_sha()
+    assert refused(env, name, **args).code == code
+    assert env.tree.head_sha() == head  # nothing was committed, cut or not
+
+
 def test_an_unknown_tool_is_bem_089(env: GitEnv) -> None:
     error = refused(env, "git_reset")
     assert error.code == "BEM-089"

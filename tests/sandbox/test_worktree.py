@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pygit2
@@ -552,6 +553,41 @@ def test_add_a_directory_stages_its_changes_and_deletions(env: GitEnv) -> None:
     ]
 
 
+def test_add_records_what_libgit2_itself_would_stage(env: GitEnv) -> None:
+    # Content now comes through the jail, so filters, modes and links must come out exactly
+    # as libgit2's own staging by path makes them; and the next scan must not see a change.
+    env.commit_file(".gitattributes", "*.txt text eol=crlf\n*.id ident\n*.auto text=auto\n")
+    files = {
+        "a.txt": b"one\r\ntwo\r\n",
+        "b.id": b"$Id: 123 $\nx\n",
+        "c.auto": b"x\r\ny\r\n",
+        "run.sh": b"#!/bin/sh\n",
+        "blob.bin": b"\x00\x01\r\n" * 50,
+    }
+    for name, data in files.items():
+        env.write(name, data)
+    (env.work / "run.sh").chmod(0o755)
+    (env.work / "link").symlink_to("a.txt")
+    env.tree.add(".")
+    ours = {entry.path: (entry.id, entry.mode) for entry in env.repo.index}
+    index = env.repo.index
+    for name in [*files, "link"]:
+        index.add(name)
+    assert ours == {entry.path: (entry.id, entry.mode) for entry in index}
+    assert all(f.unstaged is None for f in env.tree.status().files)
+
+
+def test_add_of_a_file_over_the_read_cap_is_bem_305(tmp_path: Path) -> None:
+    (tmp_path / "work").mkdir()
+    tree = WorkingTree(SandboxRoot(tmp_path / "work", max_read_bytes=1000))
+    tree.init()
+    (tmp_path / "work/big.md").write_text("line\n" * 1000)
+    with pytest.raises(JailError) as caught:
+        tree.add(".")
+    assert _code(caught) == "BEM-305"
+    assert "big.md" in caught.value.message
+
+
 def test_add_of_a_deleted_tracked_file_stages_the_deletion(env: GitEnv) -> None:
     (env.work / "README.md").unlink()
     assert [(f.path, f.staged) for f in env.tree.add("README.md").staged] == [
@@ -790,19 +826,41 @@ def test_push_of_a_missing_local_branch_is_bem_326(env: GitEnv) -> None:
     assert _code(caught) == "BEM-326"
 
 
-def test_push_that_is_not_a_fast_forward_is_bem_327(env: GitEnv) -> None:
-    env.commit_file("a.md", "one\n")
-    env.tree.push()
+def _rewind_local_branch(env: GitEnv) -> None:
+    # The local branch drops the pushed commit: the clone has it, the branch does not.
     repo = env.repo
     head = repo.head.peel(pygit2.Commit)
-    # Rewrite the local branch so the remote holds a commit it does not have.
     repo.references["refs/heads/feature"].set_target(head.parents[0].id)
+
+
+def _commit_upstream_only(env: GitEnv) -> None:
+    # Someone else pushed to the branch: the clone never fetched their commit, so libgit2
+    # refuses with "contains commits that are not present locally", not "non-fastforward".
+    upstream = pygit2.Repository(str(env.upstream))
+    theirs = upstream.references["refs/heads/feature"].peel(pygit2.Commit)
+    signature = pygit2.Signature("Someone", "someone@example.com")
+    upstream.create_commit(
+        "refs/heads/feature", signature, signature, "Theirs", theirs.tree_id, [theirs.id]
+    )
+
+
+@pytest.mark.parametrize(
+    ("diverge", "state"),
+    [(_rewind_local_branch, "does not have"), (_commit_upstream_only, "never seen")],
+    ids=["diverged", "commits-the-clone-lacks"],
+)
+def test_push_that_is_not_a_fast_forward_is_bem_327(
+    env: GitEnv, diverge: Callable[[GitEnv], None], state: str
+) -> None:
+    env.commit_file("a.md", "one\n")
+    env.tree.push()
+    diverge(env)
     env.commit_file("a.md", "two\n")
     before = refs_of(env.upstream)
     with pytest.raises(GitError) as caught:
         env.tree.push()
     assert _code(caught) == "BEM-327"
-    assert "never force-pushes" in caught.value.message
+    assert "never force-pushes" in caught.value.message and state in caught.value.message
     assert refs_of(env.upstream) == before
 
 

@@ -13,7 +13,8 @@ The placeholders of the pages are substituted, always the same way (``SUBSTITUTI
   is the live API; ``$TOKEN``, ``$RIVERBEAM_TOKEN`` and ``rb_...`` an admin's token;
 * the documented job id ``3f9c2a71b0de`` is a job of the stack in the state the request
   needs: a job that succeeded for ``/events``, otherwise a fresh job parked on its push
-  (each occurrence its own, so an approve and a refuse decide two jobs);
+  (each occurrence its own, so an approve and a refuse decide two jobs); the documented
+  approval id, commit and diff digest after it are that job's approval's;
 * ``<job-id>`` is the newest job (the one the block submitted);
 * the demo's configuration ``/tmp/riverbeam-demo-…/riverbeam.toml`` is the stack's, and
   its repository ``skiff-docs`` is ``docs``;
@@ -79,6 +80,7 @@ class DocsStack:
     scratch: Path
     _succeeded: str | None = None
     _pool: list[str] = field(default_factory=list)
+    _last_parked: str | None = None
     _demo: dict[str, Ran] = field(default_factory=dict)
 
     @property
@@ -111,7 +113,16 @@ class DocsStack:
 
     def parked_job(self) -> str:
         job_id = self._pool.pop(0) if self._pool else self._submit()
-        return self.stack.wait_for(job_id, JobState.AWAITING_APPROVAL, timeout=90).id
+        self._last_parked = self.stack.wait_for(job_id, JobState.AWAITING_APPROVAL, timeout=90).id
+        return self._last_parked
+
+    def binding_of_last_parked(self, part: str) -> str:
+        """``part`` (``id``, ``commit_sha`` or ``diff_digest``) of the approval of the job
+        the text named last: what a reviewer copies from the approval they looked at."""
+        assert self._last_parked is not None, "an approval named before its job"
+        approval = self.stack.store.approval(self._last_parked)
+        assert approval is not None
+        return str(getattr(approval, part))
 
     def _submit(self) -> str:
         spec = JobSpec(
@@ -228,15 +239,33 @@ SERVERS = [
 ]
 
 
+# The approval the pages show with ``DOC_JOB_ID``; ``…`` stands for the rest of a value.
+DOC_BINDING = {
+    "id": "9f1c2b3a4d5e6f708192a3b4c5d6e7f8",
+    "commit_sha": "d71fbd12(?:9f8c1a17572ffedbc3295d2717c4b9d4|…)",
+    "diff_digest": "b053e4fc(?:dbf3d70750a88617a912aec90c1de4d3109e38017bfc919133bbfa1e|…)",
+}
+# One pattern, so each binding value follows the job id before it in the text.
+_JOB_OR_BINDING = "|".join(
+    [rf"(?P<job>{DOC_JOB_ID})(?P<events>/events)?"]
+    + [rf"(?P<{part}>{value})" for part, value in DOC_BINDING.items()]
+)
+
+
 def _job_for(docs: DocsStack, found: re.Match[str]) -> str:
-    return docs.succeeded_job() if found.group(1) == "/events" else docs.parked_job()
+    part = found.lastgroup
+    if part in DOC_BINDING:
+        return docs.binding_of_last_parked(part)
+    if found.group("events"):
+        return docs.succeeded_job() + "/events"
+    return docs.parked_job()
 
 
 SUBSTITUTIONS: list[tuple[str, Callable[[DocsStack, re.Match[str]], str]]] = [
     (r"https://riverbeam\.example\.com|http://127\.0\.0\.1:8000", lambda d, _: d.api.url),
     (r"--port 8000\b", lambda d, _: f"--port {free_port()}"),
     (r"\brb_\.\.\.", lambda d, _: d.api.tokens["admin"]),
-    (rf"{DOC_JOB_ID}(/events)?", lambda d, found: _job_for(d, found) + (found.group(1) or "")),
+    (_JOB_OR_BINDING, _job_for),
     (r"<job-id>", lambda d, _: "$(newest_job)"),
     (r"/tmp/riverbeam-demo-…/riverbeam\.toml", lambda d, _: str(d.config)),
     (r"\bskiff-docs\b", lambda d, _: REPO),

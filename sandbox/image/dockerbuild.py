@@ -65,7 +65,7 @@ def build_with_dockerfile(
 
 def _assemble(context: Path, plan: ImagePlan) -> None:
     shutil.copyfile(DOCKERFILE, context / "Dockerfile")
-    shutil.copyfile(PROJECT_ROOT / "sandbox" / "imagefs.py", context / "imagefs.py")
+    shutil.copyfile(PROJECT_ROOT / "sandbox" / "image" / "imagefs.py", context / "imagefs.py")
     (context / "wheels").mkdir()
     for wheel in plan.wheels:
         shutil.copyfile(wheel.path, context / "wheels" / wheel.path.name)

@@ -1,0 +1,28 @@
+"""The build context `riverbeam sandbox build` prepares for docker/sandbox/Dockerfile holds
+every file the Dockerfile copies (hosts with a registry build from it; this one cannot)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from bot.config import Settings
+from sandbox.image.build import DOCKERFILE, plan_image
+from sandbox.image.dockerbuild import _assemble
+
+
+def test_the_context_holds_everything_the_dockerfile_copies(tmp_path: Path) -> None:
+    # The wheels are in the host's cache once the image was built (docker/provision does).
+    plan = plan_image(Settings(), fetch=False)
+    _assemble(tmp_path, plan)
+
+    copied = re.findall(r"^COPY (?!--from)(\S+)", DOCKERFILE.read_text(), re.MULTILINE)
+    assert copied, "the Dockerfile copies nothing?"
+    for source in copied:
+        assert (tmp_path / source.rstrip("/")).exists(), f"the context lacks {source}"
+    assert (tmp_path / "imagefs.py").read_bytes() == (
+        Path(__file__).resolve().parents[2] / "sandbox" / "image" / "imagefs.py"
+    ).read_bytes()
+    assert {path.name for path in (tmp_path / "wheels").iterdir()} == {
+        wheel.path.name for wheel in plan.wheels
+    }

@@ -209,6 +209,8 @@ _TABLE = [
     Code("BEM-509", JobError, "the worker failed unexpectedly while running the job"),
     Code("BEM-510", JobError, "a service of the local stack failed to start"),
     Code("BEM-511", JobError, "posting a scheduled run's summaries to its webhook failed"),
+    Code("BEM-516", JobError, "a stored job document cannot be read"),
+    Code("BEM-517", JobError, "a stored event cannot be read"),
     Code("BEM-600", ApprovalError, "the job has no approval waiting"),
     Code("BEM-601", ApprovalError, "the approval has already been decided"),
     Code("BEM-602", ApprovalError, "a requester cannot approve their own job here"),
@@ -223,6 +225,9 @@ _TABLE = [
     Code("BEM-707", AccessError, "the endpoint does not allow this HTTP method"),
     Code("BEM-708", AccessError, "the sign-in session expired or was signed out"),
     Code("BEM-709", AccessError, "the server failed unexpectedly while answering"),
+    Code("BEM-710", AccessError, "a JSON document is nested too deep or too large"),
+    Code("BEM-711", AccessError, "the request body is over the size limit"),
+    Code("BEM-712", AccessError, "too many failed sign-ins or tokens from this client"),
     Code("BEM-900", ConfigError, "configuration is missing or invalid"),
 ]
 

@@ -3,11 +3,13 @@ pages and the problem-document error handlers. ``riverbeam api`` serves it with 
 
 from __future__ import annotations
 
+from celery import Celery
 from fastapi import FastAPI
 
 from bot import web
 from bot.api import approvals, catalog, events, health, jobs, metrics
 from bot.api.access import TokenRegistry
+from bot.api.limits import AuthThrottle, BodyLimit
 from bot.api.operations import Service
 from bot.api.problems import install_problem_handlers
 from bot.config import Settings, load_settings
@@ -20,18 +22,38 @@ def create_app(settings: Settings | None = None, *, service: Service | None = No
     if service is None:
         service = Service(
             settings=settings,
-            store=JobStore.for_settings(settings),
-            celery=create_celery_app(settings),
+            store=JobStore.for_settings(settings, api=True),
+            celery=api_celery(settings),
             tokens=TokenRegistry(settings.api.tokens),
         )
     app = FastAPI(
         title="Riverbeam",
         summary="A sandboxed, git-publishing docs bot: jobs, approvals, events.",
         version="1",
+        # No redirect from /path/ to /path: Starlette builds its Location from the Host
+        # header, which the client chooses. An unknown path is a 404 (BEM-706).
+        redirect_slashes=False,
     )
     app.state.service = service
+    app.state.auth_throttle = AuthThrottle(
+        failures=settings.api.auth_failures,
+        window_seconds=settings.api.auth_failure_window_seconds,
+    )
+    app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
     install_problem_handlers(app)
     for module in (jobs, events, approvals, catalog, health, metrics):
         app.include_router(module.router)
     web.install(app)
     return app
+
+
+def api_celery(settings: Settings) -> Celery:
+    """The Celery app the API queues tasks with. Its broker is the store's Redis, so a
+    publish waits no longer for a hung Redis than the store does."""
+    celery = create_celery_app(settings)
+    timeout = settings.api.redis_timeout_seconds
+    options = dict(celery.conf.broker_transport_options)
+    options.update(socket_timeout=timeout, socket_connect_timeout=timeout)
+    celery.conf.broker_transport_options = options
+    celery.conf.broker_connection_timeout = timeout
+    return celery

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 
+from bot import jsonlimits
 from bot.errors import CODES, BeamError
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ STATUS: dict[str, int] = {
     "BEM-500": 404,
     "BEM-501": 422,
     "BEM-504": 503,
+    "BEM-516": 500,
     "BEM-600": 409,
     "BEM-601": 409,
     "BEM-602": 403,
@@ -41,8 +43,11 @@ STATUS: dict[str, int] = {
     "BEM-706": 404,
     "BEM-707": 405,
     "BEM-708": 401,
+    "BEM-710": 422,
+    "BEM-711": 413,
+    "BEM-712": 429,
 }
-HTTP_CODES = {404: "BEM-706", 405: "BEM-707"}
+HTTP_CODES = {404: "BEM-706", 405: "BEM-707", 413: "BEM-711", 429: "BEM-712"}
 
 # A page-rendering fallback for browsers (the web pages install one); API paths always get
 # problem documents.
@@ -137,7 +142,9 @@ def install_problem_handlers(app: FastAPI) -> None:
     ) -> Response:
         page: HtmlErrorPage | None = getattr(app.state, "html_error_page", None)
         if page is not None and _wants_html(request):
-            return await page(request, error, status or status_for(error))
+            response = await page(request, error, status or status_for(error))
+            response.headers.update(kw.get("headers") or {})
+            return response
         return problem_response(request, error, status, **kw)
 
     @app.exception_handler(BeamError)
@@ -148,12 +155,16 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: Exception) -> Response:
         assert isinstance(error, RequestValidationError)
+        # Only where and what: pydantic's ``input`` and ``ctx`` would echo what was sent.
         fields = [
             FieldProblem(loc=[str(part) for part in item["loc"]], msg=str(item["msg"]))
             for item in error.errors()
         ]
         summary = "; ".join(f"{'.'.join(map(str, f.loc))}: {f.msg}" for f in fields[:5])
-        beam = BeamError("BEM-705", f"the request does not match the schema: {summary}")
+        if any(item["type"] == jsonlimits.ERROR_TYPE for item in error.errors()):
+            beam = BeamError("BEM-710", f"the request is over a JSON limit: {summary}")
+        else:
+            beam = BeamError("BEM-705", f"the request does not match the schema: {summary}")
         return await answer(request, beam, errors=fields)
 
     @app.exception_handler(HTTPException)
@@ -162,6 +173,12 @@ def install_problem_handlers(app: FastAPI) -> None:
         code = HTTP_CODES.get(error.status_code, "BEM-705")
         detail = str(error.detail) if error.detail else CODES[code].meaning
         headers = dict(error.headers) if error.headers else None
+        if isinstance(error.__cause__, RecursionError):
+            # Python's JSON parser gave up on the body's nesting.
+            code, detail = (
+                "BEM-710",
+                f"the body is nested deeper than {jsonlimits.MAX_DEPTH} levels",
+            )
         beam = BeamError(code, f"{request.method} {request.url.path}: {detail}")
         # A body that is not JSON at all (FastAPI's 400) is answered like one that does not
         # match the schema: BEM-705 is always 422.

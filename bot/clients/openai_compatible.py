@@ -39,6 +39,7 @@ from typing import Any, Final
 import httpx
 from pydantic import SecretStr
 
+from bot import jsonlimits
 from bot.clients.base import Completion, Message, TextDelta
 from bot.clients.openai_replies import (
     malformed_reply,
@@ -379,7 +380,7 @@ class OpenAiCompatible:
 
     def _parse_json_reply(self, response: httpx.Response) -> Completion:
         try:
-            payload = response.json()
+            payload = jsonlimits.loads(response.content, what="the reply")
         except ValueError:
             media_type = _media_type(response) or "none"
             start = self._quote(response.text, 80)

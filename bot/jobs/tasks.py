@@ -33,6 +33,7 @@ from typing import Any
 import docker
 from celery import Celery, Task
 
+from bot import jsonlimits
 from bot.config import Settings
 from bot.errors import BeamError
 from bot.jobs.celery_app import (
@@ -79,6 +80,10 @@ def submit_job(
         raise BeamError(
             "BEM-501", f"invalid job request: no repository named {spec.repo!r} (known: {known})"
         )
+    try:
+        jsonlimits.check(spec.metadata, what="metadata", max_bytes=jsonlimits.METADATA_MAX_BYTES)
+    except jsonlimits.JsonLimitError as error:
+        raise BeamError("BEM-501", f"invalid job request: {error}") from None
     record = store.create(spec, idempotency_key=idempotency_key)
     if record.state is JobState.QUEUED:
         _send(app, RUN_JOB, record, priority=RUN_PRIORITY)

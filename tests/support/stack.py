@@ -134,7 +134,7 @@ class Stack:
         log = root / f"{name}.log"
         own = self.worker_settings(name).workspaces
         environment = {
-            **_clean_environment(),
+            **clean_environment(),
             "RIVERBEAM_CONFIG": str(self.config),
             "RIVERBEAM_WORKSPACES__ROOT": str(own.root),
             "RIVERBEAM_WORKSPACES__MIRRORS": str(own.mirrors),
@@ -411,12 +411,14 @@ def _unknown(store: JobStore, job_id: str) -> bool:
     return False
 
 
-def _clean_environment() -> dict[str, str]:
-    """The test process's environment without model keys or Riverbeam settings."""
+def clean_environment() -> dict[str, str]:
+    """The test process's environment without model keys or Riverbeam settings, except the
+    sandbox image's name: workers must run the image this test run built."""
     return {
         name: value
         for name, value in os.environ.items()
-        if not name.startswith(("RIVERBEAM_", "BEAM_", "GFS_", "NVIDIA_", "OPENAI_"))
+        if name == "RIVERBEAM_SANDBOX__IMAGE"
+        or not name.startswith(("RIVERBEAM_", "BEAM_", "GFS_", "NVIDIA_", "OPENAI_"))
     }
 
 

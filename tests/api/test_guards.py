@@ -6,6 +6,7 @@ and no redirect takes its host from the request."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -252,3 +253,14 @@ def test_a_trailing_slash_is_a_404_never_a_redirect_to_the_host_header(
     with browser_like(quiet, follow_redirects=False) as browser:
         page = browser.get(path, headers={"Host": "attacker.example"})
         assert page.status_code == 404 and "location" not in page.headers
+
+
+def test_a_damaged_session_signs_no_one_in(quiet: Web) -> None:
+    with sign_in(quiet, WRITER) as browser:
+        session = browser.cookies["riverbeam_session"]
+        digest = hashlib.sha256(session.encode()).hexdigest()
+        quiet.stack.store.client.set(quiet.stack.store.key("session", digest), b"{broken")
+
+        page = browser.get("/jobs", follow_redirects=False)
+
+    assert page.status_code == 303 and page.headers["location"].startswith("/sign-in")

@@ -16,6 +16,7 @@ import pytest
 import redis
 from pydantic import JsonValue
 
+from bot.config import RepositoryConfig, Settings
 from bot.errors import ApprovalError, BeamError, JobError
 from bot.frames import ChunkFrame, ErrorFrame, ErrorInfo, ThinkingFrame, ToolCallRecord, ToolFrame
 from bot.jobs.models import (
@@ -30,6 +31,7 @@ from bot.jobs.models import (
     utcnow,
 )
 from bot.jobs.store import JobStore
+from bot.jobs.tasks import submit_job
 from tests.support.redis_server import RedisServer, running_redis
 
 T = TypeVar("T")
@@ -1018,3 +1020,18 @@ def test_the_shipped_redis_conf_persists_and_never_evicts(tmp_path: Path) -> Non
         assert store.list()[0] == before["jobs"]
         assert store.read_events(before["running"]) == before["events"]
         store._redis.close()
+
+
+@pytest.mark.parametrize(
+    "metadata", [{"x": _nested(33)}, {"b": "x" * 65536}], ids=["deep", "large"]
+)
+def test_submitting_metadata_over_the_json_limits_is_bem_501_and_stores_nothing(
+    store: JobStore, metadata: dict[str, JsonValue]
+) -> None:
+    settings = Settings(repositories={"docs": RepositoryConfig(upstream="/nowhere")})
+
+    with pytest.raises(JobError) as caught:
+        submit_job(store, author(metadata=metadata), settings=settings)
+
+    assert caught.value.code == "BEM-501" and "metadata" in caught.value.message
+    assert store.list() == ([], None)

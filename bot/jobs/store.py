@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, TypedDict, TypeVar, Unpack, cast
 
 import redis
 from pydantic import TypeAdapter, ValidationError
@@ -566,27 +566,9 @@ class JobStore:
         with self.reachable():
             self._redis.zrem(self._leases_key, job_id)
 
-    def list(
-        self,
-        *,
-        state: JobState | None = None,
-        kind: JobKind | None = None,
-        repo: str | None = None,
-        requested_by: str | None = None,
-        repos: Collection[str] | None = None,
-        cursor: str | None = None,
-        limit: int = 50,
-    ) -> tuple[builtins.list[JobRecord], str | None]:
+    def list(self, **filters: Unpack[JobFilters]) -> tuple[builtins.list[JobRecord], str | None]:
         """``listing``'s jobs and cursor, for callers that show no unreadable ids."""
-        found = self.listing(
-            state=state,
-            kind=kind,
-            repo=repo,
-            requested_by=requested_by,
-            repos=repos,
-            cursor=cursor,
-            limit=limit,
-        )
+        found = self.listing(**filters)
         return found.records, found.next_cursor
 
     def listing(
@@ -969,6 +951,18 @@ def _readable(adapter: TypeAdapter[T], raws: Iterable[bytes | str], what: str) -
 
 _RECORD: TypeAdapter[JobRecord] = TypeAdapter(JobRecord)
 _APPROVAL: TypeAdapter[Approval] = TypeAdapter(Approval)
+
+
+class JobFilters(TypedDict, total=False):
+    """What ``JobStore.listing`` filters and pages by."""
+
+    state: JobState | None
+    kind: JobKind | None
+    repo: str | None
+    requested_by: str | None
+    repos: Collection[str] | None
+    cursor: str | None
+    limit: int
 
 
 @dataclass

@@ -163,6 +163,9 @@ class ApiSettings(BaseModel):
     auth_failure_window_seconds: float = Field(
         default=60.0, gt=0, description="... in this many seconds; then 429 (BEM-712)"
     )
+    trusted_proxies: tuple[str, ...] = Field(
+        default=(), description="proxy addresses whose X-Forwarded-For/-Proto are believed"
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> ApiSettings:

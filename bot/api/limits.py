@@ -123,6 +123,6 @@ class Throttled(HTTPException):
 
 
 def client_address(request: Request) -> str:
-    """Whom the throttle counts: the peer address (the proxy's own, unless uvicorn is told
-    to trust its ``X-Forwarded-For``: ``--forwarded-allow-ips``)."""
+    """Whom the throttle counts: the peer address, or what ``X-Forwarded-For`` says when the
+    peer is one of ``api.trusted_proxies`` (uvicorn applies the header)."""
     return request.client.host if request.client else "unknown"

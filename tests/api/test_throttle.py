@@ -81,3 +81,13 @@ def test_failed_sign_ins_are_limited_per_address_with_a_page_that_says_when(web:
         _retry_after(refused)
         # The bearer door shares the count: the same address is refused there too.
         problem(guesser.get("/v1/jobs", headers=web.api.auth("writer")), 429, "BEM-712")
+
+
+def test_a_client_cannot_escape_the_count_by_claiming_other_addresses(web: Web) -> None:
+    """No proxy is configured: X-Forwarded-For is ignored, whoever sends it."""
+    with _from(web.api, "127.0.0.1") as guesser:
+        for guess in range(FAILURES):
+            spoofed = {"Authorization": f"Bearer rb_g{guess}", "X-Forwarded-For": f"10.0.0.{guess}"}
+            problem(guesser.get("/v1/jobs", headers=spoofed), 401, "BEM-701")
+        spoofed = {"Authorization": "Bearer rb_g", "X-Forwarded-For": "10.9.9.9"}
+        problem(guesser.get("/v1/jobs", headers=spoofed), 429, "BEM-712")

@@ -54,6 +54,19 @@ def api_celery(settings: Settings) -> Celery:
     timeout = settings.api.redis_timeout_seconds
     options = dict(celery.conf.broker_transport_options)
     options.update(socket_timeout=timeout, socket_connect_timeout=timeout)
-    celery.conf.broker_transport_options = options
-    celery.conf.broker_connection_timeout = timeout
+    celery.conf.update(
+        broker_transport_options=options,
+        broker_connection_timeout=timeout,
+        # One quick retry for a dropped connection; Celery's default of three would let a
+        # Redis that hung just after the job was stored hold the request four timeouts.
+        task_publish_retry_policy={
+            "max_retries": 1,
+            "interval_start": 0,
+            "interval_step": 0.2,
+            "interval_max": 0.2,
+        },
+        # The API never reads a task's result; the Redis result backend would subscribe to
+        # each one as it is sent, on connections without these timeouts.
+        result_backend=None,
+    )
     return celery

@@ -32,6 +32,7 @@ from typing import Any
 
 import docker
 from celery import Celery, Task
+from kombu.exceptions import OperationalError
 
 from bot import jsonlimits
 from bot.config import Settings
@@ -135,9 +136,15 @@ def send_finish(app: Celery, repo: str, run_id: str, *, poll: int, countdown: fl
 
 
 def _send(app: Celery | None, task: str, record: JobRecord, *, priority: int) -> None:
-    (app or default_app()).send_task(
-        task, args=[record.id], queue=queue_for(record.spec.kind), priority=priority
-    )
+    try:
+        (app or default_app()).send_task(
+            task, args=[record.id], queue=queue_for(record.spec.kind), priority=priority
+        )
+    except OperationalError as error:
+        # The record is stored: a submit retried with the same Idempotency-Key queues it.
+        raise BeamError(
+            "BEM-504", f"job {record.id} is stored but queueing it failed: {error}; try again"
+        ) from error
 
 
 class JobWorker:

@@ -7,6 +7,7 @@ request waited before (10 s socket timeout, three tries)."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -15,10 +16,15 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from bot.api.app import api_celery
+from bot.config import Settings
+from bot.errors import BeamError
+from bot.jobs.models import JobKind, JobSpec, JobState
+from bot.jobs.tasks import submit_job
 from tests.api.conftest import TOKENS
 from tests.api.kit import SUMMARIZE, problem
 from tests.support.api_server import ApiServer, api_server
-from tests.support.stack import job_stack, wait_until
+from tests.support.stack import REPO, job_stack, wait_until
 from tests.web.kit import Web, sign_in
 
 CLIENT_TIMEOUT = 8.0
@@ -103,3 +109,46 @@ def test_routes_that_need_no_redis_answer_while_many_requests_wait_on_it(web: We
     assert checks["redis"]["status"] == "failing" and checks["docker"]["status"] == "ok"
     assert set(statuses) == {503}
     _back(web.api)
+
+
+def test_the_api_publisher_gives_up_on_a_hung_broker(web: Web) -> None:
+    """A Redis that hangs between storing a job and queueing it: the submit fails with
+    BEM-504 after the publisher's socket timeout instead of holding the request (and a
+    thread) for good, and the same Idempotency-Key queues the stored job later."""
+    spec = JobSpec(kind=JobKind.SUMMARIZE, repo=REPO, branch="main", requested_by="writer")
+    with socket.socket() as listener:  # accepts connections, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        hung = api_celery(Settings(redis_url=f"redis://127.0.0.1:{port}/0"))
+        outcome: list[BaseException] = []
+
+        def submit() -> None:
+            try:
+                submit_job(
+                    web.stack.store,
+                    spec,
+                    settings=web.stack.settings,
+                    app=hung,
+                    idempotency_key="hung-broker",
+                )
+            except BeamError as error:
+                outcome.append(error)
+
+        started = time.monotonic()
+        worker = threading.Thread(target=submit, daemon=True)
+        worker.start()
+        worker.join(timeout=30)
+        print(f"the submit gave up after {time.monotonic() - started:.2f} s")
+
+    assert not worker.is_alive(), "the publish still waits on a silent broker"
+    [error] = outcome
+    assert isinstance(error, BeamError) and error.code == "BEM-504"
+    again = submit_job(
+        web.stack.store,
+        spec,
+        settings=web.stack.settings,
+        app=web.stack.app,
+        idempotency_key="hung-broker",
+    )
+    assert again.state is JobState.QUEUED and again.id in error.message

@@ -121,6 +121,27 @@ def _problems_as_problem_json(schema: dict[str, Any]) -> None:
                         content[PROBLEM_TYPE] = content.pop(media_type)
 
 
+def _limits_documented(schema: dict[str, Any]) -> None:
+    """Every request may meet the body limit (413 on those with a body) and, with a token,
+    the throttle (429): documented once here rather than on each route."""
+    problem = {PROBLEM_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    for operations in schema.get("paths", {}).values():
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
+            if method in ("post", "put", "patch"):
+                responses.setdefault(
+                    "413", {"description": "Content Too Large", "content": problem}
+                )
+            if "401" in responses:
+                responses.setdefault(
+                    "429",
+                    {
+                        "description": "Too Many Requests: see the Retry-After header",
+                        "content": problem,
+                    },
+                )
+
+
 def _wants_html(request: Request) -> bool:
     if request.url.path.startswith("/v1/") or request.url.path in ("/healthz", "/metrics"):
         return False
@@ -133,6 +154,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         schema = generate()
         _problems_as_problem_json(schema)
+        _limits_documented(schema)
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -264,3 +264,11 @@ def test_a_damaged_session_signs_no_one_in(quiet: Web) -> None:
         page = browser.get("/jobs", follow_redirects=False)
 
     assert page.status_code == 303 and page.headers["location"].startswith("/sign-in")
+
+
+def test_the_openapi_document_names_the_body_limit_and_the_throttle(quiet: Web) -> None:
+    paths = httpx.get(f"{quiet.url}/openapi.json").json()["paths"]
+
+    assert {"413", "429"} <= set(paths["/v1/jobs"]["post"]["responses"])
+    assert "429" in paths["/v1/jobs"]["get"]["responses"]
+    assert "429" not in paths["/healthz"]["get"]["responses"], "it needs no token"

@@ -318,6 +318,25 @@ class ApiSettings(BaseModel):
         default=False, description="mark cookies Secure: set it when served over HTTPS"
     )
     sse_keepalive_seconds: float = Field(default=15.0, gt=0)
+    max_body_bytes: int = Field(
+        default=1 << 20, ge=1024, description="largest request body; more is 413 (BEM-711)"
+    )
+    # Above the 1 s slices of the event streams' blocking reads, which must not time out.
+    redis_timeout_seconds: float = Field(
+        default=2.0, gt=1.0, description="longest wait for one Redis answer in the API"
+    )
+    redis_breaker_seconds: float = Field(
+        default=5.0, ge=0, description="after a Redis timeout, fail at once for this long"
+    )
+    auth_failures: int = Field(
+        default=10, ge=1, description="failed sign-ins or tokens a client address may send"
+    )
+    auth_failure_window_seconds: float = Field(
+        default=60.0, gt=0, description="... in this many seconds; then 429 (BEM-712)"
+    )
+    trusted_proxies: tuple[str, ...] = Field(
+        default=(), description="proxy addresses whose X-Forwarded-For/-Proto are believed"
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> ApiSettings:

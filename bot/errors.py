@@ -225,6 +225,8 @@ _TABLE = [
     Code("BEM-510", JobError, "a service of the local stack failed to start"),
     Code("BEM-511", JobError, "posting a scheduled run's summaries to its webhook failed"),
     Code("BEM-512", JobError, "the job's push is under way upstream and cannot be cancelled"),
+    Code("BEM-516", JobError, "a stored job document cannot be read"),
+    Code("BEM-517", JobError, "a stored event cannot be read"),
     Code("BEM-520", JobError, "the run ended on a tool error it did not recover from"),
     Code("BEM-521", JobError, "the review job delivered no verdict"),
     Code("BEM-522", JobError, "the summarize job produced no summary"),
@@ -249,6 +251,9 @@ _TABLE = [
     Code("BEM-707", AccessError, "the endpoint does not allow this HTTP method"),
     Code("BEM-708", AccessError, "the sign-in session expired or was signed out"),
     Code("BEM-709", AccessError, "the server failed unexpectedly while answering"),
+    Code("BEM-710", AccessError, "a JSON document is nested too deep or too large"),
+    Code("BEM-711", AccessError, "the request body is over the size limit"),
+    Code("BEM-712", AccessError, "too many failed sign-ins or tokens from this client"),
     Code("BEM-900", ConfigError, "configuration is missing or invalid"),
     Code("BEM-906", ConfigError, "a service cannot listen on its address"),
 ]

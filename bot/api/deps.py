@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from bot.api.access import Principal
+from bot.api.limits import AuthThrottle, client_address
 from bot.api.operations import Service
 from bot.errors import BeamError
 
@@ -21,12 +22,26 @@ def get_service(request: Request) -> Service:
 
 
 def get_principal(
+    request: Request,
     service: Annotated[Service, Depends(get_service)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     if credentials is None:
         raise BeamError("BEM-700", "send the header 'Authorization: Bearer <token>'")
-    return service.tokens.authenticate(credentials.credentials)
+    return authenticated(request, service, credentials.credentials)
+
+
+def authenticated(request: Request, service: Service, token: str) -> Principal:
+    """The holder of ``token``, checked under the client's failure allowance: a client that
+    sent too many wrong tokens is refused (BEM-712) before this one is looked at."""
+    throttle: AuthThrottle = request.app.state.auth_throttle
+    client = client_address(request)
+    throttle.check(client)
+    try:
+        return service.tokens.authenticate(token)
+    except BeamError:
+        throttle.failed(client)
+        raise
 
 
 ServiceDep = Annotated[Service, Depends(get_service)]

@@ -44,7 +44,8 @@ T = TypeVar("T")
 MAX_CONCURRENT_READS = 64
 # The longest one blocking read lasts: how late a disconnect or a keep-alive can be noticed.
 SLICE_SECONDS = 1.0
-_EVENT_ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
+# ASCII digits only: ``\d`` also matches other scripts' digits, which Redis refuses.
+_EVENT_ID = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20}))?")
 _ID_MAX = 2**64 - 1
 _reads = anyio.CapacityLimiter(MAX_CONCURRENT_READS)
 
@@ -64,7 +65,7 @@ When the store fails mid-stream, an `error` event (data: `{"code", "message"}`) 
 def checked_event_id(value: str) -> str:
     """A stream entry id (``<ms>`` or ``<ms>-<seq>``, each below 2**64) or BEM-705: Redis
     rejects larger numbers, so a bad id is refused before the stream starts."""
-    match = _EVENT_ID.match(value)
+    match = _EVENT_ID.fullmatch(value)
     if match is None or any(int(part) > _ID_MAX for part in match.groups("0")):
         raise BeamError("BEM-705", f"{value[:40]!r} is not an event id (like 1700000000000-0)")
     return value

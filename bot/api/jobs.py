@@ -12,6 +12,7 @@ from bot.api.problems import problem_responses
 from bot.api.schemas import JobPage, JobRequest, JobView
 from bot.errors import BeamError
 from bot.jobs.models import JobKind, JobState
+from bot.jobs.store import MAX_CURSOR_CHARS
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -69,17 +70,19 @@ def list_jobs(
     requested_by: Annotated[str | None, Query(max_length=200)] = None,
     mine: Annotated[bool, Query(description="only the token holder's own jobs")] = False,
     cursor: Annotated[
-        str | None, Query(max_length=400, description="next_cursor of the previous page")
+        str | None,
+        Query(max_length=MAX_CURSOR_CHARS, description="next_cursor of the previous page"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
 ) -> JobPage:
     """The jobs of the repositories the token may use, filtered; ``next_cursor`` is null on
-    the last page."""
+    the last page. A stored record that cannot be read is left out; a token limited to no
+    repository sees its id under ``unreadable``."""
     if mine:
         if requested_by not in (None, who.name):
             raise BeamError("BEM-705", "mine=true and requested_by name different people")
         requested_by = who.name
-    records, next_cursor = service.jobs(
+    found = service.jobs(
         who,
         state=state,
         kind=kind,
@@ -88,7 +91,11 @@ def list_jobs(
         cursor=cursor,
         limit=limit,
     )
-    return JobPage(items=[JobView.of(record) for record in records], next_cursor=next_cursor)
+    return JobPage(
+        items=[JobView.of(record) for record in found.records],
+        next_cursor=found.next_cursor,
+        unreadable=found.unreadable,
+    )
 
 
 @router.get(

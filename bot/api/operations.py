@@ -24,7 +24,7 @@ from bot.jobs.models import (
     JobState,
     invalid_request,
 )
-from bot.jobs.store import JobStore
+from bot.jobs.store import JobStore, Listing
 from bot.jobs.tasks import cancel_job, decide_job, submit_job
 
 MAX_IDEMPOTENCY_KEY_CHARS = 200
@@ -73,21 +73,23 @@ class Service:
         requested_by: str | None = None,
         cursor: str | None = None,
         limit: int = 50,
-    ) -> tuple[builtins.list[JobRecord], str | None]:
+    ) -> Listing:
+        """A page of the jobs ``who`` may see. Records that cannot be read are named under
+        ``unreadable`` for a token limited to no repository only: whose they are is unknown."""
         if repo is not None:
             who.check_repo(repo)
-        try:
-            return self.store.list(
-                state=state,
-                kind=kind,
-                repo=repo,
-                requested_by=requested_by,
-                repos=who.repos,
-                cursor=cursor,
-                limit=limit,
-            )
-        except ValueError as error:
-            raise BeamError("BEM-705", str(error)) from None
+        found = self.store.listing(
+            state=state,
+            kind=kind,
+            repo=repo,
+            requested_by=requested_by,
+            repos=who.repos,
+            cursor=cursor,
+            limit=limit,
+        )
+        if who.repos is not None:
+            found.unreadable.clear()
+        return found
 
     def log(
         self, who: Principal, job_id: str, *, after: str = "0"

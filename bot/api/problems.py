@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
+from bot import jsonlimits
 from bot.errors import CODES, BeamError
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ STATUS: dict[str, int] = {
     "BEM-501": 422,
     "BEM-504": 503,
     "BEM-512": 409,
+    "BEM-516": 500,
     "BEM-600": 409,
     "BEM-601": 409,
     "BEM-602": 403,
@@ -45,8 +47,11 @@ STATUS: dict[str, int] = {
     "BEM-706": 404,
     "BEM-707": 405,
     "BEM-708": 401,
+    "BEM-710": 422,
+    "BEM-711": 413,
+    "BEM-712": 429,
 }
-HTTP_CODES = {404: "BEM-706", 405: "BEM-707"}
+HTTP_CODES = {404: "BEM-706", 405: "BEM-707", 413: "BEM-711", 429: "BEM-712"}
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 # A page-rendering fallback for browsers (the web pages install one); API paths always get
@@ -121,6 +126,27 @@ def _problems_as_problem_json(schema: dict[str, Any]) -> None:
                         content[PROBLEM_TYPE] = content.pop(media_type)
 
 
+def _limits_documented(schema: dict[str, Any]) -> None:
+    """Every request may meet the body limit (413 on those with a body) and, with a token,
+    the throttle (429): documented once here rather than on each route."""
+    problem = {PROBLEM_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    for operations in schema.get("paths", {}).values():
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
+            if method in ("post", "put", "patch"):
+                responses.setdefault(
+                    "413", {"description": "Content Too Large", "content": problem}
+                )
+            if "401" in responses:
+                responses.setdefault(
+                    "429",
+                    {
+                        "description": "Too Many Requests: see the Retry-After header",
+                        "content": problem,
+                    },
+                )
+
+
 def _wants_html(request: Request) -> bool:
     if request.url.path.startswith("/v1/") or request.url.path in ("/healthz", "/metrics"):
         return False
@@ -133,6 +159,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         schema = generate()
         _problems_as_problem_json(schema)
+        _limits_documented(schema)
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -142,7 +169,9 @@ def install_problem_handlers(app: FastAPI) -> None:
     ) -> Response:
         page: HtmlErrorPage | None = getattr(app.state, "html_error_page", None)
         if page is not None and _wants_html(request):
-            return await page(request, error, status or status_for(error))
+            response = await page(request, error, status or status_for(error))
+            response.headers.update(kw.get("headers") or {})
+            return response
         return problem_response(request, error, status, **kw)
 
     @app.exception_handler(BeamError)
@@ -153,12 +182,16 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: Exception) -> Response:
         assert isinstance(error, RequestValidationError)
+        # Only where and what: pydantic's ``input`` and ``ctx`` would echo what was sent.
         fields = [
             FieldProblem(loc=[str(part) for part in item["loc"]], msg=str(item["msg"]))
             for item in error.errors()
         ]
         summary = "; ".join(f"{'.'.join(map(str, f.loc))}: {f.msg}" for f in fields[:5])
-        beam = BeamError("BEM-705", f"the request does not match the schema: {summary}")
+        if any(item["type"] == jsonlimits.ERROR_TYPE for item in error.errors()):
+            beam = BeamError("BEM-710", f"the request is over a JSON limit: {summary}")
+        else:
+            beam = BeamError("BEM-705", f"the request does not match the schema: {summary}")
         return await answer(request, beam, errors=fields)
 
     @app.exception_handler(HTTPException)
@@ -171,6 +204,12 @@ def install_problem_handlers(app: FastAPI) -> None:
             # Starlette names the methods of the first route on the path only; a path that
             # several routes serve (GET and POST /v1/jobs) allows all of theirs.
             headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(app, request))}
+        if isinstance(error.__cause__, RecursionError):
+            # Python's JSON parser gave up on the body's nesting.
+            code, detail = (
+                "BEM-710",
+                f"the body is nested deeper than {jsonlimits.MAX_DEPTH} levels",
+            )
         beam = BeamError(code, f"{request.method} {request.url.path}: {detail}")
         # A body that is not JSON at all (FastAPI's 400) is answered like one that does not
         # match the schema: BEM-705 is always 422.

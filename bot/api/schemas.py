@@ -22,6 +22,7 @@ from bot.jobs.models import (
     JobState,
     UpstreamPush,
 )
+from bot.jsonlimits import RequestMetadata
 
 Page = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f]+$")]
 
@@ -40,7 +41,9 @@ class JobRequest(BaseModel):
     range: str | None = Field(default=None, max_length=420)
     review_job: str | None = Field(default=None, max_length=100)
     pages: list[Page] = Field(default_factory=list, max_length=20)
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    metadata: RequestMetadata = Field(
+        default_factory=dict, description="at most 32 levels deep and 64 KiB as JSON"
+    )
 
     def to_spec(self, requested_by: str) -> JobSpec:
         """The job document; BEM-501 (through the caller) when the kind's fields are
@@ -144,6 +147,10 @@ def _own_branch(record: JobRecord) -> str | None:
 class JobPage(BaseModel):
     items: list[JobView]
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
+    unreadable: list[str] = Field(
+        default_factory=list,
+        description="ids of jobs on this page whose stored record cannot be read (BEM-516)",
+    )
 
 
 class ApprovalView(BaseModel):

@@ -40,7 +40,11 @@ def _api(args: argparse.Namespace) -> int:
         port=port,
         workers=args.workers,
         log_level=args.loglevel.lower(),
-        proxy_headers=True,
+        # X-Forwarded-For names the client the sign-in throttle counts: believed from the
+        # configured proxies only, never from whoever connects (uvicorn's default trusts
+        # any local process, which could then claim a new address with every guess).
+        proxy_headers=bool(settings.api.trusted_proxies),
+        forwarded_allow_ips=list(settings.api.trusted_proxies) or None,
         # The event streams end with their jobs; a shutdown should not wait on the long ones.
         timeout_graceful_shutdown=5,
     )

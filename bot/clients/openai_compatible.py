@@ -42,6 +42,7 @@ from typing import Any, Final
 import httpx
 from pydantic import SecretStr
 
+from bot import jsonlimits
 from bot.clients import profiles
 from bot.clients.base import Completion, Message, TextDelta
 from bot.clients.openai_replies import (
@@ -456,7 +457,7 @@ class OpenAiCompatible:
 
     def _parse_json_reply(self, response: httpx.Response) -> Completion:
         try:
-            payload = response.json()
+            payload = jsonlimits.loads(response.content, what="the reply")
         except ValueError:
             media_type = _media_type(response) or "none"
             start = self._quote(response.text, 80)

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from bot import jsonlimits
 from bot.clients.base import Completion, TextDelta, ToolCall
 from bot.clients.retry import RetryableFailure
 from bot.clients.sse import aiter_events
@@ -153,7 +154,7 @@ def _error_text(payload: Any) -> str | None:
 
 def provider_message(body: str) -> str | None:
     try:
-        return _error_text(json.loads(body))
+        return _error_text(jsonlimits.loads(body, what="the error body"))
     except ValueError:
         return None
 
@@ -297,6 +298,6 @@ async def read_event_stream(
 
 def _event_json(data: str, quote: Quote) -> Any:
     try:
-        return json.loads(data)
+        return jsonlimits.loads(data, what="a stream event")
     except ValueError:
         raise malformed_reply(f"a stream event is not JSON: {quote(data, 80)!r}") from None

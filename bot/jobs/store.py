@@ -15,18 +15,22 @@ import binascii
 import builtins
 import hashlib
 import json
+import logging
 import math
 import random
 import re
 import secrets
+import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, TypedDict, TypeVar, Unpack, cast
 
 import redis
+from pydantic import TypeAdapter, ValidationError
 from redis.backoff import ExponentialBackoff
 from redis.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -34,9 +38,10 @@ from redis.exceptions import ResponseError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from bot import jsonlimits
 from bot.config import Settings
 from bot.errors import ApprovalError, BeamError, JobError
-from bot.frames import ErrorInfo, Frame, frame_adapter
+from bot.frames import ErrorFrame, ErrorInfo, Frame, frame_adapter
 from bot.jobs.models import (
     TRANSITIONS,
     Approval,
@@ -51,6 +56,8 @@ from bot.jobs.models import (
     PushState,
     UpstreamPush,
 )
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 # The writes of an optimistic transaction, queued on the pipeline after MULTI.
@@ -73,9 +80,45 @@ _BACKFILL_BATCH = 1000
 # Redis refuses writes with these replies while it is out of memory (noeviction), cannot
 # persist, or is a read-only replica: for a caller that is the store being unavailable.
 _UNAVAILABLE_REPLIES = ("OOM", "MISCONF", "READONLY")
-_STREAM_ID = re.compile(r"^(\d{1,20}(-\d{1,20})?|\$)$")
+# ASCII digits only: ``\d`` also matches other scripts' digits, which Redis refuses.
+_STREAM_ID = re.compile(r"^([0-9]{1,20}(-[0-9]{1,20})?|\$)$")
+# A cursor this service issues is about 60 characters.
+MAX_CURSOR_CHARS = 400
 # Fields of a JobRecord that only the store sets.
 _STORE_FIELDS = frozenset({"id", "spec", "state", "version", "created_at", "updated_at"})
+
+
+class Breaker:
+    """Fail fast while Redis is known to be down: after a call timed out or could not
+    connect, calls fail at once for ``seconds``; then one call goes through to see whether
+    Redis is back (the others still fail fast until it ends), and its outcome closes the
+    breaker or opens it again. A hung Redis costs one call its socket timeout, not every call
+    its timeout and retries. ``seconds`` 0: never open."""
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._lock = threading.Lock()
+        self._tripped = False
+        self._open_until = 0.0
+
+    def wait_left(self) -> float:
+        """Seconds the breaker stays open, 0 when this call may go to Redis."""
+        with self._lock:
+            now = time.monotonic()
+            if now < self._open_until:
+                return self._open_until - now
+            if self._tripped:
+                self._open_until = now + self._seconds  # this call is the trial
+            return 0.0
+
+    def record(self, *, failed: bool) -> None:
+        if self._seconds <= 0:
+            return
+        with self._lock:
+            if failed:
+                self._tripped, self._open_until = True, time.monotonic() + self._seconds
+            elif self._tripped:
+                self._tripped, self._open_until = False, 0.0
 
 
 class JobStore:
@@ -86,6 +129,7 @@ class JobStore:
         prefix: str = "riverbeam",
         events_maxlen: int = 10_000,
         snapshot_max_bytes: int = 32 << 20,
+        breaker_seconds: float = 0.0,
     ) -> None:
         if redis.connection_pool.connection_kwargs.get("decode_responses"):
             # Snapshots are bytes; a decoding client would mangle them.
@@ -94,32 +138,57 @@ class JobStore:
         self._prefix = prefix
         self._events_maxlen = events_maxlen
         self._snapshot_max_bytes = snapshot_max_bytes
+        self._breaker = Breaker(breaker_seconds)
         self._where = describe_redis(redis)
         self._deployment: str | None = None
 
     @classmethod
-    def from_url(cls, url: str, **kw: Any) -> JobStore:
+    def from_url(
+        cls,
+        url: str,
+        *,
+        socket_timeout: float = 10.0,
+        retry_timeouts: bool = True,
+        **kw: Any,
+    ) -> JobStore:
         """A store on a new client for ``url`` (``redis://[user:password@]host:port/db``).
 
         Short connect and read timeouts and two quick reconnect attempts: a Redis outage
-        surfaces as BEM-504 within seconds instead of hanging a worker."""
+        surfaces as BEM-504 within seconds instead of hanging a worker. Without
+        ``retry_timeouts`` a call that timed out is not tried again (a dropped connection
+        still is): what the API wants, where a hung Redis must cost a request one timeout."""
+        retried = (
+            (RedisConnectionError, RedisTimeoutError) if retry_timeouts else (RedisConnectionError,)
+        )
         client = redis.Redis.from_url(
             url,
-            socket_connect_timeout=5.0,
-            socket_timeout=10.0,
+            socket_connect_timeout=min(5.0, socket_timeout),
+            socket_timeout=socket_timeout,
             health_check_interval=30,
-            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries=2),
+            retry=Retry(
+                ExponentialBackoff(cap=0.5, base=0.05), retries=2, supported_errors=retried
+            ),
         )
         return cls(client, **kw)
 
     @classmethod
-    def for_settings(cls, settings: Settings) -> JobStore:
-        """The store the configuration names, with its key prefix and caps."""
+    def for_settings(cls, settings: Settings, *, api: bool = False) -> JobStore:
+        """The store the configuration names, with its key prefix and caps. The API's
+        (``api``) waits ``api.redis_timeout_seconds`` for an answer, never retries a
+        timeout, and fails fast for ``api.redis_breaker_seconds`` after one."""
+        limits: dict[str, Any] = {}
+        if api:
+            limits = {
+                "socket_timeout": settings.api.redis_timeout_seconds,
+                "retry_timeouts": False,
+                "breaker_seconds": settings.api.redis_breaker_seconds,
+            }
         return cls.from_url(
             settings.redis_url,
             prefix=settings.jobs.prefix,
             events_maxlen=settings.jobs.events_maxlen,
             snapshot_max_bytes=settings.jobs.snapshot_max_bytes,
+            **limits,
         )
 
     # keys ------------------------------------------------------------------------------
@@ -205,10 +274,19 @@ class JobStore:
     @contextmanager
     def reachable(self) -> Iterator[None]:
         """Turn a Redis outage into BEM-504. The message names the host, never the URL,
-        which may carry a password."""
+        which may carry a password. While the breaker is open, BEM-504 comes at once."""
+        left = self._breaker.wait_left()
+        if left:
+            raise BeamError(
+                "BEM-504",
+                f"the job store (Redis at {self._where}) did not answer a moment ago; "
+                f"it is tried again in {left:.1f} s",
+            )
+        failed = False
         try:
             yield
         except (RedisConnectionError, RedisTimeoutError) as exc:
+            failed = True
             reason = "timed out" if isinstance(exc, RedisTimeoutError) else "connection failed"
             if isinstance(exc, redis.exceptions.AuthenticationError):
                 reason = "authentication failed"
@@ -226,6 +304,8 @@ class JobStore:
                 "BEM-504",
                 f"the job store (Redis at {self._where}) refuses writes: {exc}",
             ) from exc
+        finally:
+            self._breaker.record(failed=failed)
 
     def atomic(
         self,
@@ -266,11 +346,11 @@ class JobStore:
         raw = pipe.get(self._job_key(job_id))
         if raw is None:
             raise JobError("BEM-500", f"no job with id {job_id!r}")
-        return JobRecord.model_validate_json(raw)
+        return _loaded(_RECORD, raw, f"job {job_id}'s record")
 
     def _read_approval(self, pipe: redis.Redis, job_id: str) -> Approval | None:
         raw = pipe.get(self._approval_key(job_id))
-        return None if raw is None else Approval.model_validate_json(raw)
+        return None if raw is None else _loaded(_APPROVAL, raw, f"job {job_id}'s approval")
 
     def _xadd(self, target: redis.Redis, job_id: str, fields: dict[str, str]) -> Any:
         """Append to the job's stream, trimmed to about ``events_maxlen`` entries (``~``
@@ -336,7 +416,7 @@ class JobStore:
         """The job, or None when the store does not know it (``get`` says BEM-500)."""
         with self.reachable():
             raw = self._redis.get(self._job_key(job_id))
-        return None if raw is None else JobRecord.model_validate_json(raw)
+        return None if raw is None else _loaded(_RECORD, raw, f"job {job_id}'s record")
 
     def is_final_or_unknown(self, job_id: str) -> bool:
         """For workspace retention: a workspace whose job ended, or that the store no longer
@@ -599,10 +679,9 @@ class JobStore:
             approvals = pipe.mget([self._approval_key(job_id) for job_id in job_ids])
             due: builtins.list[JobRecord] = []
             for raw_job, raw_approval in zip(jobs, approvals, strict=True):
-                record = None if raw_job is None else JobRecord.model_validate_json(raw_job)
-                approval = (
-                    None if raw_approval is None else Approval.model_validate_json(raw_approval)
-                )
+                # A damaged document cannot be resumed: it leaves the index as stale.
+                record = _maybe(_RECORD, raw_job, "a decided job's record")
+                approval = _maybe(_APPROVAL, raw_approval, "a decided approval")
                 if record is not None and _awaits_resume(record, approval):
                     due.append(record)
             stale = set(job_ids) - {record.id for record in due}
@@ -635,7 +714,7 @@ class JobStore:
             raws = self._redis.mget(keys) if keys else []
             decided = {
                 approval.job_id: approval.decided_at.timestamp()
-                for approval in (Approval.model_validate_json(raw) for raw in raws if raw)
+                for approval in _readable(_APPROVAL, (raw for raw in raws if raw), "an approval")
                 if _unapplied_decision(approval) and approval.decided_at is not None
             }
             if decided:
@@ -644,7 +723,12 @@ class JobStore:
                 self._redis.zadd(self._decided_key, decided, nx=True)
             self._redis.set(marker, "done" if int(following) == 0 else str(following))
 
-    def list(
+    def list(self, **filters: Unpack[JobFilters]) -> tuple[builtins.list[JobRecord], str | None]:
+        """``listing``'s jobs and cursor, for callers that show no unreadable ids."""
+        found = self.listing(**filters)
+        return found.records, found.next_cursor
+
+    def listing(
         self,
         *,
         state: JobState | None = None,
@@ -654,11 +738,13 @@ class JobStore:
         repos: Collection[str] | None = None,
         cursor: str | None = None,
         limit: int = 50,
-    ) -> tuple[builtins.list[JobRecord], str | None]:
+    ) -> Listing:
         """Jobs newest first, filtered (``repos``: any of these repositories); the cursor
         (None on the last page) continues after the last job returned. It walks the creation
         index in pages and loads only the records of each page, so a filter
-        that matches little costs pages, not memory."""
+        that matches little costs pages, not memory. A record that cannot be read is
+        skipped and its id listed under ``unreadable``: one damaged record never hides the
+        others."""
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}")
         after = _decode_cursor(cursor)
@@ -675,19 +761,30 @@ class JobStore:
         # Unfiltered, the first page is exactly what is needed; filtered, read wide pages.
         filtered = any(value is not None for value in (state, kind, repo, requested_by, repos))
         first = _SCAN_BATCH if filtered else limit + 1
-        found: builtins.list[tuple[JobRecord, float]] = []
+        found: builtins.list[tuple[str, float, JobRecord | None]] = []
         with self.reachable():
             for rows in self._index_pages(after, first=first):
                 raws = self._redis.mget([self._job_key(job_id) for job_id, _ in rows])
-                for (_, score), raw in zip(rows, raws, strict=True):
-                    record = None if raw is None else JobRecord.model_validate_json(raw)
-                    if record is not None and wanted(record):
-                        found.append((record, score))
+                for (job_id, score), raw in zip(rows, raws, strict=True):
+                    if raw is None:
+                        continue
+                    try:
+                        record = _loaded(_RECORD, raw, f"job {job_id}'s record")
+                    except JobError:
+                        found.append((job_id, score, None))
+                        continue
+                    if wanted(record):
+                        found.append((job_id, score, record))
                 if len(found) > limit:
                     break
         page = found[:limit]
-        cursor = _encode_cursor(*page[-1]) if len(found) > limit else None
-        return [record for record, _ in page], cursor
+        listing = Listing(next_cursor=_encode_cursor(*page[-1][:2]) if len(found) > limit else None)
+        for job_id, _, loaded in page:
+            if loaded is None:
+                listing.unreadable.append(job_id)
+            else:
+                listing.records.append(loaded)
+        return listing
 
     def _index_pages(
         self, after: tuple[float, str] | None, *, first: int
@@ -785,7 +882,7 @@ class JobStore:
         """Up to ``count`` events after entry id ``after`` (``"$"``: only new ones). With
         ``block_ms`` the call waits up to that long for the first one (0: until one comes);
         an empty list means none arrived in time."""
-        if not _STREAM_ID.match(after):
+        if not _STREAM_ID.fullmatch(after):
             raise JobError("BEM-501", f"{after!r} is not an event id (like 1700000000000-0)")
         if block_ms is not None and block_ms < 0:
             raise ValueError("block_ms must be 0 (wait until an event comes) or more")
@@ -846,7 +943,7 @@ class JobStore:
         at that moment."""
         with self.reachable():
             raws = self._redis.lrange(self._history_key(job_id), 0, -1)
-        return [Approval.model_validate_json(raw) for raw in raws]
+        return _readable(_APPROVAL, raws, f"an approval of job {job_id}")
 
     def pending_approvals(self, *, repo: str | None = None) -> builtins.list[Approval]:
         """Approvals waiting for a decision, oldest first."""
@@ -855,7 +952,8 @@ class JobStore:
             if not job_ids:
                 return []
             raws = self._redis.mget([self._approval_key(_text(job_id)) for job_id in job_ids])
-        approvals = [Approval.model_validate_json(raw) for raw in raws if raw is not None]
+        stored = [raw for raw in raws if raw is not None]
+        approvals = _readable(_APPROVAL, stored, "a pending approval")
         return [
             approval
             for approval in approvals
@@ -878,7 +976,7 @@ class JobStore:
         summaries = []
         for job_id, raw in zip(job_ids, raws, strict=True):
             if raw is not None:
-                summaries.append(ApprovalSummary.model_validate_json(raw))
+                summaries.append(_loaded(_SUMMARY, raw, f"job {job_id}'s approval summary"))
             elif migrate > 0:
                 migrate -= 1
                 summary = self._summarize_pending(job_id)
@@ -1089,9 +1187,80 @@ def _stale(job_id: str, binding: DecisionBinding, current: Approval) -> Approval
 
 
 def _event(entry_id: bytes, fields: dict[bytes, bytes]) -> JobEvent:
-    if b"end" in fields:
-        return JobEvent(id=entry_id.decode(), end=JobState(fields[b"end"].decode()))
-    return JobEvent(id=entry_id.decode(), frame=frame_adapter.validate_json(fields[b"frame"]))
+    """The stream entry as an event; one that cannot be read becomes a BEM-517 error frame
+    in its place, so it never stops a stream or hides the entries after it."""
+    event_id = entry_id.decode()
+    try:
+        if b"end" in fields:
+            return JobEvent(id=event_id, end=JobState(fields[b"end"].decode()))
+        return JobEvent(id=event_id, frame=_loaded(frame_adapter, fields[b"frame"], "an event"))
+    except (KeyError, ValueError, JobError):
+        log.warning("event %s cannot be read; it is shown as unreadable", event_id)
+    message = f"event {event_id} cannot be read; it is skipped"
+    return JobEvent(id=event_id, frame=ErrorFrame(error=ErrorInfo(code="BEM-517", message=message)))
+
+
+def _loaded(adapter: TypeAdapter[T], raw: bytes | str, what: str) -> T:
+    """A stored document, or BEM-516 naming it (never its content). Documents stored by an
+    earlier release may nest deeper than pydantic's JSON parser goes (200 levels); Python's
+    parser and pydantic's Python validation read those."""
+    try:
+        return adapter.validate_json(raw)
+    except ValidationError:
+        pass
+    try:
+        return adapter.validate_python(json.loads(raw))
+    except (ValueError, RecursionError) as error:  # a ValidationError is a ValueError
+        log.warning("%s cannot be read: %s", what, type(error).__name__)
+    raise JobError("BEM-516", f"{what} cannot be read; it is damaged in the store")
+
+
+def _maybe(adapter: TypeAdapter[T], raw: bytes | str | None, what: str) -> T | None:
+    """The stored document, or None when there is none or it cannot be read (logged)."""
+    if raw is None:
+        return None
+    try:
+        return _loaded(adapter, raw, what)
+    except JobError:
+        return None
+
+
+def _readable(adapter: TypeAdapter[T], raws: Iterable[bytes | str], what: str) -> builtins.list[T]:
+    """The documents that can be read; the others are logged and left out."""
+    documents = []
+    for raw in raws:
+        try:
+            documents.append(_loaded(adapter, raw, what))
+        except JobError:
+            continue
+    return documents
+
+
+_RECORD: TypeAdapter[JobRecord] = TypeAdapter(JobRecord)
+_APPROVAL: TypeAdapter[Approval] = TypeAdapter(Approval)
+_SUMMARY: TypeAdapter[ApprovalSummary] = TypeAdapter(ApprovalSummary)
+
+
+class JobFilters(TypedDict, total=False):
+    """What ``JobStore.listing`` filters and pages by."""
+
+    state: JobState | None
+    kind: JobKind | None
+    repo: str | None
+    requested_by: str | None
+    repos: Collection[str] | None
+    cursor: str | None
+    limit: int
+
+
+@dataclass
+class Listing:
+    """A page of the jobs list: the records, the cursor of the next page (None on the last),
+    and the ids of records on this page that could not be read."""
+
+    records: builtins.list[JobRecord] = field(default_factory=builtins.list)
+    next_cursor: str | None = None
+    unreadable: builtins.list[str] = field(default_factory=builtins.list)
 
 
 def _running(record: JobRecord, worker: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
@@ -1120,8 +1289,8 @@ def _leased(record: JobRecord, now: datetime) -> bool:
     return record.lease_until is not None and record.lease_until > now
 
 
-def _encode_cursor(record: JobRecord, score: float) -> str:
-    raw = json.dumps([repr(score), record.id]).encode()
+def _encode_cursor(job_id: str, score: float) -> str:
+    raw = json.dumps([repr(score), job_id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -1130,7 +1299,10 @@ def _decode_cursor(cursor: str | None) -> tuple[float, str] | None:
     if cursor is None:
         return None
     try:
-        score, job_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if len(cursor) > MAX_CURSOR_CHARS:
+            raise ValueError("too long")
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        score, job_id = jsonlimits.loads(raw, what="the cursor", max_depth=1)
         if isinstance(score, str) and isinstance(job_id, str) and math.isfinite(float(score)):
             return float(score), job_id
     except (binascii.Error, ValueError, TypeError):

@@ -33,7 +33,9 @@ from typing import Any
 
 import docker
 from celery import Celery, Task
+from kombu.exceptions import OperationalError
 
+from bot import jsonlimits
 from bot.config import Settings
 from bot.errors import BeamError
 from bot.jobs.celery_app import (
@@ -81,6 +83,10 @@ def submit_job(
         raise BeamError(
             "BEM-501", f"invalid job request: no repository named {spec.repo!r} (known: {known})"
         )
+    try:
+        jsonlimits.check(spec.metadata, what="metadata", max_bytes=jsonlimits.METADATA_MAX_BYTES)
+    except jsonlimits.JsonLimitError as error:
+        raise BeamError("BEM-501", f"invalid job request: {error}") from None
     record = store.create(spec, idempotency_key=idempotency_key)
     if record.state is JobState.QUEUED:
         _send(app, RUN_JOB, record, priority=RUN_PRIORITY)
@@ -143,9 +149,15 @@ def send_finish(app: Celery, repo: str, run_id: str, *, poll: int, countdown: fl
 
 
 def _send(app: Celery | None, task: str, record: JobRecord, *, priority: int) -> None:
-    (app or default_app()).send_task(
-        task, args=[record.id], queue=queue_for(record.spec.kind), priority=priority
-    )
+    try:
+        (app or default_app()).send_task(
+            task, args=[record.id], queue=queue_for(record.spec.kind), priority=priority
+        )
+    except OperationalError as error:
+        # The record is stored: a submit retried with the same Idempotency-Key queues it.
+        raise BeamError(
+            "BEM-504", f"job {record.id} is stored but queueing it failed: {error}; try again"
+        ) from error
 
 
 class JobWorker:

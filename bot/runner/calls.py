@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from pydantic import JsonValue
 
+from bot import jsonlimits
 from bot.clients.base import Message, ToolCall
 from bot.errors import BeamError
 from bot.frames import ErrorInfo, ToolCallRecord
@@ -20,6 +21,9 @@ from bot.runner.hooks import Hooks
 from bot.runner.interrupts import INTERRUPTS
 from bot.runner.state import RunState
 from bot.tools import Tool, ToolSpec, validate_arguments
+
+# How much of unparseable arguments a record keeps.
+MAX_RECORDED_TEXT = 4000
 
 
 @dataclass(frozen=True)
@@ -33,11 +37,12 @@ class CheckedCall:
 
 
 def recorded_arguments(call: ToolCall) -> JsonValue:
-    """The arguments as the record keeps them: parsed JSON, or the raw text when malformed."""
+    """The arguments as the record keeps them: parsed JSON, or the raw text when malformed
+    or over the JSON limits (its start only: the text is the model's, of any length)."""
     try:
-        parsed: JsonValue = json.loads(call.arguments)
+        parsed: JsonValue = jsonlimits.loads(call.arguments, what="the arguments")
     except ValueError:
-        return call.arguments
+        return call.arguments[:MAX_RECORDED_TEXT]
     return parsed
 
 
@@ -60,7 +65,11 @@ def check_call(
         )
     spec = specs[call.name]
     try:
-        parsed = json.loads(call.arguments)
+        parsed = jsonlimits.loads(call.arguments, what="the arguments")
+    except jsonlimits.JsonLimitError as error:
+        raise BeamError(
+            "BEM-090", f"{call.name}: {error}; send a smaller, flatter JSON object"
+        ) from error
     except ValueError as error:
         raise BeamError(
             "BEM-090", f"{call.name}: arguments are not valid JSON ({error}); send a JSON object"

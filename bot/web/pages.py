@@ -17,12 +17,13 @@ from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
 
 from bot.api.access import Principal, token_digest
-from bot.api.deps import ServiceDep
+from bot.api.deps import ServiceDep, authenticated
 from bot.api.events import checked_event_id, open_event_stream
 from bot.api.operations import Service
 from bot.api.schemas import Decision
 from bot.errors import BeamError
 from bot.jobs.models import Approval, JobKind, JobState
+from bot.jobs.store import MAX_CURSOR_CHARS
 from bot.web.outcome import describe
 from bot.web.present import diff_lines, frame_lines
 from bot.web.rendering import WebRoute, page, safe_next
@@ -31,6 +32,7 @@ from bot.web.visitors import FormVisitorDep, SessionsDep, Visitor, VisitorDep, s
 
 PAGE_SIZE = 25
 PageSize = Annotated[int, Query(ge=1, le=100)]
+Cursor = Annotated[str, Query(max_length=MAX_CURSOR_CHARS)]
 E = TypeVar("E", bound=StrEnum)
 
 router = APIRouter(route_class=WebRoute, include_in_schema=False)
@@ -114,7 +116,7 @@ def sign_in(
         raise BeamError("BEM-704", "the sign-in form is out of date; open it again")
     token = token.strip()
     try:
-        service.tokens.authenticate(token)
+        authenticated(request, service, token)
     except BeamError:
         return _sign_in_page(request, safe_next(next), error="That token is not recognised.")
     # A fresh session id at every sign-in: an id planted before it is worth nothing.
@@ -219,7 +221,7 @@ def jobs(
     state: str = "",
     kind: str = "",
     repo: str = "",
-    cursor: str = "",
+    cursor: Cursor = "",
     limit: PageSize = PAGE_SIZE,
 ) -> Response:
     filters = {"state": state, "kind": kind, "repo": repo}
@@ -233,7 +235,7 @@ def my_requests(
     service: ServiceDep,
     state: str = "",
     repo: str = "",
-    cursor: str = "",
+    cursor: Cursor = "",
     limit: PageSize = PAGE_SIZE,
 ) -> Response:
     filters = {"state": state, "kind": "", "repo": repo}
@@ -252,7 +254,7 @@ def _job_list(
 ) -> Response:
     """The jobs list, newest first, ``limit`` a page; "My requests" is the same list limited
     to what the visitor asked for."""
-    records, next_cursor = service.jobs(
+    found = service.jobs(
         visitor.who,
         state=_choice(JobState, filters["state"]),
         kind=_choice(JobKind, filters["kind"]),
@@ -267,10 +269,11 @@ def _job_list(
     context = {
         "visitor": visitor,
         "mine": mine,
-        "records": records,
+        "records": found.records,
         "filters": filters,
-        "next_query": {**shown, "cursor": next_cursor},
-        "has_next": next_cursor is not None,
+        "next_query": {**shown, "cursor": found.next_cursor},
+        "has_next": found.next_cursor is not None,
+        "unreadable": found.unreadable,
         "repos": visible_repos(service, visitor.who),
         "states": list(JobState),
         "kinds": list(JobKind),

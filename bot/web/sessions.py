@@ -72,7 +72,11 @@ class SessionStore:
             raw = self._store.client.get(self._key(session_id))
         if raw is None:
             return None
-        return Session(session_id, SessionData.model_validate_json(raw))
+        try:
+            data = SessionData.model_validate_json(raw)
+        except ValueError:
+            return None  # a damaged session signs no one in: sign in again
+        return Session(session_id, data)
 
     def delete(self, session_id: str) -> None:
         with self._store.reachable():

@@ -3,6 +3,7 @@ leases, cancel in every state, approvals, event streams, limits, outages and res
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -14,9 +15,11 @@ from typing import Any, TypeVar
 
 import pytest
 import redis
+from pydantic import JsonValue
 
+from bot.config import RepositoryConfig, Settings
 from bot.errors import ApprovalError, BeamError, JobError
-from bot.frames import ChunkFrame, ErrorInfo, ThinkingFrame
+from bot.frames import ChunkFrame, ErrorFrame, ErrorInfo, ThinkingFrame, ToolCallRecord, ToolFrame
 from bot.jobs.models import (
     Approval,
     ApprovalState,
@@ -28,8 +31,10 @@ from bot.jobs.models import (
     JobSpec,
     JobState,
     PushState,
+    utcnow,
 )
 from bot.jobs.store import JobStore
+from bot.jobs.tasks import submit_job
 from tests.support.redis_server import RedisServer, running_redis
 
 T = TypeVar("T")
@@ -577,9 +582,49 @@ def test_after_dollar_sees_only_new_events(store: JobStore) -> None:
     assert [event.frame for event in events] == [ChunkFrame(text="new")]
 
 
-@pytest.mark.parametrize("after", ["latest", "1-2-3", "", "-1"])
+@pytest.mark.parametrize("after", ["latest", "1-2-3", "", "-1", "١٧٠٠-0", "17\n", "1-٣"])
 def test_a_malformed_event_id_is_a_bad_request(store: JobStore, after: str) -> None:
     assert code_of(lambda: store.read_events("any", after=after)) == "BEM-501"
+
+
+def test_a_damaged_event_is_an_error_frame_in_its_place_and_the_stream_goes_on(
+    store: JobStore, client: redis.Redis
+) -> None:
+    record = store.create(author())
+    key = f"{store._prefix}:events:{record.id}"
+    store.append_event(record.id, ChunkFrame(text="before"))
+    damaged = client.xadd(key, {"frame": '{"type": "tool", "record": '})
+    client.xadd(key, {"nothing": "known"})
+    store.append_event(record.id, ChunkFrame(text="after"))
+
+    events = store.read_events(record.id)
+
+    assert [type(event.frame).__name__ for event in events] == [
+        "ChunkFrame",
+        "ErrorFrame",
+        "ErrorFrame",
+        "ChunkFrame",
+    ]
+    unreadable = events[1].frame
+    assert isinstance(unreadable, ErrorFrame) and unreadable.error.code == "BEM-517"
+    assert damaged.decode() in unreadable.error.message
+    assert "record" not in unreadable.error.message, "nothing of the entry is shown"
+
+
+def test_an_event_nested_deeper_than_pydantic_parses_still_reads(
+    store: JobStore, client: redis.Redis
+) -> None:
+    """What the previous release stored for a model's arguments nested ~210 deep."""
+    record = store.create(author())
+    arguments = _nested(210)
+    call = ToolCallRecord(id="c1", name="echo", arguments=arguments, ok=True)
+    client.xadd(
+        f"{store._prefix}:events:{record.id}", {"frame": ToolFrame(record=call).model_dump_json()}
+    )
+
+    [event] = store.read_events(record.id)
+
+    assert isinstance(event.frame, ToolFrame) and event.frame.record.arguments == arguments
 
 
 # approvals --------------------------------------------------------------------------------
@@ -815,6 +860,77 @@ def test_list_pages_through_jobs_created_in_the_same_instant(
 )
 def test_a_forged_cursor_is_a_bad_request(store: JobStore, cursor: str) -> None:
     assert code_of(lambda: store.list(cursor=cursor)) == "BEM-501"
+
+
+def test_a_nested_or_overlong_cursor_is_a_bad_request(store: JobStore) -> None:
+    nested = base64.urlsafe_b64encode(b"[" * 290 + b"]" * 290).decode()
+    assert code_of(lambda: store.list(cursor=nested)) == "BEM-501"
+    deep = base64.urlsafe_b64encode(b"[" * 5000 + b"]" * 5000).decode()
+    assert code_of(lambda: store.list(cursor=deep)) == "BEM-501"
+
+
+def _nested(depth: int) -> JsonValue:
+    value: JsonValue = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def _legacy_record(store: JobStore, client: redis.Redis, depth: int) -> JobRecord:
+    """A job whose metadata nests ``depth`` deep, stored as the previous release stored it."""
+    spec = author(metadata={"x": _nested(depth)})
+    record = JobRecord(
+        id=uuid.uuid4().hex[:12], spec=spec, created_at=utcnow(), updated_at=utcnow()
+    )
+    client.set(f"{store._prefix}:job:{record.id}", record.model_dump_json())
+    client.zadd(f"{store._prefix}:jobs", {record.id: record.created_at.timestamp()})
+    return record
+
+
+def test_a_record_nested_deeper_than_pydantic_parses_still_reads_lists_and_cancels(
+    store: JobStore, client: redis.Redis
+) -> None:
+    plain = store.create(author())
+    legacy = _legacy_record(store, client, 250)
+
+    assert store.get(legacy.id) == legacy
+    assert [record.id for record in store.list()[0]] == [legacy.id, plain.id]
+    assert store.request_cancel(legacy.id).state is JobState.CANCELLED
+    assert store.get(legacy.id).spec.metadata == legacy.spec.metadata
+
+
+def test_a_damaged_record_is_skipped_and_named_and_reading_it_is_bem_516(
+    store: JobStore, client: redis.Redis
+) -> None:
+    older = store.create(author())
+    damaged = store.create(author(request="secret words"))
+    newer = store.create(author())
+    client.set(
+        f"{store._prefix}:job:{damaged.id}", b'{"id": "x", "spec": {"request": "secret words"'
+    )
+
+    page = store.listing()
+    assert [record.id for record in page.records] == [newer.id, older.id]
+    assert page.unreadable == [damaged.id]
+    first = store.listing(limit=2)
+    assert ([r.id for r in first.records], first.unreadable) == ([newer.id], [damaged.id])
+    second = store.listing(limit=2, cursor=first.next_cursor)
+    assert [record.id for record in second.records] == [older.id], "the cursor passes it"
+    with pytest.raises(JobError) as caught:
+        store.get(damaged.id)
+    assert caught.value.code == "BEM-516" and "secret" not in caught.value.message
+    assert code_of(lambda: store.request_cancel(damaged.id)) == "BEM-516"
+
+
+def test_a_damaged_approval_is_left_out_of_the_queue_and_the_history(
+    store: JobStore, client: redis.Redis
+) -> None:
+    good, bad = parked(store), parked(store)
+    client.set(f"{store._prefix}:approval:{bad.id}", b"{not json")
+    client.rpush(f"{store._prefix}:approvals:history:{good.id}", b"[[[")
+
+    assert [approval.job_id for approval in store.pending_approvals()] == [good.id]
+    assert store.approval_history(good.id) == []
 
 
 def test_listing_ten_thousand_jobs_reads_only_what_a_page_needs(
@@ -1240,3 +1356,18 @@ def test_a_failed_push_says_why_and_one_cut_short_by_a_lost_worker_is_unknown(
         (PushState.FAILED, refused),
         (PushState.UNKNOWN, None),
     ]
+
+
+@pytest.mark.parametrize(
+    "metadata", [{"x": _nested(33)}, {"b": "x" * 65536}], ids=["deep", "large"]
+)
+def test_submitting_metadata_over_the_json_limits_is_bem_501_and_stores_nothing(
+    store: JobStore, metadata: dict[str, JsonValue]
+) -> None:
+    settings = Settings(repositories={"docs": RepositoryConfig(upstream="/nowhere")})
+
+    with pytest.raises(JobError) as caught:
+        submit_job(store, author(metadata=metadata), settings=settings)
+
+    assert caught.value.code == "BEM-501" and "metadata" in caught.value.message
+    assert store.list() == ([], None)

@@ -10,11 +10,13 @@ import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import JsonValue
 
+from bot import jsonlimits
 from bot.clients.base import Completion, Message, ToolCall
 from bot.clients.scripted import ScriptedClient
 from bot.errors import BeamError
-from bot.frames import AgentResult, ResultStatus, ToolFrame
+from bot.frames import AgentResult, ResultStatus, ToolFrame, frame_adapter
 from bot.runner import ToolLoopAgent
+from bot.runner.calls import MAX_RECORDED_TEXT
 from bot.tools import Tool, ToolSpec
 from tests.runner.kit import (
     FnTool,
@@ -221,3 +223,32 @@ async def test_a_soft_time_limit_in_a_tool_call_stops_the_run_not_just_the_call(
     with pytest.raises(SoftTimeLimitExceeded):
         await run(client, [failing_tool(SoftTimeLimitExceeded())])
     assert len(client.requests) == 1
+
+
+@pytest.mark.parametrize("depth", [33, 210, 5000])
+async def test_arguments_nested_too_deep_are_bem_090_and_their_frame_reads_back(
+    depth: int,
+) -> None:
+    """A model that nests its arguments deeper than any reader goes cannot hide the call:
+    it is refused, and its record keeps the raw text, which reads back like any frame."""
+    nested = "[" * depth + "]" * depth
+    deep = ToolCall(id="c1", name="echo", arguments=f'{{"text": {nested}}}')
+    client = ScriptedClient([calls(deep), "Done."])
+    agent = ToolLoopAgent("helper", client, [echo_tool()])
+    frames = await frames_of(agent)
+
+    assert error_code(client, 1, "c1") == "BEM-090"
+    record = next(frame.record for frame in frames if isinstance(frame, ToolFrame))
+    assert isinstance(record.arguments, str) and record.arguments.startswith('{"text": [[[')
+    assert len(record.arguments) <= MAX_RECORDED_TEXT
+    for frame in frames:
+        assert frame_adapter.validate_json(frame_adapter.dump_json(frame)) == frame
+
+
+async def test_arguments_over_the_size_limit_are_bem_090() -> None:
+    huge = json.dumps({"text": "x" * (jsonlimits.MAX_BYTES + 1)})
+    client = ScriptedClient([calls(ToolCall(id="c1", name="echo", arguments=huge)), "Done."])
+    result = await run(client, [echo_tool()])
+
+    assert error_code(client, 1, "c1") == "BEM-090"
+    assert len(str(result.tool_calls[0].arguments)) <= MAX_RECORDED_TEXT

@@ -1,8 +1,9 @@
 """A real ``redis-server`` process on a free loopback port, owned by the test session.
 
 ``redis_server(workdir)`` yields the URL of a server that lives as long as the block.
-``running_redis(workdir)`` yields a ``RedisServer`` that a test can stop, crash and start
-again on the same port and data directory, to see what survives a restart or an outage.
+``running_redis(workdir)`` yields a ``RedisServer`` that a test can stop, crash, pause and
+start again on the same port and data directory, to see what survives a restart or an
+outage, and what a hung Redis costs.
 """
 
 from __future__ import annotations
@@ -73,9 +74,28 @@ class RedisServer:
         """SIGKILL: no shutdown work at all, as when the process dies or is OOM-killed."""
         self._end(signal.SIGKILL)
 
+    def pause(self) -> None:
+        """SIGSTOP: the port still accepts connections and nothing answers, as with a hung
+        Redis (a host swapping, a stuck disk)."""
+        assert self._process is not None, "redis-server is not running"
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self._process is not None, "redis-server is not running"
+        self._process.send_signal(signal.SIGCONT)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        self.pause()
+        try:
+            yield
+        finally:
+            self.resume()
+
     def _end(self, how: signal.Signals) -> None:
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)  # a paused server must run to end
             process.send_signal(how)
             process.wait(timeout=10)
 

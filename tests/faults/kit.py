@@ -57,6 +57,21 @@ def slow_upstream(upstream: Path, marker: Path, seconds: float) -> None:
 
 
 @contextmanager
+def push_in_flight(
+    stack: Stack, job: JobRecord, marker: Path, seconds: float, worker: str = "a"
+) -> Iterator[None]:
+    """Approve the parked ``job`` with the upstream slowed down, and run the block once its
+    relay push has reached the upstream's hook; the hook is gone after the block."""
+    slow_upstream(stack.upstream, marker, seconds)
+    try:
+        stack.decide(job.id, approve=True)
+        wait_until(marker.exists, 60, lambda: stack.workers[worker].log_tail())
+        yield
+    finally:
+        (stack.upstream / "hooks" / "pre-receive").unlink()
+
+
+@contextmanager
 def paused(stack: Stack, name: str) -> Iterator[None]:
     """The worker's whole process group stopped (SIGSTOP) for the block, then continued:
     whatever happens meanwhile happens between two of its steps."""

@@ -15,7 +15,7 @@ from bot.jobs.models import JobState, PushState
 from bot.jobs.tasks import cancel_job
 from bot.web.outcome import describe
 from tests.faults.invariants import check_invariants
-from tests.faults.kit import park, slow_upstream
+from tests.faults.kit import park, push_in_flight
 from tests.support.stack import Stack, job_stack, wait_until
 
 pytestmark = pytest.mark.slow
@@ -35,11 +35,7 @@ def test_a_cancel_while_the_push_is_in_flight_is_refused_and_the_push_recorded(
 ) -> None:
     job, approval = park(stack)
     branch = f"riverbeam/{job.id}"
-    marker = tmp_path / "push-in-flight"
-    slow_upstream(stack.upstream, marker, HOOK_SECONDS)
-    try:
-        stack.decide(job.id, approve=True)
-        wait_until(marker.exists, 60, lambda: stack.workers["a"].log_tail())
+    with push_in_flight(stack, job, tmp_path / "push-in-flight", HOOK_SECONDS):
         with pytest.raises(JobError) as caught:
             cancel_job(stack.store, job.id)
         assert caught.value.code == "BEM-512"
@@ -49,8 +45,6 @@ def test_a_cancel_while_the_push_is_in_flight_is_refused_and_the_push_recorded(
         assert during.state is JobState.RUNNING and not during.cancel_requested
         pushing = during.push_under_way
         assert pushing is not None and (pushing.sha, pushing.ref) == (approval.commit_sha, branch)
-    finally:
-        (stack.upstream / "hooks" / "pre-receive").unlink()
 
     done = stack.wait_for(job.id, JobState.SUCCEEDED, timeout=60)
     assert stack.upstream_ref(branch) == approval.commit_sha

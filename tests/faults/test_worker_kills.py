@@ -18,7 +18,7 @@ import pytest
 
 from bot.jobs.models import JobKind, JobState
 from tests.faults.invariants import check_invariants
-from tests.faults.kit import park, recover, slow_upstream, tool_called
+from tests.faults.kit import park, push_in_flight, recover, tool_called
 from tests.support.playbooks import AUTHOR_REQUEST
 from tests.support.stack import Stack, job_stack, wait_until
 
@@ -70,16 +70,10 @@ def test_a_worker_killed_while_its_relay_push_is_in_flight_pushes_once(
     stack.start_worker("a")
     job, approval = park(stack)
     branch = f"riverbeam/{job.id}"
-    marker = tmp_path / "push-in-flight"
-    slow_upstream(stack.upstream, marker, HOOK_SECONDS)
-    try:
-        stack.decide(job.id, approve=True)
-        wait_until(marker.exists, 60, lambda: stack.workers["a"].log_tail())
+    with push_in_flight(stack, job, tmp_path / "push-in-flight", HOOK_SECONDS):
         stack.kill_worker("a")
         # The upstream finishes the push its client no longer waits for.
         wait_until(lambda: stack.upstream_ref(branch) == approval.commit_sha, 30, lambda: branch)
-    finally:
-        (stack.upstream / "hooks" / "pre-receive").unlink()
     assert stack.store.get(job.id).state is JobState.RUNNING
 
     stack.start_worker("b")

@@ -156,3 +156,11 @@ def assert_all_gone(pids: list[int]) -> None:
     groups = process_groups()
     left = {pid: groups[pid] for pid in pids if pid in groups}
     assert not [pid for pid in pids if alive(pid)] and not left, f"still running: {left}"
+
+
+def approval_flags(shown: str, job_id: str) -> list[str]:
+    """The flags that name the job's approval, from what ``approvals show`` printed for the
+    reviewer to decide with."""
+    found = re.search(rf"riverbeam approvals approve {job_id} (--approval .+?) \[--comment", shown)
+    assert found, shown
+    return found.group(1).split()

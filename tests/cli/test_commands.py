@@ -13,7 +13,7 @@ import pytest
 from bot.cli.common import os_account
 from bot.jobs.celery_app import queue_for, worker_queues
 from bot.jobs.models import ApprovalState, JobKind, JobRecord, JobState
-from tests.cli.kit import Background, Ran, cli, environment
+from tests.cli.kit import Background, Ran, approval_flags, cli, environment
 from tests.support.playbooks import COMMIT_SUBJECT
 from tests.support.stack import REQUESTER, REVIEWER, Stack, job_stack, wait_until
 
@@ -64,12 +64,7 @@ def has_field(output: str, name: str, value: str) -> bool:
 def named(job_id: str) -> list[str]:
     """The flags that name the job's approval, as ``approvals show`` prints them for the
     reviewer to decide with."""
-    shown = cli("approvals", "show", job_id)
-    found = re.search(
-        rf"riverbeam approvals approve {job_id} (--approval .+?) \[--comment", shown.out
-    )
-    assert found, shown.out
-    return found.group(1).split()
+    return approval_flags(cli("approvals", "show", job_id).out, job_id)
 
 
 def _queued_messages(stack: Stack) -> int:
@@ -256,7 +251,7 @@ def test_follow_until_end_says_a_parked_job_waits_for_a_person_not_a_worker(
     env = environment(tmp_path) | {"RIVERBEAM_CONFIG": str(stack.config)}
     with Background(["jobs", "follow", job.id, "--until-end"], env) as follower:
         follower.wait_for("awaiting_approval: waiting for a person to approve or refuse")
-        decided = cli("approvals", "approve", job.id, "--as", REVIEWER)
+        decided = cli("approvals", "approve", job.id, *named(job.id), "--as", REVIEWER)
         assert decided.code == 0, decided.err
         assert follower.finish() == 0, follower.output
     assert f"riverbeam approvals show {job.id}" in follower.output

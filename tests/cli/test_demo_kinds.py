@@ -29,7 +29,7 @@ from bot.demo import (
     fix_links,
     fix_typos,
 )
-from tests.cli.kit import PROJECT_ROOT, Background, Ran, cli, environment
+from tests.cli.kit import PROJECT_ROOT, Background, Ran, approval_flags, cli, environment
 from tests.support.redis_server import free_port
 from tests.workspace.kit import traversable_dir, upstream_push
 
@@ -61,6 +61,11 @@ class Demo:
             timeout=180,
         )
         return Ran(done.returncode, done.stdout, done.stderr)
+
+    def approve(self, job_id: str) -> Ran:
+        """Approve what ``approvals show`` shows, and follow the job to its end."""
+        flags = approval_flags(self.run("approvals", "show", job_id).out, job_id)
+        return self.run("approvals", "approve", job_id, *flags, "--follow")
 
     def ci(self, *argv: str) -> Ran:
         return self.run(
@@ -117,7 +122,7 @@ def test_an_author_job_fixes_the_page_and_pushes_once_approved(demo: Demo) -> No
     parked = demo.run("submit", "author", "--repo", REPO_NAME, "--request", REQUEST, "--follow")
     job_id = _followed(parked, "▸ read_file path=docs/install.md", "⏸ git_push waits")
 
-    approved = demo.run("approvals", "approve", job_id, "--follow")
+    approved = demo.approve(job_id)
     assert approved.code == 0 and "● job succeeded" in approved.out, approved.out
     landed = branch_commit(demo.upstream, f"riverbeam/{job_id}")
     assert landed is not None and landed.subject.startswith("Fix typos and broken links")
@@ -177,7 +182,7 @@ def test_a_publish_of_the_approved_review_lands_once_approved(demo: Demo) -> Non
 
     argv = ("submit", "publish", "--repo", REPO_NAME, "--review-job", review_id, "--follow")
     job_id = _followed(demo.run(*argv), "⏸ publish_docset waits for a person's approval")
-    approved = demo.run("approvals", "approve", job_id, "--follow")
+    approved = demo.approve(job_id)
     assert approved.code == 0 and "● job succeeded" in approved.out, approved.out
 
     published = branch_commit(demo.upstream, PUBLISH_REF)

@@ -98,12 +98,17 @@ def parked(store: JobStore, spec: JobSpec | None = None, approval_id: str = "ap1
     """A job that ran, opened an approval and parked on it, as the executor does."""
     record = store.create(spec or author())
     assert store.claim(record.id, worker="w1", lease_seconds=30) is not None
-    store.open_approval(pending_for(record, approval_id))
+    return park_on(store, pending_for(record, approval_id))
+
+
+def park_on(store: JobStore, approval: Approval) -> JobRecord:
+    """The running job opens ``approval`` and parks on it."""
+    store.open_approval(approval)
     moved = store.transition(
-        record.id,
+        approval.job_id,
         JobState.AWAITING_APPROVAL,
         from_states={JobState.RUNNING},
-        approval_id=approval_id,
+        approval_id=approval.id,
     )
     assert moved is not None
     return moved
@@ -1136,14 +1141,7 @@ def park_again(store: JobStore, record: JobRecord, approval_id: str, commit: str
     again = pending_for(record, approval_id).model_copy(
         update={"commit_sha": commit, "diff_digest": "e" * 64, "diff": "+++ another change\n"}
     )
-    store.open_approval(again)
-    moved = store.transition(
-        record.id,
-        JobState.AWAITING_APPROVAL,
-        from_states={JobState.RUNNING},
-        approval_id=approval_id,
-    )
-    assert moved is not None
+    park_on(store, again)
 
 
 def test_an_approve_of_what_was_shown_before_the_job_parked_again_is_refused(

@@ -90,10 +90,7 @@ def test_a_pinned_key_lets_the_mirror_fetch_and_the_relay_push(
     ssh_settings: WorkspaceSettings,
     known_hosts: Path,
 ) -> None:
-    server.pin_keys(known_hosts)
-
-    workspace = prepare_workspace("ssh-1", "docs", ssh_config, None, ssh_settings)
-    sha = sandbox_push(workspace, {"docs/ssh.md": "Over SSH.\n"})
+    workspace, sha = _trusted_push(server, ssh_config, ssh_settings, known_hosts, "ssh-1")
     result = _relay(workspace, sha, ssh_config, ssh_settings)
 
     assert result.pushed
@@ -200,9 +197,7 @@ def test_a_relay_without_a_pinned_key_pushes_nothing(
     ssh_settings: WorkspaceSettings,
     known_hosts: Path,
 ) -> None:
-    server.pin_keys(known_hosts)
-    workspace = prepare_workspace("ssh-2", "docs", ssh_config, None, ssh_settings)
-    sha = sandbox_push(workspace, {"docs/ssh.md": "Over SSH.\n"})
+    workspace, sha = _trusted_push(server, ssh_config, ssh_settings, known_hosts, "ssh-2")
     known_hosts.unlink()
 
     error = _refused("BEM-354", lambda: _relay(workspace, sha, ssh_config, ssh_settings))
@@ -221,10 +216,8 @@ def test_a_changed_host_key_is_refused_for_the_fetch_and_the_push(
     ssh_settings: WorkspaceSettings,
     known_hosts: Path,
 ) -> None:
-    server.pin_keys(known_hosts)
+    workspace, sha = _trusted_push(server, ssh_config, ssh_settings, known_hosts, "ssh-3")
     [old] = server.fingerprints()
-    workspace = prepare_workspace("ssh-3", "docs", ssh_config, None, ssh_settings)
-    sha = sandbox_push(workspace, {"docs/ssh.md": "Over SSH.\n"})
     refs_before = _mirror_refs(ssh_settings)
 
     server.regenerate_host_keys()
@@ -317,8 +310,7 @@ def test_the_push_connection_is_checked_too_not_only_the_first_one(
 ) -> None:
     """The relay reads the branch, then pushes: two connections. An impostor that answers only
     the second (with the same repository and the same authorized key) gets nothing."""
-    workspace = _trusted_workspace(server, ssh_config, ssh_settings, known_hosts)
-    sha = sandbox_push(workspace, {"docs/ssh.md": "Over SSH.\n"})
+    workspace, sha = _trusted_push(server, ssh_config, ssh_settings, known_hosts, "ssh-4")
     with ssh_server() as impostor:
         impostor.serve(upstream, SERVED)
         impostor.authorize(server.client_key)
@@ -338,8 +330,15 @@ def test_the_push_connection_is_checked_too_not_only_the_first_one(
     assert server.tip(SERVED, workspace.branch) is None
 
 
-def _trusted_workspace(
-    server: SshServer, config: RepositoryConfig, settings: WorkspaceSettings, known_hosts: Path
-) -> Workspace:
+def _trusted_push(
+    server: SshServer,
+    config: RepositoryConfig,
+    settings: WorkspaceSettings,
+    known_hosts: Path,
+    job_id: str,
+) -> tuple[Workspace, str]:
+    """With the server's keys pinned, the job's workspace, and a commit the sandbox pushed
+    to its outbox (the relay's to send)."""
     server.pin_keys(known_hosts)
-    return prepare_workspace("ssh-4", "docs", config, None, settings)
+    workspace = prepare_workspace(job_id, "docs", config, None, settings)
+    return workspace, sandbox_push(workspace, {"docs/ssh.md": "Over SSH.\n"})

@@ -37,6 +37,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from bot.cron import parse_cron
 from bot.errors import BeamError
 from sandbox.identity import Identity
 from sandbox.refs import ProtectedRefs, branch_name
@@ -378,11 +379,10 @@ class Settings(BaseSettings):
     def _schedules_parse(self) -> Settings:
         if not any(repo.summary_schedule for repo in self.repositories.values()):
             return self
-        # Imported here (and only then): the schedules module reads these settings.
-        from bot.jobs.schedules import summary_schedules
-
         try:
-            summary_schedules(self)
+            for name, repo in sorted(self.repositories.items()):
+                if repo.summary_schedule is not None:
+                    parse_cron(repo.summary_schedule, repo=name)
         except BeamError as error:
             raise ValueError(error.message) from None
         return self

@@ -11,7 +11,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def _queues(text: str) -> list[str]:
-    from bot.jobs.celery_app import worker_queues
+    from bot.jobs.queues import worker_queues
 
     known = worker_queues()
     queues = [name.strip() for name in text.split(",") if name.strip()]
@@ -56,7 +56,8 @@ def add_service_commands(commands: Any) -> None:
 def _worker(args: argparse.Namespace) -> int:
     from bot.cli.localstack import node_name
     from bot.config import load_settings
-    from bot.jobs.celery_app import create_app, worker_queues
+    from bot.jobs.celery_app import create_app
+    from bot.jobs.queues import worker_queues
     from sandbox.container.engine import connect
     from sandbox.image.build import check_image
 

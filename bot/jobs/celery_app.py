@@ -43,49 +43,28 @@ from kombu.common import Broadcast
 
 from bot.config import Settings, load_settings
 from bot.jobs.models import JobKind
+from bot.jobs.queues import (
+    COLLECT_WORKSPACES,
+    DEFAULT_QUEUE,
+    HOSTS_EXCHANGE,
+    HOSTS_QUEUE,
+    REAP_SANDBOXES,
+    RECOVER_JOBS,
+    RESUME_DECIDED,
+    SCHEDULE_SUMMARIES,
+    queue_for,
+)
 from bot.jobs.schedules import summary_schedules
-
-DEFAULT_QUEUE: Final = "default"
-HOSTS_QUEUE: Final = "riverbeam.hosts"
-"""A broadcast queue: every worker gets a copy of what is sent there. The sandbox reaper and
-the workspace collector are per-host chores (each host has its own engine and disk)."""
-
-HOSTS_EXCHANGE: Final = Exchange(HOSTS_QUEUE, type="fanout")
-"""Declared with every chore sent: Celery declares nothing for a broadcast queue, and Redis
-routes to an exchange it was never told is fanout as if it were direct (to nobody)."""
-
-RUN_JOB: Final = "riverbeam.run_job"
-RESUME_JOB: Final = "riverbeam.resume_job"
-REAP_SANDBOXES: Final = "riverbeam.reap_sandboxes"
-COLLECT_WORKSPACES: Final = "riverbeam.collect_workspaces"
-SCHEDULE_SUMMARIES: Final = "riverbeam.schedule_summaries"
-FINISH_SCHEDULE_RUN: Final = "riverbeam.finish_schedule_run"
-RECOVER_JOBS: Final = "riverbeam.recover_jobs"
-RESUME_DECIDED: Final = "riverbeam.resume_decided"
+from bot.jobs.tasks import register
 
 CHORE_INTERVAL_SECONDS: Final = 300.0
 # A job whose worker died waits for this sweep (at most this long after its lease ran out),
 # not for Redis to redeliver the dead worker's message (the visibility timeout, 30 minutes
 # with the default limits).
 RECOVER_INTERVAL_SECONDS: Final = 60.0
-# Redis serves priority 0 first (kombu keeps one list per step: 0, 3, 6, 9). A new job is
-# queued at 6 and a decided push (its resume) at 0, so an approved push never waits behind a
-# backlog of jobs that have not started: whoever approved it sees it land in seconds.
-RUN_PRIORITY: Final = 6
-RESUME_PRIORITY: Final = 0
 # Redis redelivers an unacknowledged message after the visibility timeout; a job still inside
 # its hard limit must never be handed to a second worker that way.
 VISIBILITY_MARGIN_SECONDS: Final = 600
-
-
-def queue_for(kind: JobKind) -> str:
-    """The queue a job of ``kind`` goes to: one per kind, so workers can specialise."""
-    return kind.value
-
-
-def worker_queues() -> list[str]:
-    """Every queue a general-purpose worker consumes, the broadcast queue included."""
-    return [queue_for(kind) for kind in JobKind] + [DEFAULT_QUEUE, HOSTS_QUEUE]
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -166,33 +145,10 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     return {**chores, **summaries}
 
 
-def send_schedule(app: Celery, repo: str) -> None:
-    """Trigger a scheduled summary run of ``repo`` now (what beat sends at its cron times)."""
-    app.send_task(SCHEDULE_SUMMARIES, args=[repo], queue=DEFAULT_QUEUE)
-
-
-def send_recover(app: Celery) -> None:
-    """Sweep for jobs whose worker died now (what beat sends every minute)."""
-    app.send_task(RECOVER_JOBS, queue=DEFAULT_QUEUE)
-
-
-def send_resume_sweep(app: Celery) -> None:
-    """Sweep for decisions whose resume message was lost now (what beat sends every minute)."""
-    app.send_task(RESUME_DECIDED, queue=DEFAULT_QUEUE)
-
-
-def send_chore(app: Celery, task: str) -> None:
-    """Send a per-host chore to every worker (what beat does on its schedule)."""
-    app.send_task(task, declare=[HOSTS_EXCHANGE])
-
-
 def create_app(settings: Settings) -> Celery:
     """A Celery app for ``settings``, with Riverbeam's tasks registered."""
     app = Celery("riverbeam", set_as_current=False)
     app.conf.update(celery_config(settings))
-    # Imported here, not at the top: the tasks module imports this one for its names.
-    from bot.jobs.tasks import register
-
     register(app, settings)
     return app
 

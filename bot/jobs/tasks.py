@@ -33,12 +33,13 @@ from typing import Any
 
 import docker
 from celery import Celery, Task
-from kombu.exceptions import OperationalError
 
 from bot import jsonlimits
 from bot.config import Settings
 from bot.errors import BeamError
-from bot.jobs.celery_app import (
+from bot.jobs.executor import Executor, ImageCheck
+from bot.jobs.models import Approval, DecisionBinding, JobRecord, JobSpec, JobState
+from bot.jobs.queues import (
     COLLECT_WORKSPACES,
     DEFAULT_QUEUE,
     FINISH_SCHEDULE_RUN,
@@ -46,15 +47,11 @@ from bot.jobs.celery_app import (
     RECOVER_JOBS,
     RESUME_DECIDED,
     RESUME_JOB,
-    RESUME_PRIORITY,
     RUN_JOB,
-    RUN_PRIORITY,
     SCHEDULE_SUMMARIES,
-    default_app,
-    queue_for,
+    send_resume,
+    send_run,
 )
-from bot.jobs.executor import Executor, ImageCheck
-from bot.jobs.models import Approval, DecisionBinding, JobRecord, JobSpec, JobState
 from bot.jobs.schedules import ScheduleRuns, SummarySchedule, poll_delay
 from bot.jobs.store import JobStore
 from sandbox.container.engine import connect
@@ -72,7 +69,7 @@ def submit_job(
     *,
     settings: Settings,
     idempotency_key: str | None = None,
-    app: Celery | None = None,
+    app: Celery,
 ) -> JobRecord:
     """Store a new job and queue it; a repository ``settings`` does not register is BEM-501
     and nothing is stored. The same ``idempotency_key`` returns the job it made first; while
@@ -89,7 +86,7 @@ def submit_job(
         raise BeamError("BEM-501", f"invalid job request: {error}") from None
     record = store.create(spec, idempotency_key=idempotency_key)
     if record.state is JobState.QUEUED:
-        _send(app, RUN_JOB, record, priority=RUN_PRIORITY)
+        send_run(app, record)
     return record
 
 
@@ -102,7 +99,7 @@ def decide_job(
     *,
     binding: DecisionBinding | None,
     settings: Settings,
-    app: Celery | None = None,
+    app: Celery,
     os_user: str | None = None,
 ) -> Approval:
     """Approve or refuse the job's parked call, the one ``binding`` names (BEM-600 to 605
@@ -119,7 +116,7 @@ def decide_job(
         allow_self=allow_self,
         os_user=os_user,
     )
-    _send(app, RESUME_JOB, store.get(job_id), priority=RESUME_PRIORITY)
+    send_resume(app, store.get(job_id))
     return decided
 
 
@@ -146,18 +143,6 @@ def send_finish(app: Celery, repo: str, run_id: str, *, poll: int, countdown: fl
         queue=DEFAULT_QUEUE,
         countdown=countdown,
     )
-
-
-def _send(app: Celery | None, task: str, record: JobRecord, *, priority: int) -> None:
-    try:
-        (app or default_app()).send_task(
-            task, args=[record.id], queue=queue_for(record.spec.kind), priority=priority
-        )
-    except OperationalError as error:
-        # The record is stored: a submit retried with the same Idempotency-Key queues it.
-        raise BeamError(
-            "BEM-504", f"job {record.id} is stored but queueing it failed: {error}; try again"
-        ) from error
 
 
 class JobWorker:
@@ -232,9 +217,9 @@ class JobWorker:
                 self.store.forget_lease(job_id)
                 continue
             if record.approval_id is None:
-                _send(app, RUN_JOB, record, priority=RUN_PRIORITY)
+                send_run(app, record)
             else:
-                _send(app, RESUME_JOB, record, priority=RESUME_PRIORITY)
+                send_resume(app, record)
             log.warning("job %s lost its worker %s: queued again", job_id, record.worker)
             queued.append(job_id)
         return queued
@@ -248,7 +233,7 @@ class JobWorker:
         grace = self.settings.jobs.resume_grace_seconds
         queued = []
         for record in self.store.unapplied_decisions(older_than=grace):
-            _send(app, RESUME_JOB, record, priority=RESUME_PRIORITY)
+            send_resume(app, record)
             log.warning(
                 "job %s: its decision was not applied in %g s: resume sent again", record.id, grace
             )

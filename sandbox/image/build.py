@@ -35,6 +35,17 @@ from docker.models.images import Image
 from bot.config import SandboxLimits, Settings
 from bot.errors import BeamError
 from sandbox.container.engine import engine_errors
+from sandbox.image.dockerbuild import base_image_available, build_with_dockerfile
+from sandbox.image.recipe import (
+    DEBIAN_SUITE,
+    DOCKERFILE,
+    METHOD_LABEL,
+    PROJECT_ROOT,
+    PYTHON_VERSION,
+    ImagePlan,
+    Wheel,
+)
+from sandbox.image.rootfs import build_from_rootfs
 
 __all__ = [
     "ImageInfo",
@@ -45,45 +56,17 @@ __all__ = [
     "plan_image",
 ]
 
-PYTHON_VERSION = "3.11"
-DEBIAN_SUITE = "bookworm"
 DEBIAN_GLIBC_MINOR = 36  # bookworm's glibc 2.36: the newest manylinux wheel it can load
-CONTENT_LABEL = "riverbeam.content-hash"
-METHOD_LABEL = "riverbeam.build-method"
 KEPT_PREVIOUS_IMAGES = 2
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DOCKERFILE = PROJECT_ROOT / "docker" / "sandbox" / "Dockerfile"
 _PROJECT_PACKAGES = ("bot", "sandbox")
-_RECIPE_MODULES = ("sandbox/image/build.py", "sandbox/image/imagefs.py", "sandbox/image/rootfs.py")
+_RECIPE_MODULES = (
+    "sandbox/image/build.py",
+    "sandbox/image/imagefs.py",
+    "sandbox/image/recipe.py",
+    "sandbox/image/rootfs.py",
+)
 
 Method = Literal["dockerfile", "rootfs"]
-
-
-@dataclass(frozen=True)
-class Wheel:
-    name: str
-    version: str
-    path: Path
-    sha256: str
-
-
-@dataclass(frozen=True)
-class ImagePlan:
-    """Every input of one image, and the tag they hash to."""
-
-    repository: str
-    uid: int
-    wheels: tuple[Wheel, ...]
-    sources: tuple[tuple[str, Path], ...]  # (path inside the app directory, file on the host)
-    content_hash: str
-
-    @property
-    def ref(self) -> str:
-        return f"{self.repository}:{self.content_hash}"
-
-    @property
-    def latest(self) -> str:
-        return f"{self.repository}:latest"
 
 
 @dataclass(frozen=True)
@@ -161,12 +144,8 @@ def build_image(
             pass
     method = _method(client, settings.sandbox)
     if method == "dockerfile":
-        from sandbox.image.dockerbuild import build_with_dockerfile
-
         build_with_dockerfile(client, plan)
     else:
-        from sandbox.image.rootfs import build_from_rootfs
-
         cache = cache_dir(settings.sandbox)
         build_from_rootfs(client, plan, settings.sandbox, cache, refresh=force)
     with engine_errors("BEM-408", "tagging the sandbox image"):
@@ -300,8 +279,6 @@ def _download(directory: Path, name: str, version: str) -> None:
 def _method(client: docker.DockerClient, limits: SandboxLimits) -> Method:
     if limits.build_method != "auto":
         return limits.build_method
-    from sandbox.image.dockerbuild import base_image_available
-
     return "dockerfile" if base_image_available(client) else "rootfs"
 
 

@@ -18,7 +18,8 @@ from docker.errors import DockerException, ImageNotFound
 
 from bot.errors import BeamError
 from sandbox.container.engine import engine_errors
-from sandbox.image.build import CONTENT_LABEL, DOCKERFILE, METHOD_LABEL, PROJECT_ROOT, ImagePlan
+from sandbox.image import imagefs
+from sandbox.image.recipe import CONTENT_LABEL, DOCKERFILE, METHOD_LABEL, ImagePlan
 
 __all__ = ["BASE_IMAGE", "base_image_available", "build_with_dockerfile"]
 
@@ -65,7 +66,7 @@ def build_with_dockerfile(
 
 def _assemble(context: Path, plan: ImagePlan) -> None:
     shutil.copyfile(DOCKERFILE, context / "Dockerfile")
-    shutil.copyfile(PROJECT_ROOT / "sandbox" / "image" / "imagefs.py", context / "imagefs.py")
+    shutil.copyfile(imagefs.__file__, context / "imagefs.py")
     (context / "wheels").mkdir()
     for wheel in plan.wheels:
         shutil.copyfile(wheel.path, context / "wheels" / wheel.path.name)

@@ -30,14 +30,14 @@ import docker
 from bot.config import SandboxLimits
 from bot.errors import BeamError
 from sandbox.container.engine import engine_errors
-from sandbox.image.build import (
+from sandbox.image.imagefs import APP_DIR, SITE_DIR, finish
+from sandbox.image.recipe import (
     CONTENT_LABEL,
     DEBIAN_SUITE,
     METHOD_LABEL,
     PYTHON_VERSION,
     ImagePlan,
 )
-from sandbox.image.imagefs import APP_DIR, SITE_DIR, finish
 
 __all__ = ["DEBIAN_PACKAGES", "build_from_rootfs", "entrypoint"]
 

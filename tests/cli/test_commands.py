@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bot.cli.common import os_account
-from bot.jobs.celery_app import queue_for, worker_queues
 from bot.jobs.models import ApprovalState, JobKind, JobRecord, JobState
+from bot.jobs.queues import queue_for, worker_queues
 from tests.cli.kit import Background, Ran, approval_flags, cli, environment
 from tests.support.playbooks import COMMIT_SUBJECT
 from tests.support.stack import REQUESTER, REVIEWER, Stack, job_stack, wait_until

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bot.jobs.celery_app import send_recover
 from bot.jobs.models import Approval, JobKind, JobRecord, JobState
+from bot.jobs.queues import send_recover
 from tests.support.playbooks import AUTHOR_REQUEST
 from tests.support.stack import Stack, wait_until
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.jobs.celery_app import send_recover
 from bot.jobs.models import ApprovalState, JobKind, JobState
+from bot.jobs.queues import send_recover
 from tests.faults.invariants import check_invariants
 from tests.faults.kit import park, tool_called
 from tests.support.playbooks import AUTHOR_REQUEST

@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bot.errors import BeamError
-from bot.jobs.celery_app import REAP_SANDBOXES, RESUME_JOB, RUN_JOB, queue_for, send_chore
 from bot.jobs.models import (
     Approval,
     ApprovalState,
@@ -20,6 +19,7 @@ from bot.jobs.models import (
     JobRecord,
     JobState,
 )
+from bot.jobs.queues import REAP_SANDBOXES, RESUME_JOB, RUN_JOB, queue_for, send_chore
 from bot.jobs.tasks import cancel_job
 from sandbox.container.engine import connect
 from sandbox.container.hardening import (

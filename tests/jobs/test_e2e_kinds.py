@@ -11,7 +11,6 @@ import pytest
 
 from bot.errors import BeamError
 from bot.frames import DoneFrame
-from bot.jobs.celery_app import RESUME_JOB, RUN_JOB, queue_for
 from bot.jobs.commit_notes import MAX_SUBJECT_CHARS
 from bot.jobs.models import (
     ApprovalState,
@@ -26,6 +25,7 @@ from bot.jobs.models import (
     ReviewOutcome,
     SummaryOutcome,
 )
+from bot.jobs.queues import RESUME_JOB, RUN_JOB, queue_for
 from bot.jobs.tasks import cancel_job
 from sandbox.reports import LogReport
 from tests.support.playbooks import (

@@ -14,19 +14,19 @@ from bot.clients.playbook import PlaybookClient, last_tool_result
 from bot.config import ModelSettings, Settings
 from bot.errors import BeamError
 from bot.input import AgentInput
-from bot.jobs.celery_app import (
+from bot.jobs.celery_app import celery_config
+from bot.jobs.model_client import model_client_for
+from bot.jobs.models import JobKind, JobRecord, JobSpec
+from bot.jobs.queues import (
     COLLECT_WORKSPACES,
     HOSTS_EXCHANGE,
     HOSTS_QUEUE,
     REAP_SANDBOXES,
     RECOVER_JOBS,
     RESUME_DECIDED,
-    celery_config,
     queue_for,
     worker_queues,
 )
-from bot.jobs.model_client import model_client_for
-from bot.jobs.models import JobKind, JobRecord, JobSpec
 from bot.jobs.relayed_push import ApprovedPush, Relay, RelayedPush
 from bot.tools import ToolSpec
 from sandbox.tool_specs import TOOL_SPECS

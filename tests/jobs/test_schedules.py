@@ -20,9 +20,11 @@ from celery.result import AsyncResult
 from celery.schedules import crontab
 
 from bot.config import RepositoryConfig, Settings, WorkspaceSettings, load_settings
+from bot.cron import parse_cron
 from bot.errors import BeamError
-from bot.jobs.celery_app import DEFAULT_QUEUE, SCHEDULE_SUMMARIES, create_app
+from bot.jobs.celery_app import create_app
 from bot.jobs.models import JobKind, JobSpec, JobState, SummaryOutcome
+from bot.jobs.queues import DEFAULT_QUEUE, SCHEDULE_SUMMARIES
 from bot.jobs.schedules import (
     KEEP_RUNS,
     MAX_DELIVERIES,
@@ -32,7 +34,6 @@ from bot.jobs.schedules import (
     ScheduleRuns,
     SummarySchedule,
     active_branches,
-    parse_cron,
     poll_delay,
 )
 from bot.jobs.store import JobStore

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 import redis
+from celery import Celery
 from pydantic import JsonValue
 
 from bot.config import RepositoryConfig, Settings
@@ -1365,7 +1366,7 @@ def test_submitting_metadata_over_the_json_limits_is_bem_501_and_stores_nothing(
     settings = Settings(repositories={"docs": RepositoryConfig(upstream="/nowhere")})
 
     with pytest.raises(JobError) as caught:
-        submit_job(store, author(metadata=metadata), settings=settings)
+        submit_job(store, author(metadata=metadata), settings=settings, app=Celery())
 
     assert caught.value.code == "BEM-501" and "metadata" in caught.value.message
     assert store.list() == ([], None)

@@ -55,8 +55,9 @@ from celery import Celery
 from bot.config import Settings
 from bot.errors import BeamError
 from bot.frames import ToolCallRecord, ToolFrame
-from bot.jobs.celery_app import create_app, worker_queues
+from bot.jobs.celery_app import create_app
 from bot.jobs.models import Approval, JobKind, JobRecord, JobSpec, JobState
+from bot.jobs.queues import worker_queues
 from bot.jobs.store import JobStore
 from bot.jobs.tasks import JobWorker, decide_job, submit_job
 from sandbox.container.engine import connect

@@ -2,7 +2,7 @@
 submitting and approving through the real service, and the in-process floor.
 
 ``bench.jobs_bench`` (latency, one burst) and ``bench.load_bench`` (200 jobs, several worker
-layouts) both drive the end-to-end test stack (``tests.support.stack``) with the
+layouts) both drive the end-to-end test stack (``harness.stack``) with the
 ``author-fix-install`` playbook and compare with the same floor: the playbook in this
 process on in-process tools, no Celery, no Redis, no container.
 """
@@ -20,18 +20,18 @@ from pathlib import Path
 
 from bench import percentile
 from bot.clients.playbook import PlaybookClient
-from bot.frames import Frame, ResultStatus
-from bot.input import AgentContext, AgentInput
-from bot.jobs.models import JobKind, JobRecord, JobState
+from bot.core.frames import Frame, ResultStatus
+from bot.core.identity import Identity
+from bot.core.input import AgentContext, AgentInput
 from bot.runner.loop import ToolLoopAgent
 from bot.runner.state import Decision, RunState
-from sandbox.identity import Identity
-from sandbox.jail import SandboxRoot
-from sandbox.tools import sandbox_tools
-from sandbox.worktree import WorkingTree
-from tests.support.playbooks import AUTHOR_REQUEST, PLAYBOOKS, seed_upstream
-from tests.support.stack import REPO, Stack
-from tests.workspace.kit import git
+from bot.store.models import JobKind, JobRecord, JobState
+from harness.gitkit import git
+from harness.playbooks import AUTHOR_REQUEST, PLAYBOOKS, seed_upstream
+from harness.stack import REPO, Stack
+from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.tools import sandbox_tools
+from sandbox.inside.worktree import WorkingTree
 
 PLAYBOOK = "author-fix-install"
 APPROVER = "bench-reviewer"

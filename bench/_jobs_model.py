@@ -14,9 +14,9 @@ import time
 from collections.abc import Sequence
 
 from bot.clients.base import Completion, CompletionClient, Message
-from bot.jobs.models import JobRecord
-from bot.tools import ToolSpec
-from tests.support.playbooks import for_job as playbook_for
+from bot.core.tools import ToolSpec
+from bot.store.models import JobRecord
+from harness.playbooks import for_job as playbook_for
 
 log = logging.getLogger(__name__)
 

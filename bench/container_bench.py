@@ -7,7 +7,7 @@ On the current sandbox image, in one run:
   ``read_file``, ``list_tree`` and ``git_status``;
 - the naive baseline: the same calls as one ``docker exec`` each (a fresh Python in the
   container that opens the tree and runs the tool), through the SDK's ``exec_run``;
-- in process: the synchronous dispatcher ``sandbox.tools.call_tool`` on the host.
+- in process: the synchronous dispatcher ``sandbox.inside.tools.call_tool`` on the host.
 
 Figures are printed, never asserted. Targets: ready ≤ 400 ms median; a small ``read_file``
 round trip ≤ 1 ms median and ≥ 50× faster than ``docker exec``.
@@ -33,12 +33,12 @@ import pygit2
 from bench import percentile
 from bench._repo import bench_repository
 from bot.config import SandboxLimits, Settings
-from sandbox.container.engine import connect
-from sandbox.container.lifecycle import ContainerSandbox
-from sandbox.image.build import build_image
-from sandbox.jail import SandboxRoot
-from sandbox.tools import call_tool
-from sandbox.worktree import WorkingTree
+from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.host.engine import connect
+from sandbox.host.image.build import build_image
+from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.tools import call_tool
+from sandbox.inside.worktree import WorkingTree
 
 PROTECTED = ("main", "release/*")
 # (label, tool, arguments, share of --runs): the slower calls get fewer runs.
@@ -51,8 +51,8 @@ CALLS: tuple[tuple[str, str, dict[str, Any], float], ...] = (
 # sandbox would.
 _EXEC_SNIPPET = (
     "import json, sys\n"
-    "from sandbox.server import _arguments, open_tree\n"
-    "from sandbox.tools import call_tool\n"
+    "from sandbox.inside.server import _arguments, open_tree\n"
+    "from sandbox.inside.tools import call_tool\n"
     "tree = open_tree(_arguments(['--root', '/workspace', '--protected', 'main']))\n"
     "print(json.dumps(call_tool(tree, sys.argv[1], json.loads(sys.argv[2]))))\n"
 )

@@ -5,10 +5,10 @@
 Everything but the model is real: a ``redis-server``, ``--workers`` Celery worker processes
 (prefork, ``--concurrency`` pool processes each, each worker with its own workspace root and
 mirror cache, like separate hosts), one sandbox container per job segment, a bare upstream,
-the relay. The model is the ``author-fix-install`` playbook of ``tests.support.playbooks``
+the relay. The model is the ``author-fix-install`` playbook of ``harness.playbooks``
 (list the tree, read the install page, write it fixed, add, commit, push), installed in the
 workers through ``model.factory`` (``bench._jobs_model``). The stack is the end-to-end test
-harness (``tests.support.stack``).
+harness (``harness.stack``).
 
 Each job goes submit → park (the push waits for approval) → approve → pushed (the relay
 landed the commit upstream). The benchmark is its own approver: it approves each parked push
@@ -18,7 +18,7 @@ as soon as it sees it. Three runs:
 2. **under load**: ``--jobs`` jobs submitted at once: jobs per minute end to end (first
    submit to last push), and the latencies again, now with the queue in them;
 3. **the floor**, in this process, before the stack starts: the same playbook on the same
-   tools called in process on a local clone (``sandbox.tools.sandbox_tools``), no Celery, no
+   tools called in process on a local clone (``sandbox.inside.tools.sandbox_tools``), no Celery, no
    Redis, no container; start → the parked push, and the approved push to a local bare
    repository.
 
@@ -60,11 +60,11 @@ from bench._jobs import (
     submit,
 )
 from bench._jobs_model import PREFIX as MODEL_PREFIX
-from bot.errors import BeamError
-from bot.frames import ToolFrame
-from bot.jobs.models import JobState
+from bot.core.errors import BeamError
+from bot.core.frames import ToolFrame
 from bot.jobs.timings import PREFIX as TIMINGS_PREFIX
-from tests.support.stack import REPO, Stack, job_stack
+from bot.store.models import JobState
+from harness.stack import REPO, Stack, job_stack
 
 TARGET_JOBS_PER_MINUTE = 60.0
 TARGET_PARK_SECONDS = 1.5

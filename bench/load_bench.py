@@ -2,7 +2,7 @@
 
     python -m bench.load_bench [--jobs 200] [--scenario two-workers|two-hosts|both]
 
-Everything but the model is real (the end-to-end stack of ``tests.support.stack``, as in
+Everything but the model is real (the end-to-end stack of ``harness.stack``, as in
 ``bench.jobs_bench``): Redis, Celery worker processes, one sandbox container per job
 segment, a bare upstream and the relay. Each scenario runs on a fresh stack:
 
@@ -41,11 +41,11 @@ from pathlib import Path
 
 from bench import percentile
 from bench._jobs import MODEL_FACTORY, PLAYBOOK, Floor, decide, run_floor, run_one
-from bot.jobs.models import JobKind, JobRecord, JobState
-from sandbox.container.engine import connect
-from sandbox.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
-from tests.support.playbooks import AUTHOR_REQUEST
-from tests.support.stack import Stack, job_stack
+from bot.store.models import JobKind, JobRecord, JobState
+from harness.playbooks import AUTHOR_REQUEST
+from harness.stack import Stack, job_stack
+from sandbox.host.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
+from sandbox.host.engine import connect
 
 TARGET_JOBS_PER_MINUTE = 60.0
 SAMPLE_SECONDS = 1.0

@@ -27,10 +27,10 @@ from pydantic import JsonValue
 
 from bot.clients.base import Completion, ToolCall
 from bot.clients.scripted import ScriptedClient
-from bot.input import AgentContext, AgentInput
+from bot.core.input import AgentContext, AgentInput
+from bot.core.tools import ToolSpec, json_params
 from bot.runner import ToolLoopAgent
 from bot.runner.budget import ContextBudget
-from bot.tools import ToolSpec, json_params
 
 
 class _Pages:

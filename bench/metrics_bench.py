@@ -40,9 +40,9 @@ import redis
 
 from bench import percentile
 from bot.api.metrics import approval_families, store_families
-from bot.jobs.models import Approval, JobKind, JobSpec, JobState
 from bot.jobs.store import JobStore
-from tests.support.redis_server import redis_server
+from bot.store.models import Approval, JobKind, JobSpec, JobState
+from harness.redis_server import redis_server
 
 PREFIX = "bench"
 SMALL_DIFF_BYTES = 1024

@@ -45,11 +45,11 @@ from pathlib import Path
 
 from bench._repo import bench_repository
 from bot.config import RepositoryConfig, WorkspaceSettings
-from sandbox.jail import SandboxRoot
-from sandbox.workspace.mirror import sync_mirror
-from sandbox.workspace.prepare import SANDBOX_UID, prepare_workspace
-from sandbox.worktree import WorkingTree
-from tests.workspace.kit import as_sandbox, traversable_dir
+from harness.gitkit import as_sandbox, traversable_dir
+from sandbox.host.upstream.mirror import sync_mirror
+from sandbox.host.workspace.prepare import SANDBOX_UID, prepare_workspace
+from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.worktree import WorkingTree
 
 TARGET_SECONDS = 2.0
 REPO = "bench"

@@ -1,7 +1,7 @@
 """Riverbeam: a sandboxed, git-publishing docs bot.
 
-The public names below load on first use, so a process that needs only ``bot.errors`` and
-``bot.tools`` (the tool server inside a sandbox container) does not import the model
+The public names below load on first use, so a process that needs only ``bot.core.errors`` and
+``bot.core.tools`` (the tool server inside a sandbox container) does not import the model
 clients, the runner or the job machinery.
 """
 
@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from bot import clients, runner
-    from bot.agent import Agent, AgentMetadata
-    from bot.errors import BeamError
-    from bot.frames import (
+    from bot.agents.host import InvokeRequest, RiverBeam
+    from bot.agents.memory import InMemoryStore, MemoryStore, Note
+    from bot.core.agent import Agent, AgentMetadata
+    from bot.core.errors import BeamError
+    from bot.core.frames import (
         AgentResult,
         ChunkFrame,
         DoneFrame,
@@ -28,40 +30,38 @@ if TYPE_CHECKING:
         ToolFrame,
         Usage,
     )
-    from bot.host import InvokeRequest, RiverBeam
-    from bot.input import AgentContext, AgentInput, ContentPart, Modality, ModelConfig
-    from bot.memory import InMemoryStore, MemoryStore, Note
-    from bot.tools import Tool, ToolSpec, json_params
+    from bot.core.input import AgentContext, AgentInput, ContentPart, Modality, ModelConfig
+    from bot.core.tools import Tool, ToolSpec, json_params
 
 _EXPORTS = {
-    "Agent": "bot.agent",
-    "AgentContext": "bot.input",
-    "AgentInput": "bot.input",
-    "AgentMetadata": "bot.agent",
-    "AgentResult": "bot.frames",
-    "BeamError": "bot.errors",
-    "ChunkFrame": "bot.frames",
-    "ContentPart": "bot.input",
-    "DoneFrame": "bot.frames",
-    "ErrorFrame": "bot.frames",
-    "Frame": "bot.frames",
-    "InMemoryStore": "bot.memory",
-    "InvokeRequest": "bot.host",
-    "MemoryStore": "bot.memory",
-    "Modality": "bot.input",
-    "ModelConfig": "bot.input",
-    "Note": "bot.memory",
-    "PendingCall": "bot.frames",
-    "PlaceholderFrame": "bot.frames",
-    "ResultStatus": "bot.frames",
-    "RiverBeam": "bot.host",
-    "ThinkingFrame": "bot.frames",
-    "Tool": "bot.tools",
-    "ToolCallRecord": "bot.frames",
-    "ToolFrame": "bot.frames",
-    "ToolSpec": "bot.tools",
-    "Usage": "bot.frames",
-    "json_params": "bot.tools",
+    "Agent": "bot.core.agent",
+    "AgentContext": "bot.core.input",
+    "AgentInput": "bot.core.input",
+    "AgentMetadata": "bot.core.agent",
+    "AgentResult": "bot.core.frames",
+    "BeamError": "bot.core.errors",
+    "ChunkFrame": "bot.core.frames",
+    "ContentPart": "bot.core.input",
+    "DoneFrame": "bot.core.frames",
+    "ErrorFrame": "bot.core.frames",
+    "Frame": "bot.core.frames",
+    "InMemoryStore": "bot.agents.memory",
+    "InvokeRequest": "bot.agents.host",
+    "MemoryStore": "bot.agents.memory",
+    "Modality": "bot.core.input",
+    "ModelConfig": "bot.core.input",
+    "Note": "bot.agents.memory",
+    "PendingCall": "bot.core.frames",
+    "PlaceholderFrame": "bot.core.frames",
+    "ResultStatus": "bot.core.frames",
+    "RiverBeam": "bot.agents.host",
+    "ThinkingFrame": "bot.core.frames",
+    "Tool": "bot.core.tools",
+    "ToolCallRecord": "bot.core.frames",
+    "ToolFrame": "bot.core.frames",
+    "ToolSpec": "bot.core.tools",
+    "Usage": "bot.core.frames",
+    "json_params": "bot.core.tools",
 }
 _SUBPACKAGES = {"clients", "runner"}
 

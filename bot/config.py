@@ -37,10 +37,10 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from bot.cron import parse_cron
-from bot.errors import BeamError
-from sandbox.identity import Identity
-from sandbox.refs import ProtectedRefs, branch_name
+from bot.core.cron import parse_cron
+from bot.core.errors import BeamError
+from bot.core.identity import Identity
+from sandbox.inside.refs import ProtectedRefs, branch_name
 
 DEFAULT_PROTECTED_REFS = ("main", "master", "release/*")
 # What a job may name as its repository (``JobSpec.repo``): a registered name must be one.

@@ -1,6 +1,6 @@
 """The demo: a sample docs repository, its configuration, and the scripted demo model.
 
-``riverbeam demo`` (``bot.cli.demo``) builds a bare upstream holding a small handbook whose
+``riverbeam demo`` (``bot.cli.demo_command``) builds a bare upstream holding a small handbook whose
 install page has typos and a broken relative link, registers it in a generated
 ``riverbeam.toml``, and asks an author job to fix the page.
 
@@ -43,8 +43,8 @@ from pydantic import BaseModel, JsonValue, ValidationError
 from bot.clients.base import Completion, Message, ToolCall
 from bot.clients.playbook import PlaybookClient, PlaybookStep, last_tool_result, tool_results
 from bot.jobs.host_tools.review import SubmittedReview, Verdict
-from bot.jobs.models import Finding, JobKind, JobRecord
-from sandbox.reports import DiffReport, LogReport
+from bot.store.models import Finding, JobKind, JobRecord
+from sandbox.inside.reports import DiffReport, LogReport
 
 REPO_NAME = "skiff-docs"
 PAGE = "docs/install.md"

@@ -36,8 +36,8 @@ import jinja2
 from jinja2 import meta
 from jinja2.sandbox import SandboxedEnvironment
 
-from bot.errors import BeamError
-from bot.tools import TOOL_NAME_PATTERN
+from bot.core.errors import BeamError
+from bot.core.tools import TOOL_NAME_PATTERN
 
 PROMPT_VALUES: Final[Mapping[str, str | tuple[str, ...]]] = MappingProxyType(
     {
@@ -63,7 +63,7 @@ _PACKAGE: Final = "skills"
 _FRONT_MATTER_KEYS: Final = frozenset({"name", "description", "tools", "confirm_first", "version"})
 _NAME: Final = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 _NAME_MAX: Final = 64
-# The rule of ``bot.tools.ToolSpec.name``: an allowlist entry that no tool could ever be
+# The rule of ``bot.core.tools.ToolSpec.name``: an allowlist entry that no tool could ever be
 # named is a typo, and should fail when the file loads rather than silently allow nothing.
 _TOOL_NAME: Final = re.compile(TOOL_NAME_PATTERN)
 # A system prompt goes into every model request of a job; a file this large is a mistake (the

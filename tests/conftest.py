@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from bot.clients import openai_compatible
-from tests.support.stub_model import StubModel
+from harness.stub_model import StubModel
 
 # Variables that would point a client at a real endpoint, hand it a real key, or route its
 # requests through a proxy (httpx reads the proxy variables itself).
@@ -34,6 +34,6 @@ def _no_remote_model_requests() -> Iterator[None]:
 
 @pytest.fixture
 def stub_model() -> Iterator[StubModel]:
-    """A scripted OpenAI-compatible server on loopback; see tests/support/stub_model.py."""
+    """A scripted OpenAI-compatible server on loopback; see harness/stub_model.py."""
     with StubModel() as stub:
         yield stub

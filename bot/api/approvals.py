@@ -7,12 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, Field
 
-from bot.api.access import Principal
-from bot.api.deps import PrincipalDep, ServiceDep
 from bot.api.jobs import JobId
-from bot.api.operations import Service
 from bot.api.problems import problem_responses
-from bot.api.schemas import ApprovalList, ApprovalView, Decision
+from bot.http.deps import PrincipalDep, ServiceDep
+from bot.service.access import Principal
+from bot.service.operations import Service
+from bot.service.schemas import ApprovalList, ApprovalView, Decision
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from bot.api.deps import get_principal
 from bot.api.problems import problem_responses
-from bot.jobs.models import JobKind
+from bot.http.deps import get_principal
+from bot.store.models import JobKind
 from skills import Skill, builtin_skills, skill_by_name
 
 # Any valid token may read the catalog.

@@ -27,15 +27,15 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 from fastapi.sse import format_sse_event
 
-from bot.api.access import Principal
-from bot.api.deps import PrincipalDep, ServiceDep
 from bot.api.jobs import JobId
-from bot.api.operations import Service
 from bot.api.problems import problem_responses
-from bot.errors import BeamError
-from bot.frames import frame_adapter
-from bot.jobs.models import JobEvent, JobState
+from bot.core.errors import BeamError
+from bot.core.frames import frame_adapter
+from bot.http.deps import PrincipalDep, ServiceDep
 from bot.jobs.store import JobStore
+from bot.service.access import Principal
+from bot.service.operations import Service
+from bot.store.models import JobEvent, JobState
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 T = TypeVar("T")

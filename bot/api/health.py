@@ -39,11 +39,11 @@ from pydantic import BaseModel, Field
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from bot.api.operations import Service
 from bot.config import Settings
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 from bot.jobs.store import describe_redis
 from bot.jobs.workers import active_queues, queues_served
+from bot.service.operations import Service
 
 router = APIRouter(tags=["operations"])
 
@@ -84,7 +84,7 @@ class ExpectedImage:
         self._at = 0.0
 
     def ref(self) -> str:
-        from sandbox.image.build import plan_image
+        from sandbox.host.image.build import plan_image
 
         with self._lock:
             if self._ref is None or time.monotonic() - self._at > self._ttl:
@@ -144,7 +144,7 @@ def check_broker(celery: Celery) -> str:
 
 
 def check_docker() -> str:
-    from sandbox.container.engine import connect
+    from sandbox.host.engine import connect
 
     client = connect(timeout=CHECK_TIMEOUT_SECONDS)
     try:
@@ -154,7 +154,7 @@ def check_docker() -> str:
 
 
 def check_image(expected: ExpectedImage) -> str:
-    from sandbox.container.engine import connect, engine_errors
+    from sandbox.host.engine import connect, engine_errors
 
     ref = expected.ref()
     client = connect(timeout=CHECK_TIMEOUT_SECONDS)

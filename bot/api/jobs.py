@@ -7,12 +7,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Response
 
-from bot.api.deps import PrincipalDep, ServiceDep
 from bot.api.problems import problem_responses
-from bot.api.schemas import JobPage, JobRequest, JobView
-from bot.errors import BeamError
-from bot.jobs.models import JobKind, JobState
+from bot.core.errors import BeamError
+from bot.http.deps import PrincipalDep, ServiceDep
 from bot.jobs.store import MAX_CURSOR_CHARS
+from bot.service.schemas import JobPage, JobRequest, JobView
+from bot.store.models import JobKind, JobState
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

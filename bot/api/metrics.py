@@ -44,11 +44,11 @@ from typing import Literal
 
 from fastapi import APIRouter, Request, Response
 
-from bot.api.operations import Service
-from bot.errors import BeamError
-from bot.frames import ToolFrame
-from bot.jobs.models import JobKind, JobState
+from bot.core.errors import BeamError
+from bot.core.frames import ToolFrame
 from bot.jobs.store import JobStore
+from bot.service.operations import Service
+from bot.store.models import JobKind, JobState
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["operations"])
@@ -200,8 +200,8 @@ def approval_families(store: JobStore, now: datetime) -> tuple[Family, Family]:
 
 
 def engine_families() -> list[Family]:
-    from sandbox.container.engine import connect, engine_errors
-    from sandbox.container.hardening import ROLE_LABEL, ROLE_SANDBOX
+    from sandbox.host.container.hardening import ROLE_LABEL, ROLE_SANDBOX
+    from sandbox.host.engine import connect, engine_errors
 
     client = connect(timeout=COLLECT_TIMEOUT_SECONDS)
     try:

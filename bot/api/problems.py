@@ -19,8 +19,8 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from bot import jsonlimits
-from bot.errors import CODES, BeamError
+from bot.core import jsonlimits
+from bot.core.errors import CODES, BeamError
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from bot.api.access import TokenRegistry
 from bot.config import load_settings
-from bot.errors import BeamError
+from bot.core.errors import BeamError
+from bot.service.access import TokenRegistry
 
 __all__ = ["reload_tokens", "tokens_reload_on_sighup"]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from bot.cli.api import add_api_command
 from bot.cli.approvals import add_approvals_commands
 from bot.cli.ci import add_ci_commands
-from bot.cli.demo import add_demo_command
+from bot.cli.demo_command import add_demo_command
 from bot.cli.failures import EXIT_BROKEN_PIPE, report_unexpected
 from bot.cli.jobs import add_jobs_commands
 from bot.cli.model import add_model_commands
@@ -30,7 +30,7 @@ from bot.cli.skills import add_skills_commands
 from bot.cli.submit import add_submit_command
 from bot.cli.tokens import add_tokens_commands
 from bot.cli.up import add_up_command
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 
 Handler = Callable[[argparse.Namespace], int]
 

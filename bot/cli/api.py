@@ -7,7 +7,7 @@ import socket
 from typing import Any
 
 from bot.cli.service import LOG_LEVELS
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 
 
 def add_api_command(commands: Any) -> None:
@@ -34,7 +34,7 @@ def _api(args: argparse.Namespace) -> int:
     host, port = args.host or settings.api.host, args.port or settings.api.port
     check_can_listen(host, port)
     uvicorn.run(
-        "bot.api.app:create_app",
+        "bot.app:create_app",
         factory=True,
         host=host,
         port=port,

@@ -7,8 +7,8 @@ import argparse
 import json
 from typing import Any
 
-from bot.errors import ApprovalError
-from bot.jobs.models import DecisionBinding
+from bot.core.errors import ApprovalError
+from bot.store.models import DecisionBinding
 
 
 def add_approvals_commands(commands: Any) -> None:

@@ -37,13 +37,13 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from bot.api.schemas import JobRequest, JobView
 from bot.cli.render import tool_line
 from bot.cli.submit import metadata_pairs
 from bot.clients.sse import SseDecoder, SseError, SseEvent
-from bot.errors import CODES, BeamError
-from bot.frames import ErrorFrame, ToolFrame, frame_adapter
-from bot.jobs.models import (
+from bot.core.errors import CODES, BeamError
+from bot.core.frames import ErrorFrame, ToolFrame, frame_adapter
+from bot.service.schemas import JobRequest, JobView
+from bot.store.models import (
     CommitNotesOutcome,
     JobState,
     ReviewOutcome,

@@ -9,8 +9,8 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
-from bot.errors import JobError
-from bot.jobs.models import JobKind, JobState
+from bot.core.errors import JobError
+from bot.store.models import JobKind, JobState
 
 if TYPE_CHECKING:
     from bot.jobs.store import JobStore

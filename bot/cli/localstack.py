@@ -49,7 +49,7 @@ from rich.text import Text
 
 from bot.cli.paths import state_dir
 from bot.config import Settings
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REDIS_CONF = PROJECT_ROOT / "docker" / "redis.conf"
@@ -194,7 +194,7 @@ class LocalStack:
         self._said(f"redis at {where} (pid {started.process.pid}, data in {data})")
 
     def _ensure_image(self) -> None:
-        from sandbox.image.build import build_image
+        from sandbox.host.image.build import build_image
 
         with self.out.status("checking the sandbox image (the first build takes a minute or two)"):
             image = build_image(self.settings)

@@ -23,8 +23,8 @@ from typing import Any
 from bot.clients.base import Completion, Message, TextDelta
 from bot.clients.openai_compatible import OpenAiCompatible
 from bot.clients.profiles import ResolvedModel, resolve
-from bot.errors import BeamError
-from bot.tools import ToolSpec, json_params
+from bot.core.errors import BeamError
+from bot.core.tools import ToolSpec, json_params
 
 PING = ToolSpec(
     name="ping",

@@ -16,7 +16,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from bot.frames import (
+from bot.core.frames import (
     ChunkFrame,
     DoneFrame,
     ErrorFrame,
@@ -27,7 +27,7 @@ from bot.frames import (
     ToolCallRecord,
     ToolFrame,
 )
-from bot.jobs.models import DIGEST_PREFIX, Approval, ApprovalState, JobRecord, JobState
+from bot.store.models import DIGEST_PREFIX, Approval, ApprovalState, JobRecord, JobState
 
 STATE_STYLES: dict[JobState, str] = {
     JobState.QUEUED: "cyan",

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 
 
 def add_repos_commands(commands: Any) -> None:
@@ -44,8 +44,8 @@ def add_repos_commands(commands: Any) -> None:
 
 def _trust(args: argparse.Namespace) -> int:
     from bot.config import load_settings
-    from sandbox.workspace.credentials import public_url, scan_host_key, upstream_access
-    from sandbox.workspace.known_hosts import Verdict, lookup, pin, verify
+    from sandbox.host.upstream.credentials import public_url, scan_host_key, upstream_access
+    from sandbox.host.upstream.known_hosts import Verdict, lookup, pin, verify
 
     settings = load_settings()
     access = upstream_access(args.name, settings.repository(args.name), settings.workspaces)

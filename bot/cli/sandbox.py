@@ -21,7 +21,7 @@ def add_sandbox_commands(commands: Any) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     from bot.config import load_settings
-    from sandbox.image.build import build_image
+    from sandbox.host.image.build import build_image
 
     image = build_image(load_settings(), force=args.force)
     state = "built" if image.built else "already current"
@@ -31,7 +31,7 @@ def _build(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     from bot.config import load_settings
-    from sandbox.container.doctor import doctor
+    from sandbox.host.doctor import doctor
 
     report = doctor(load_settings())
     print(report.render())

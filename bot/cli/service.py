@@ -58,8 +58,8 @@ def _worker(args: argparse.Namespace) -> int:
     from bot.config import load_settings
     from bot.jobs.celery_app import create_app
     from bot.jobs.queues import worker_queues
-    from sandbox.container.engine import connect
-    from sandbox.image.build import check_image
+    from sandbox.host.engine import connect
+    from sandbox.host.image.build import check_image
 
     settings = load_settings()
     # A worker that cannot start containers would fail every job it takes: refuse to start.

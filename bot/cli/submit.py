@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import JsonValue, ValidationError
 
-from bot.errors import JobError
-from bot.jobs.models import JobSpec, invalid_request
+from bot.core.errors import JobError
+from bot.store.models import JobSpec, invalid_request
 
 
 def add_submit_command(commands: Any) -> None:

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bot.api.access import new_token, token_digest
 from bot.config import Role, TokenConfig
-from bot.errors import BeamError
+from bot.core.errors import BeamError
+from bot.service.access import new_token, token_digest
 
 ROLES: tuple[str, ...] = typing.get_args(Role)
 

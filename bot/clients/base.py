@@ -9,8 +9,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bot.frames import Usage
-from bot.tools import ToolSpec
+from bot.core.frames import Usage
+from bot.core.tools import ToolSpec
 
 Message = dict[str, Any]
 """One chat message in the OpenAI format (``role``, ``content``, ``tool_calls`` ...)."""

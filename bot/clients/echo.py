@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bot.clients.base import Completion, Message
-from bot.tools import ToolSpec
+from bot.core.tools import ToolSpec
 
 
 class EchoClient:

@@ -1,6 +1,6 @@
 """A client for any OpenAI-compatible chat-completions endpoint, with retries and streaming.
 
-Failures map onto the model codes in ``bot.errors``:
+Failures map onto the model codes in ``bot.core.errors``:
 
 - BEM-060: the endpoint could not be reached on every attempt; or a stream broke after the
   model had started its reply (a new request would pay for it again).
@@ -42,7 +42,6 @@ from typing import Any, Final
 import httpx
 from pydantic import SecretStr
 
-from bot import jsonlimits
 from bot.clients import profiles
 from bot.clients.base import Completion, Message, TextDelta
 from bot.clients.openai_replies import (
@@ -61,8 +60,9 @@ from bot.clients.retry import (
 )
 from bot.clients.sse import SseError
 from bot.config import ModelSettings, TokenParameter
-from bot.errors import BeamError
-from bot.tools import ToolSpec
+from bot.core import jsonlimits
+from bot.core.errors import BeamError
+from bot.core.tools import ToolSpec
 
 ALLOW_REMOTE_MODEL_REQUESTS: bool = True
 """When False, requests to any host but loopback fail with BEM-065 before any network I/O.

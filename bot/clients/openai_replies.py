@@ -16,12 +16,12 @@ from typing import Any, Protocol
 
 import httpx
 
-from bot import jsonlimits
 from bot.clients.base import Completion, TextDelta, ToolCall
 from bot.clients.retry import RetryableFailure
 from bot.clients.sse import aiter_events
-from bot.errors import BeamError
-from bot.frames import Usage
+from bot.core import jsonlimits
+from bot.core.errors import BeamError
+from bot.core.frames import Usage
 
 
 class Quote(Protocol):

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pydantic import JsonValue
 
 from bot.clients.base import Completion, Message
-from bot.errors import BeamError
-from bot.tools import ToolSpec
+from bot.core.errors import BeamError
+from bot.core.tools import ToolSpec
 
 PlaybookStep = Completion | str | Callable[[Sequence[Message]], Completion | str]
 

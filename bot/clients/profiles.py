@@ -21,7 +21,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from bot.config import ModelSettings, Provider, TokenParameter
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 
 KEY_VARIABLES: Final = ("BEAM_API_KEY", "GFS_BEAM_API_KEY", "NVIDIA_API_KEY", "OPENAI_API_KEY")
 BASE_URL_VARIABLES: Final = ("BEAM_API_BASE_URL", "GFS_BEAM_BASE_URL", "OPENAI_BASE_URL")

@@ -16,7 +16,7 @@ from typing import Final
 
 import httpx
 
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 
 RETRY_STATUSES_BELOW_500: Final = frozenset({408, 409, 429})
 """Request timeout, a lock conflict and rate limiting; every 5xx is retried too."""

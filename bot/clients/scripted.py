@@ -7,8 +7,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 
 from bot.clients.base import Completion, Message
-from bot.errors import BeamError
-from bot.tools import ToolSpec
+from bot.core.errors import BeamError
+from bot.core.tools import ToolSpec
 
 Step = Completion | str | BeamError
 

@@ -42,7 +42,6 @@ from kombu import Exchange, Queue
 from kombu.common import Broadcast
 
 from bot.config import Settings, load_settings
-from bot.jobs.models import JobKind
 from bot.jobs.queues import (
     COLLECT_WORKSPACES,
     DEFAULT_QUEUE,
@@ -56,6 +55,7 @@ from bot.jobs.queues import (
 )
 from bot.jobs.schedules import summary_schedules
 from bot.jobs.tasks import register
+from bot.store.models import JobKind
 
 CHORE_INTERVAL_SECONDS: Final = 300.0
 # A job whose worker died waits for this sweep (at most this long after its lease ran out),

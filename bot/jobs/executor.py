@@ -41,25 +41,19 @@ import docker
 from celery.exceptions import SoftTimeLimitExceeded
 from redis.asyncio import Redis as AsyncRedis
 
+from bot.agents.memory import MemoryStore
+from bot.agents.redis_memory import RedisMemoryStore
 from bot.clients.base import CompletionClient
 from bot.config import RepositoryConfig, SandboxLimits, Settings
-from bot.errors import BeamError
-from bot.frames import ChunkFrame, DoneFrame, ErrorInfo, Frame, ResultStatus
-from bot.input import AgentContext, AgentInput
-from bot.jobs.changes import branch_tip
+from bot.core.errors import BeamError
+from bot.core.frames import ChunkFrame, DoneFrame, ErrorInfo, Frame, ResultStatus
+from bot.core.identity import Trailer
+from bot.core.input import AgentContext, AgentInput
+from bot.core.tools import ToolSpec
+from bot.jobs.branch_change import branch_tip
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.lease import LeaseKeeper, StopCheck
 from bot.jobs.model_client import context_budget_for, model_client_for
-from bot.jobs.models import (
-    Approval,
-    ApprovalState,
-    JobKind,
-    JobRecord,
-    JobResult,
-    JobState,
-    Outcome,
-    PublishOutcome,
-)
 from bot.jobs.outcomes import (
     author_outcome,
     commit_notes_outcome,
@@ -79,28 +73,34 @@ from bot.jobs.relayed_push import ApprovedPush, PushGuard, Relay, recorded_pushe
 from bot.jobs.store import JobStore
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolsets import JobTools, job_tools
-from bot.memory import MemoryStore
-from bot.redis_memory import RedisMemoryStore
 from bot.runner.hooks import Hooks
 from bot.runner.loop import ToolLoopAgent
 from bot.runner.state import Decision, RunState
-from bot.tools import ToolSpec
-from sandbox.container.engine import engine_errors
-from sandbox.container.lifecycle import ContainerSandbox
-from sandbox.identity import Trailer
-from sandbox.image.build import check_image
-from sandbox.jail import SandboxRoot
-from sandbox.workspace.credentials import upstream_callbacks
-from sandbox.workspace.mirror import sync_mirror
-from sandbox.workspace.prepare import (
+from bot.store.models import (
+    Approval,
+    ApprovalState,
+    JobKind,
+    JobRecord,
+    JobResult,
+    JobState,
+    Outcome,
+    PublishOutcome,
+)
+from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.host.engine import engine_errors
+from sandbox.host.image.build import check_image
+from sandbox.host.relay import RelayResult, relay_push
+from sandbox.host.upstream.credentials import upstream_callbacks
+from sandbox.host.upstream.mirror import sync_mirror
+from sandbox.host.workspace.prepare import (
     Workspace,
     job_directory,
     open_workspace,
     prepare_workspace,
     release_workspace,
 )
-from sandbox.workspace.relay import RelayResult, relay_push
-from sandbox.workspace.snapshot import capture, read_header, restore
+from sandbox.host.workspace.snapshot import capture, read_header, restore
+from sandbox.inside.jail import SandboxRoot
 
 log = logging.getLogger(__name__)
 

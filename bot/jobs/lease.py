@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 from bot.jobs.store import JobStore
 
 log = logging.getLogger(__name__)

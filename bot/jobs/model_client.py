@@ -18,9 +18,9 @@ from bot.clients.base import CompletionClient
 from bot.clients.openai_compatible import OpenAiCompatible
 from bot.clients.profiles import DEFAULT_MAX_OUTPUT_TOKENS, context_window
 from bot.config import Settings
-from bot.errors import BeamError
-from bot.jobs.models import JobRecord
+from bot.core.errors import BeamError
 from bot.runner.budget import ContextBudget
+from bot.store.models import JobRecord
 
 ModelFactory = Callable[[JobRecord], CompletionClient]
 

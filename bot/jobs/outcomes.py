@@ -13,20 +13,20 @@ says why (BEM-526).
 
 from __future__ import annotations
 
-from bot.errors import JobError
-from bot.frames import ToolCallRecord
-from bot.jobs.changes import branch_tip, read_change
+from bot.core.errors import JobError
+from bot.core.frames import ToolCallRecord
+from bot.jobs.branch_change import branch_tip, read_change
 from bot.jobs.commit_notes import parse_commit_message
-from bot.jobs.models import (
+from bot.jobs.plans import ComparePoint, TreePlan
+from bot.runner.state import RunState
+from bot.store.models import (
     AuthorOutcome,
     CommitNotesOutcome,
     JobSpec,
     Outcome,
     SummaryOutcome,
 )
-from bot.jobs.plans import ComparePoint, TreePlan
-from bot.runner.state import RunState
-from sandbox.workspace.prepare import Workspace
+from sandbox.host.workspace.prepare import Workspace
 
 REFUSED_CODE = "BEM-094"
 

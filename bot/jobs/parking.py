@@ -18,15 +18,15 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from bot.errors import BeamError
-from bot.frames import PendingCall
-from bot.jobs.changes import Change, branch_tip, read_change, read_objects_change
+from bot.core.errors import BeamError
+from bot.core.frames import PendingCall
+from bot.jobs.branch_change import Change, branch_tip, read_change, read_objects_change
 from bot.jobs.host_tools.publish import PublishDocsetTool, PublishPlan
-from bot.jobs.models import Approval, JobRecord
 from bot.runner.state import Decision
-from sandbox.refs import ProtectedRefs
-from sandbox.workspace.outbox import outbox_branch
-from sandbox.workspace.prepare import Workspace
+from bot.store.models import Approval, JobRecord
+from sandbox.host.workspace.outbox import outbox_branch
+from sandbox.host.workspace.prepare import Workspace
+from sandbox.inside.refs import ProtectedRefs
 
 POLICY = "policy"
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.config import RepositoryConfig
-from bot.jobs.models import JobKind, JobSpec
-from sandbox.workspace.commits import merge_base, resolve_commit
-from sandbox.workspace.prepare import Workspace
+from bot.store.models import JobKind, JobSpec
+from sandbox.host.workspace.commits import merge_base, resolve_commit
+from sandbox.host.workspace.prepare import Workspace
 
 _DEFAULT_REQUESTS = {
     JobKind.REVIEW: "Review the change on {branch} against {base}.",

@@ -14,8 +14,8 @@ from celery import Celery
 from kombu import Exchange
 from kombu.exceptions import OperationalError
 
-from bot.errors import BeamError
-from bot.jobs.models import JobKind, JobRecord
+from bot.core.errors import BeamError
+from bot.store.models import JobKind, JobRecord
 
 DEFAULT_QUEUE: Final = "default"
 HOSTS_QUEUE: Final = "riverbeam.hosts"

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import JsonValue
 
-from bot.errors import BeamError
-from bot.frames import ErrorInfo
-from bot.input import AgentInput
-from bot.tools import Tool, ToolSpec
-from sandbox.refs import HEADS
-from sandbox.workspace.relay import RelayResult
+from bot.core.errors import BeamError
+from bot.core.frames import ErrorInfo
+from bot.core.input import AgentInput
+from bot.core.tools import Tool, ToolSpec
+from sandbox.host.relay import RelayResult
+from sandbox.inside.refs import HEADS
 
 if TYPE_CHECKING:
     from bot.jobs.store import JobStore

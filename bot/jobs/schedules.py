@@ -48,15 +48,15 @@ from pygit2.enums import RepositoryOpenFlag
 from redis.client import Pipeline
 
 from bot.config import RepositoryConfig, Settings
-from bot.cron import parse_cron
-from bot.errors import BeamError
-from bot.frames import ErrorInfo
-from bot.jobs.models import JobKind, JobRecord, JobSpec, JobState, SummaryOutcome
+from bot.core.cron import parse_cron
+from bot.core.errors import BeamError
+from bot.core.frames import ErrorInfo
 from bot.jobs.store import JobStore, Writes
 from bot.jobs.webhooks import post_json, public_webhook_url
-from sandbox.refs import HEADS, ProtectedRefs, branch_name
-from sandbox.workspace.credentials import upstream_callbacks
-from sandbox.workspace.mirror import mirror_lock, sync_mirror
+from bot.store.models import JobKind, JobRecord, JobSpec, JobState, SummaryOutcome
+from sandbox.host.upstream.credentials import upstream_callbacks
+from sandbox.host.upstream.mirror import mirror_lock, sync_mirror
+from sandbox.inside.refs import HEADS, ProtectedRefs, branch_name
 
 log = logging.getLogger(__name__)
 

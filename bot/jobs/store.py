@@ -38,11 +38,11 @@ from redis.exceptions import ResponseError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from bot import jsonlimits
 from bot.config import Settings
-from bot.errors import ApprovalError, BeamError, JobError
-from bot.frames import ErrorFrame, ErrorInfo, Frame, frame_adapter
-from bot.jobs.models import (
+from bot.core import jsonlimits
+from bot.core.errors import ApprovalError, BeamError, JobError
+from bot.core.frames import ErrorFrame, ErrorInfo, Frame, frame_adapter
+from bot.store.models import (
     TRANSITIONS,
     Approval,
     ApprovalState,
@@ -247,7 +247,7 @@ class JobStore:
         every worker and API process of one Redis database and key prefix reads the same,
         whatever host name they reach Redis by, and a second deployment never does. The
         sandbox containers of this deployment carry it as a label; its reaper removes only
-        those (``sandbox.container.reaper``)."""
+        those (``sandbox.host.container.reaper``)."""
         if self._deployment is None:
             key = self._deployment_key
             with self.reachable():

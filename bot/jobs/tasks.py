@@ -34,11 +34,10 @@ from typing import Any
 import docker
 from celery import Celery, Task
 
-from bot import jsonlimits
 from bot.config import Settings
-from bot.errors import BeamError
+from bot.core import jsonlimits
+from bot.core.errors import BeamError
 from bot.jobs.executor import Executor, ImageCheck
-from bot.jobs.models import Approval, DecisionBinding, JobRecord, JobSpec, JobState
 from bot.jobs.queues import (
     COLLECT_WORKSPACES,
     DEFAULT_QUEUE,
@@ -54,9 +53,10 @@ from bot.jobs.queues import (
 )
 from bot.jobs.schedules import ScheduleRuns, SummarySchedule, poll_delay
 from bot.jobs.store import JobStore
-from sandbox.container.engine import connect
-from sandbox.container.reaper import reap
-from sandbox.workspace.retention import collect_workspaces
+from bot.store.models import Approval, DecisionBinding, JobRecord, JobSpec, JobState
+from sandbox.host.container.reaper import reap
+from sandbox.host.engine import connect
+from sandbox.host.workspace.retention import collect_workspaces
 
 log = logging.getLogger(__name__)
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bot.agents.memory import MemoryStore, RememberTool
+from bot.core.tools import Tool
 from bot.jobs.host_tools.review import ReviewChangeTool, ReviewCollector
-from bot.jobs.models import JobKind
 from bot.jobs.relayed_push import Relay, RelayedPush
-from bot.memory import MemoryStore, RememberTool
-from bot.tools import Tool
-from sandbox.container.lifecycle import ContainerSandbox
-from sandbox.jail import SandboxRoot
+from bot.store.models import JobKind
+from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.inside.jail import SandboxRoot
 
 
 @dataclass

@@ -29,7 +29,7 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.clients.base import Message, ToolCall
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 
 DEFAULT_CHARS_PER_TOKEN: Final = 3.0
 """Before the first usage report: JSON and code run about 3 characters a token, prose 4."""

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 from pydantic import JsonValue
 
-from bot import jsonlimits
 from bot.clients.base import Message, ToolCall
-from bot.errors import BeamError
-from bot.frames import ErrorInfo, ToolCallRecord
+from bot.core import jsonlimits
+from bot.core.errors import BeamError
+from bot.core.frames import ErrorInfo, ToolCallRecord
+from bot.core.tools import Tool, ToolSpec, validate_arguments
 from bot.runner.hooks import Hooks
 from bot.runner.interrupts import INTERRUPTS
 from bot.runner.state import RunState
-from bot.tools import Tool, ToolSpec, validate_arguments
 
 # How much of unparseable arguments a record keeps.
 MAX_RECORDED_TEXT = 4000

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from bot.clients.base import Completion, Message, ToolCall
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 
 # Providers spell a natural end several ways: OpenAI and vLLM "stop"/"tool_calls" (and the
 # legacy "function_call"), llama.cpp "eos", LiteLLM passes Anthropic's "end_turn" and

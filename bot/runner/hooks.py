@@ -22,11 +22,11 @@ from typing import TypeVar
 from pydantic import JsonValue
 
 from bot.clients.base import Completion, Message, ToolCall
-from bot.errors import BeamError
-from bot.frames import AgentResult, Frame, ToolCallRecord
+from bot.core.errors import BeamError
+from bot.core.frames import AgentResult, Frame, ToolCallRecord
+from bot.core.tools import ToolSpec
 from bot.runner.interrupts import INTERRUPTS
 from bot.runner.state import RunState
-from bot.tools import ToolSpec
 
 BeforeCompletion = Callable[[RunState, list[Message], list[ToolSpec]], Awaitable[None]]
 """Sees (and may edit) copies of the messages and specs of one request; the history keeps

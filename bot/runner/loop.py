@@ -14,7 +14,6 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any, TypedDict, Unpack
 
-from bot.agent import AgentMetadata
 from bot.clients.base import (
     Completion,
     CompletionClient,
@@ -23,8 +22,9 @@ from bot.clients.base import (
     TextDelta,
     ToolCall,
 )
-from bot.errors import BeamError
-from bot.frames import (
+from bot.core.agent import AgentMetadata
+from bot.core.errors import BeamError
+from bot.core.frames import (
     ChunkFrame,
     DoneFrame,
     Frame,
@@ -35,7 +35,8 @@ from bot.frames import (
     ToolCallRecord,
     ToolFrame,
 )
-from bot.input import AgentContext, AgentInput
+from bot.core.input import AgentContext, AgentInput
+from bot.core.tools import Tool, ToolSpec
 from bot.runner.budget import (
     ContextBudget,
     calibrated,
@@ -57,8 +58,7 @@ from bot.runner.endings import check_ending, unique_call_ids
 from bot.runner.hooks import Hooks
 from bot.runner.interrupts import INTERRUPTS
 from bot.runner.state import Decision, RunState, accepted_digests, specs_digest
-from bot.tools import Tool, ToolSpec
-from sandbox.tool_specs import EARLIER_SPECS
+from sandbox.inside.tool_specs import EARLIER_SPECS
 from skills.loader import Skill, skill_by_name
 
 
@@ -75,7 +75,7 @@ class LoopOptions(TypedDict, total=False):
 
 
 class ToolLoopAgent:
-    """The built-in tool-loop agent. It implements the ``bot.agent.Agent`` protocol."""
+    """The built-in tool-loop agent. It implements the ``bot.core.agent.Agent`` protocol."""
 
     def __init__(
         self,

@@ -16,11 +16,11 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bot.clients.base import Message, ToolCall
-from bot.errors import BeamError
-from bot.frames import AgentResult, ErrorInfo, PendingCall, ResultStatus, ToolCallRecord, Usage
-from bot.input import AgentInput
+from bot.core.errors import BeamError
+from bot.core.frames import AgentResult, ErrorInfo, PendingCall, ResultStatus, ToolCallRecord, Usage
+from bot.core.input import AgentInput
+from bot.core.tools import ToolSpec
 from bot.runner.budget import DEFAULT_CHARS_PER_TOKEN, Compaction, ContextBudget
-from bot.tools import ToolSpec
 
 STATE_VERSION: Final = 1
 """Bump when a field changes meaning; ``RunState.load`` refuses every other version."""

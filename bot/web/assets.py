@@ -7,7 +7,7 @@ from importlib.resources import files
 
 from fastapi import APIRouter, Response
 
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 from bot.web.rendering import WebRoute
 
 MEDIA_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}

@@ -14,12 +14,12 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request, Response
 from pydantic import ValidationError
 
-from bot.api.access import Principal
-from bot.api.deps import ServiceDep
-from bot.api.operations import Service
-from bot.api.schemas import JobRequest
-from bot.errors import BeamError
-from bot.jobs.models import JobKind
+from bot.core.errors import BeamError
+from bot.http.deps import ServiceDep
+from bot.service.access import Principal
+from bot.service.operations import Service
+from bot.service.schemas import JobRequest
+from bot.store.models import JobKind
 from bot.web.pages import see_other, visible_repos
 from bot.web.rendering import WebRoute, page
 from bot.web.visitors import FormVisitorDep, Visitor, VisitorDep

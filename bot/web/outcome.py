@@ -9,9 +9,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from bot.errors import CODES
-from bot.frames import ErrorInfo
-from bot.jobs.models import (
+from bot.core.errors import CODES
+from bot.core.frames import ErrorInfo
+from bot.store.models import (
     Approval,
     ApprovalState,
     AuthorOutcome,

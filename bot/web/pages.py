@@ -1,7 +1,7 @@
 """The reviewers' pages: sign in and out, the approval queue with its decision forms, the jobs
 list with filters, and the job page whose log follows the job live.
 
-Every page calls the same operations as the API (``bot.api.operations.Service``), so roles,
+Every page calls the same operations as the API (``bot.service.operations.Service``), so roles,
 repository scopes and the self-approval rule hold here exactly as they do there. Handlers
 are plain functions: the store speaks blocking Redis, and FastAPI runs them in its threads.
 """
@@ -16,14 +16,14 @@ from fastapi import APIRouter, Form, Query, Request, Response
 from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
 
-from bot.api.access import Principal, token_digest
-from bot.api.deps import ServiceDep, authenticated
 from bot.api.events import checked_event_id, open_event_stream
-from bot.api.operations import Service
-from bot.api.schemas import Decision
-from bot.errors import BeamError
-from bot.jobs.models import Approval, JobKind, JobState
+from bot.core.errors import BeamError
+from bot.http.deps import ServiceDep, authenticated
 from bot.jobs.store import MAX_CURSOR_CHARS
+from bot.service.access import Principal, token_digest
+from bot.service.operations import Service
+from bot.service.schemas import Decision
+from bot.store.models import Approval, JobKind, JobState
 from bot.web.outcome import describe
 from bot.web.present import diff_lines, frame_lines
 from bot.web.rendering import WebRoute, page, safe_next

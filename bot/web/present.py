@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from bot.frames import (
+from bot.core.frames import (
     ChunkFrame,
     DoneFrame,
     ErrorFrame,
@@ -24,7 +24,7 @@ from bot.frames import (
     ThinkingFrame,
     ToolFrame,
 )
-from bot.jobs.models import JobEvent
+from bot.store.models import JobEvent
 
 MAX_ARGUMENT_CHARS = 300
 

@@ -12,7 +12,7 @@ from fastapi.responses import RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 
-from bot.errors import CODES, BeamError
+from bot.core.errors import CODES, BeamError
 
 # Scripts and styles come from our own files only: no inline script, so an injected <script>
 # would not run even if escaping ever failed.

@@ -9,9 +9,9 @@ from typing import Annotated
 
 from fastapi import Depends, Form, Request
 
-from bot.api.access import Principal
-from bot.api.deps import ServiceDep
-from bot.errors import BeamError
+from bot.core.errors import BeamError
+from bot.http.deps import ServiceDep
+from bot.service.access import Principal
 from bot.web.sessions import SESSION_COOKIE, Session, SessionStore
 
 

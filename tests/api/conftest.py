@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from tests.support.api_server import ApiServer, TokenSpec, api_server
-from tests.support.stack import Stack, job_stack
+from harness.api_server import ApiServer, TokenSpec, api_server
+from harness.stack import Stack, job_stack
 
 SECOND_REPO = "handbook"
 

@@ -6,10 +6,10 @@ from typing import cast, get_args
 
 import pytest
 
-from bot.api.access import SUBMITS, Principal, TokenRegistry, new_token, token_digest
 from bot.config import ApiSettings, Role, TokenConfig
-from bot.errors import AccessError, BeamError
-from bot.jobs.models import JobKind, JobRecord, JobSpec
+from bot.core.errors import AccessError, BeamError
+from bot.service.access import SUBMITS, Principal, TokenRegistry, new_token, token_digest
+from bot.store.models import JobKind, JobRecord, JobSpec
 
 
 def _entry(name: str, role: Role, token: str, repos: tuple[str, ...] | None = None) -> TokenConfig:

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from bot.jobs.models import JobState
+from bot.store.models import JobState
+from harness.api_server import ApiServer
+from harness.stack import Stack, wait_until
 from tests.api.conftest import SECOND_REPO
 from tests.api.kit import AUTHOR, SUMMARIZE, problem, shown
-from tests.support.api_server import ApiServer
-from tests.support.stack import Stack, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.api_server import ApiServer, api_server
+from harness.stack import job_stack
 from tests.api.conftest import TOKENS
 from tests.api.kit import PROBLEM_TYPE, SUMMARIZE
-from tests.support.api_server import ApiServer, api_server
-from tests.support.stack import job_stack
 
 ATTACK_BYTES = 100 << 20
 CHUNK = 64 << 10

@@ -11,8 +11,10 @@ import httpx
 import pytest
 
 from bot.api.events import MAX_CONCURRENT_READS
-from bot.frames import frame_adapter
-from bot.jobs.models import JobState
+from bot.core.frames import frame_adapter
+from bot.store.models import JobState
+from harness.api_server import ApiServer
+from harness.stack import Stack
 from tests.api.conftest import SECOND_REPO
 from tests.api.kit import (
     AUTHOR,
@@ -24,8 +26,6 @@ from tests.api.kit import (
     read_events,
     shown,
 )
-from tests.support.api_server import ApiServer
-from tests.support.stack import Stack
 
 pytestmark = pytest.mark.slow
 

@@ -15,12 +15,12 @@ import httpx
 import pytest
 from pydantic import JsonValue
 
-from bot.frames import ChunkFrame, ToolCallRecord, ToolFrame
-from bot.jobs.models import JobKind, JobRecord, JobSpec, utcnow
+from bot.core.frames import ChunkFrame, ToolCallRecord, ToolFrame
+from bot.store.models import JobKind, JobRecord, JobSpec, utcnow
+from harness.api_server import api_server
+from harness.stack import Stack, job_stack
 from tests.api.conftest import TOKENS
 from tests.api.kit import SUMMARIZE, problem, read_events
-from tests.support.api_server import api_server
-from tests.support.stack import Stack, job_stack
 from tests.web.kit import Web, browser_like, sign_in
 
 # Signed in on the web pages as these (the API's token holders).

@@ -15,12 +15,12 @@ from typing import Any
 
 import httpx
 
-from bot.api.app import create_app
+from bot.app import create_app
 from bot.config import Settings
 from bot.jobs.workers import job_queues
-from tests.support.api_server import ApiServer
-from tests.support.redis_server import free_port, redis_server
-from tests.support.stack import Stack
+from harness.api_server import ApiServer
+from harness.redis_server import free_port, redis_server
+from harness.stack import Stack
 
 CHECKS = {"redis", "broker", "docker", "image", "workers"}
 

@@ -16,15 +16,15 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from bot.api.app import api_celery
+from bot.app import api_celery
 from bot.config import Settings
-from bot.errors import BeamError
-from bot.jobs.models import JobKind, JobSpec, JobState
+from bot.core.errors import BeamError
 from bot.jobs.tasks import submit_job
+from bot.store.models import JobKind, JobSpec, JobState
+from harness.api_server import ApiServer, api_server
+from harness.stack import REPO, job_stack, wait_until
 from tests.api.conftest import TOKENS
 from tests.api.kit import SUMMARIZE, problem
-from tests.support.api_server import ApiServer, api_server
-from tests.support.stack import REPO, job_stack, wait_until
 from tests.web.kit import Web, sign_in
 
 CLIENT_TIMEOUT = 8.0

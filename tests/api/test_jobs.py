@@ -9,12 +9,12 @@ from typing import Any
 import httpx
 import pytest
 
-from bot.jobs.models import JobState
+from bot.store.models import JobState
+from harness.api_server import ApiServer
+from harness.stack import Stack
 from skills import builtin_skills, skill_by_name
 from tests.api.conftest import SECOND_REPO
 from tests.api.kit import AUTHOR, FAILS_AT_ONCE, SUMMARIZE, problem
-from tests.support.api_server import ApiServer
-from tests.support.stack import Stack
 
 pytestmark = pytest.mark.slow
 

@@ -10,11 +10,11 @@ from collections.abc import Callable
 import httpx
 
 from bot.api.metrics import CONTENT_TYPE, METRICS_TTL_SECONDS, Family, exposition
-from bot.jobs.models import JobKind, JobState
+from bot.store.models import JobKind, JobState
+from harness.api_server import ApiServer
+from harness.playbooks import FIXED_INSTALL
+from harness.stack import Stack
 from tests.api.kit import shown
-from tests.support.api_server import ApiServer
-from tests.support.playbooks import FIXED_INSTALL
-from tests.support.stack import Stack
 
 Sample = tuple[str, frozenset[tuple[str, str]]]
 Samples = dict[Sample, float]

@@ -3,9 +3,9 @@ the way (no server needed)."""
 
 from __future__ import annotations
 
-from bot.api.schemas import JobRequest
 from bot.config import RepositoryConfig
 from bot.jobs.plans import request_text, tree_plan
+from bot.service.schemas import JobRequest
 
 
 def test_the_pages_of_a_request_reach_the_user_message() -> None:

@@ -22,9 +22,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from bot.errors import CODES
+from bot.core.errors import CODES
+from harness.api_server import ApiServer
 from tests.api.kit import PROBLEM_TYPE
-from tests.support.api_server import ApiServer
 
 pytestmark = pytest.mark.slow
 

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from harness.api_server import ApiServer, api_server
+from harness.stack import job_stack
 from tests.api.conftest import TOKENS
 from tests.api.kit import problem
-from tests.support.api_server import ApiServer, api_server
-from tests.support.stack import job_stack
 from tests.web.kit import Web, hidden
 
 FAILURES = 3

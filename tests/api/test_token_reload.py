@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from bot.api.access import new_token, token_digest
 from bot.cli.tokens import token_table
 from bot.config import TokenConfig
-from tests.support.api_server import ApiServer, api_server
-from tests.support.stack import Stack
+from bot.service.access import new_token, token_digest
+from harness.api_server import ApiServer, api_server
+from harness.stack import Stack
 
 pytestmark = pytest.mark.slow
 

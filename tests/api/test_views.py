@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bot.api.schemas import JobView
-from bot.jobs.models import (
+from bot.service.schemas import JobView
+from bot.store.models import (
     AuthorOutcome,
     JobKind,
     JobRecord,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.cli import main
-from tests.support.stack import clean_environment
+from harness.stack import clean_environment
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

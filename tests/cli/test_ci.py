@@ -19,20 +19,20 @@ from typing import Any
 import httpx
 import pytest
 
-from bot.api.schemas import JobRequest, JobView
 from bot.cli import build_parser
 from bot.cli.ci import draft, idempotency_key, missing_result
-from bot.jobs.models import JobKind, JobResult, JobState, ReviewOutcome
-from tests.cli.kit import PROJECT_ROOT, Ran, cli
-from tests.support.api_server import ApiServer, api_server
-from tests.support.playbooks import (
+from bot.service.schemas import JobRequest, JobView
+from bot.store.models import JobKind, JobResult, JobState, ReviewOutcome
+from harness.api_server import ApiServer, api_server
+from harness.playbooks import (
     FIXED_INSTALL,
     NOTES_BODY,
     NOTES_SUBJECT,
     REVIEW_SUMMARY,
     SUMMARY_TEXT,
 )
-from tests.support.stack import Stack, job_stack, wait_until
+from harness.stack import Stack, job_stack, wait_until
+from tests.cli.kit import PROJECT_ROOT, Ran, cli
 
 TOKENS = {"ci": ("ci", None), "ci-handbook": ("ci", ("handbook",)), "writer": ("submitter", None)}
 FIXED_BRANCH = "docs/fix-install"

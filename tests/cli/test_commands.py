@@ -1,5 +1,5 @@
 """The job commands against a real stack: Redis, a Celery worker process, containers, a bare
-upstream. Only the model is scripted (``tests.support.playbooks``, picked with ``--meta``)."""
+upstream. Only the model is scripted (``harness.playbooks``, picked with ``--meta``)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from bot.cli.common import os_account
-from bot.jobs.models import ApprovalState, JobKind, JobRecord, JobState
 from bot.jobs.queues import queue_for, worker_queues
+from bot.store.models import ApprovalState, JobKind, JobRecord, JobState
+from harness.playbooks import COMMIT_SUBJECT
+from harness.stack import REQUESTER, REVIEWER, Stack, job_stack, wait_until
 from tests.cli.kit import Background, Ran, approval_flags, cli, environment
-from tests.support.playbooks import COMMIT_SUBJECT
-from tests.support.stack import REQUESTER, REVIEWER, Stack, job_stack, wait_until
 
 pytestmark = pytest.mark.slow
 

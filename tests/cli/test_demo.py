@@ -12,14 +12,14 @@ import pygit2
 import pytest
 
 from bot.demo import MISSPELLINGS, PAGE, PAGES, SCRIPTED_LABEL, fix_links, fix_typos
-from bot.jobs.models import JobKind
-from sandbox.container.engine import connect
-from sandbox.container.hardening import JOB_LABEL
+from bot.store.models import JobKind
+from harness.gitkit import traversable_dir
+from harness.redis_server import free_port
+from harness.stack import job_stack
+from harness.stub_model import STUB_MODEL, StubModel, completion, tool_call
+from sandbox.host.container.hardening import JOB_LABEL
+from sandbox.host.engine import connect
 from tests.cli.kit import Background, assert_all_gone, cli, environment, started_pids
-from tests.support.redis_server import free_port
-from tests.support.stack import job_stack
-from tests.support.stub_model import STUB_MODEL, StubModel, completion, tool_call
-from tests.workspace.kit import traversable_dir
 
 
 @pytest.fixture

@@ -29,9 +29,9 @@ from bot.demo import (
     fix_links,
     fix_typos,
 )
+from harness.gitkit import traversable_dir, upstream_push
+from harness.redis_server import free_port
 from tests.cli.kit import PROJECT_ROOT, Background, Ran, approval_flags, cli, environment
-from tests.support.redis_server import free_port
-from tests.workspace.kit import traversable_dir, upstream_push
 
 pytestmark = pytest.mark.slow
 

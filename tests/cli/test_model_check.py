@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.openai_conformance import check_request
+from harness.stub_model import StubModel, completion, error, text_stream, tool_call
 from tests.cli.kit import cli
-from tests.support.openai_conformance import check_request
-from tests.support.stub_model import StubModel, completion, error, text_stream, tool_call
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from bot.config import load_settings
-from sandbox.workspace.mirror import sync_mirror
+from harness.gitkit import make_upstream, traversable_dir
+from harness.ssh_server import SshServer, ssh_server
+from sandbox.host.upstream.mirror import sync_mirror
 from tests.cli.kit import Ran, cli
-from tests.support.ssh_server import SshServer, ssh_server
-from tests.workspace.kit import make_upstream, traversable_dir
 
 OTHER = "SHA256:" + "A" * 43
 

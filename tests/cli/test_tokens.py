@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.api.access import TOKEN_PREFIX, Principal, TokenRegistry
 from bot.config import ApiSettings
+from bot.service.access import TOKEN_PREFIX, Principal, TokenRegistry
 from tests.cli.kit import cli
 
 

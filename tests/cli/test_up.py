@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from harness.redis_server import free_port, running_redis
 from tests.cli.kit import Background, alive, assert_all_gone, environment, started_pids
-from tests.support.redis_server import free_port, running_redis
 
 pytestmark = pytest.mark.slow
 

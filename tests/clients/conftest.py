@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from bot.clients import OpenAiCompatible
+from harness.stub_model import StubModel
 from tests.clients.helpers import Sleeps, make_client
-from tests.support.stub_model import StubModel
 
 
 @pytest.fixture

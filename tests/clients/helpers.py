@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from bot.clients import Completion, Message, OpenAiCompatible, TextDelta
-from bot.tools import ToolSpec, json_params
-from tests.support.stub_model import StubModel
+from bot.core.tools import ToolSpec, json_params
+from harness.stub_model import StubModel
 
 KEY = "sk-riverbeam-test-5f1c0ffee0ddba11"
 CONFIGURED_MODEL = "configured-model"

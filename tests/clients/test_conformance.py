@@ -14,17 +14,17 @@ import pytest
 from pydantic import JsonValue
 
 from bot.clients import OpenAiCompatible
-from bot.errors import ModelError
-from bot.frames import ResultStatus
-from bot.input import AgentContext
+from bot.core.errors import ModelError
+from bot.core.frames import ResultStatus
+from bot.core.input import AgentContext
 from bot.runner import ToolLoopAgent
 from bot.runner.budget import ContextBudget
+from harness import openai_conformance as conformance
+from harness.openai_conformance import chat_completion, check_request, chunk
+from harness.stub_model import Hang, Reply, Stream, StubModel
 from tests.clients.helpers import KEY, MESSAGES, READ_FILE, Sleeps
 from tests.runner.kit import FnTool, collect, frames_of, result_of, spec
 from tests.runner.kit import request as user_request
-from tests.support import openai_conformance as conformance
-from tests.support.openai_conformance import chat_completion, check_request, chunk
-from tests.support.stub_model import Hang, Reply, Stream, StubModel
 
 STREAMED = [False, True]
 VALIDATED: dict[str, int] = {"cases": 0, "requests": 0}

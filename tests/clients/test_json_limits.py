@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from bot import jsonlimits
 from bot.clients import OpenAiCompatible
-from bot.errors import ModelError
+from bot.core import jsonlimits
+from bot.core.errors import ModelError
+from harness.stub_model import Reply, Stream, StubModel, completion
 from tests.clients.helpers import MESSAGES, Sleeps, collect
-from tests.support.stub_model import Reply, Stream, StubModel, completion
 
 DEEP = "[" * 5000 + "]" * 5000
 

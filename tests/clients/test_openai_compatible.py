@@ -20,8 +20,15 @@ from bot.clients import (
     ToolCall,
     openai_compatible,
 )
-from bot.errors import BeamError, ConfigError, ModelError
-from bot.frames import Usage
+from bot.core.errors import BeamError, ConfigError, ModelError
+from bot.core.frames import Usage
+from harness.stub_model import (
+    Reply,
+    StubModel,
+    completion,
+    error,
+    tool_call,
+)
 from tests.clients.helpers import (
     CONFIGURED_MODEL,
     KEY,
@@ -30,13 +37,6 @@ from tests.clients.helpers import (
     Sleeps,
     collect,
     make_client,
-)
-from tests.support.stub_model import (
-    Reply,
-    StubModel,
-    completion,
-    error,
-    tool_call,
 )
 
 # -- request shape -------------------------------------------------------------------------

@@ -14,9 +14,9 @@ import pytest
 
 from bot.clients import OpenAiCompatible
 from bot.clients.retry import parse_retry_after
-from bot.errors import ModelError
+from bot.core.errors import ModelError
+from harness.stub_model import Hang, Reply, StubModel, completion, error
 from tests.clients.helpers import KEY, MESSAGES, Sleeps, make_client
-from tests.support.stub_model import Hang, Reply, StubModel, completion, error
 
 
 async def test_429_then_success_waits_as_retry_after_says(

@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 
 from bot.clients import Completion, OpenAiCompatible, TextDelta, ToolCall
-from bot.errors import BeamError, ModelError
-from bot.frames import Usage
-from tests.clients.helpers import KEY, MESSAGES, READ_FILE, Sleeps, collect, make_client
-from tests.support.stub_model import (
+from bot.core.errors import BeamError, ModelError
+from bot.core.frames import Usage
+from harness.stub_model import (
     DEFAULT_USAGE,
     STUB_MODEL,
     Stream,
@@ -26,6 +25,7 @@ from tests.support.stub_model import (
     error,
     text_stream,
 )
+from tests.clients.helpers import KEY, MESSAGES, READ_FILE, Sleeps, collect, make_client
 
 USAGE = Usage(**DEFAULT_USAGE)
 

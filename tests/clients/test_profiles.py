@@ -12,9 +12,9 @@ import pytest
 from bot.clients import OpenAiCompatible
 from bot.clients.profiles import resolve
 from bot.config import ModelSettings, load_settings
-from bot.errors import ConfigError
+from bot.core.errors import ConfigError
+from harness.stub_model import StubModel, completion
 from tests.clients.helpers import KEY, MESSAGES, READ_FILE
-from tests.support.stub_model import StubModel, completion
 
 SAMPLING = {"temperature", "top_p", "seed", "tool_choice", "parallel_tool_calls"}
 

@@ -12,7 +12,7 @@ from bot.clients import (
     ScriptedClient,
     ToolCall,
 )
-from bot.errors import BeamError, ModelError
+from bot.core.errors import BeamError, ModelError
 from tests.clients.helpers import MESSAGES, READ_FILE
 
 

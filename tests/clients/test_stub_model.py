@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from tests.support.stub_model import Hang, Reply, Stream, StubModel, chunk, error
+from harness.stub_model import Hang, Reply, Stream, StubModel, chunk, error
 
 
 async def test_records_method_path_headers_and_json_body(stub_model: StubModel) -> None:

@@ -14,10 +14,10 @@ import docker
 import pytest
 
 from bot.config import SandboxLimits, Settings
-from bot.errors import BeamError
-from sandbox.container.engine import connect
-from sandbox.container.lifecycle import ContainerSandbox
-from sandbox.image.build import ImageInfo, build_image
+from bot.core.errors import BeamError
+from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.host.engine import connect
+from sandbox.host.image.build import ImageInfo, build_image
 from tests.container.kit import PROTECTED, Workspace, deadline, make_workspace
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pygit2
 
 from bot.config import SandboxLimits
-from sandbox.container.hardening import SandboxJob
+from sandbox.host.container.hardening import SandboxJob
 
 PROTECTED = ("main", "release/*")
 PAGES = {

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sandbox.container.attach import AttachedStream, LineTooLong, StreamClosed, StreamTimeout
+from sandbox.host.container.attach import AttachedStream, LineTooLong, StreamClosed, StreamTimeout
 
 
 def frame(kind: int, payload: bytes) -> bytes:

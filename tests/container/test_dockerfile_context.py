@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 from bot.config import Settings
-from sandbox.image.build import plan_image
-from sandbox.image.dockerbuild import _assemble
-from sandbox.image.recipe import DOCKERFILE
+from sandbox.host.image.build import plan_image
+from sandbox.host.image.dockerbuild import _assemble
+from sandbox.host.image.recipe import DOCKERFILE
 
 
 def test_the_context_holds_everything_the_dockerfile_copies(tmp_path: Path) -> None:

@@ -10,10 +10,10 @@ import docker
 import pytest
 
 from bot.config import SandboxLimits
-from bot.errors import BeamError
-from sandbox.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
-from sandbox.container.lifecycle import ContainerSandbox
-from sandbox.image.build import ImageInfo
+from bot.core.errors import BeamError
+from sandbox.host.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
+from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.host.image.build import ImageInfo
 from tests.container.conftest import PROTECTED, container_exists
 from tests.container.kit import Workspace, chown_tree, deadline, make_workspace
 

@@ -19,10 +19,10 @@ import docker
 import pytest
 
 from bot.config import SandboxLimits
-from bot.errors import BeamError
-from sandbox.container.lifecycle import ContainerSandbox
-from sandbox.container.probe import ProbeReport, inspect_flags, run_probe
-from sandbox.image.build import ImageInfo
+from bot.core.errors import BeamError
+from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.host.container.probe import ProbeReport, inspect_flags, run_probe
+from sandbox.host.image.build import ImageInfo
 from tests.container.conftest import PROTECTED
 from tests.container.kit import Workspace, deadline, probe_job
 

@@ -9,9 +9,15 @@ import pygit2
 import pytest
 
 from bot.config import SandboxLimits, Settings
-from bot.errors import BeamError
-from sandbox.container.probe import run_probe
-from sandbox.image.build import ImageInfo, build_image, check_image, container_closure, plan_image
+from bot.core.errors import BeamError
+from sandbox.host.container.probe import run_probe
+from sandbox.host.image.build import (
+    ImageInfo,
+    build_image,
+    check_image,
+    container_closure,
+    plan_image,
+)
 from tests.container.kit import Workspace, probe_job
 
 ABSENT = (
@@ -43,7 +49,13 @@ def test_the_image_is_tagged_with_its_content_hash_and_latest(
     assert "riverbeam-sandbox:latest" in tagged.tags
     assert tagged.labels["riverbeam.content-hash"] == plan.content_hash
     assert tagged.attrs["Config"]["User"] == "10001:10001"
-    assert tagged.attrs["Config"]["Entrypoint"][1:] == ["-I", "-X", "utf8", "-m", "sandbox.server"]
+    assert tagged.attrs["Config"]["Entrypoint"][1:] == [
+        "-I",
+        "-X",
+        "utf8",
+        "-m",
+        "sandbox.inside.server",
+    ]
 
 
 def test_building_a_current_image_does_nothing(
@@ -71,10 +83,10 @@ def test_the_hash_covers_the_sources_and_the_wheels(settings: Settings) -> None:
     plan = plan_image(settings, fetch=False)
     sources, distributions = container_closure()
     assert [relative for relative, _ in plan.sources] == [relative for relative, _ in sources]
-    assert {"sandbox/server.py", "sandbox/tools.py", "bot/errors.py"} <= {
+    assert {"sandbox/inside/server.py", "sandbox/inside/tools.py", "bot/core/errors.py"} <= {
         relative for relative, _ in sources
     }
-    assert "sandbox/container/lifecycle.py" not in {relative for relative, _ in sources}
+    assert "sandbox/host/container/lifecycle.py" not in {relative for relative, _ in sources}
     assert ("pygit2", pygit2.__version__) in distributions
     assert {wheel.name for wheel in plan.wheels} == {name for name, _ in distributions}
     assert "docker" not in {name for name, _ in distributions}

@@ -9,10 +9,10 @@ import docker
 import pytest
 
 from bot.config import SandboxLimits
-from bot.errors import BeamError
-from sandbox.container.lifecycle import ContainerSandbox
-from sandbox.container.probe import inspect_flags, run_probe
-from sandbox.image.build import ImageInfo
+from bot.core.errors import BeamError
+from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.host.container.probe import inspect_flags, run_probe
+from sandbox.host.image.build import ImageInfo
 from tests.container.conftest import PROTECTED
 from tests.container.kit import deadline, make_workspace, probe_job
 

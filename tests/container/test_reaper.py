@@ -13,9 +13,9 @@ import docker
 import pytest
 
 from bot.config import SandboxLimits
-from sandbox.container.lifecycle import ContainerSandbox
-from sandbox.container.reaper import reap
-from sandbox.image.build import ImageInfo
+from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.host.container.reaper import reap
+from sandbox.host.image.build import ImageInfo
 from tests.container.conftest import PROTECTED, container_exists
 from tests.container.kit import make_workspace
 
@@ -70,8 +70,8 @@ _DYING_WORKER = textwrap.dedent(
     from datetime import UTC, datetime, timedelta
     from pathlib import Path
     from bot.config import SandboxLimits
-    from sandbox.container.lifecycle import ContainerSandbox
-    from sandbox.container.engine import connect
+    from sandbox.host.container.lifecycle import ContainerSandbox
+    from sandbox.host.engine import connect
 
     sandbox = ContainerSandbox(connect(), sys.argv[1])
     deadline = datetime.now(UTC) + timedelta(hours=1)

@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from sandbox.protocol import PROTOCOL_VERSION
-from sandbox.tools import TOOL_NAMES
+from sandbox.inside.protocol import PROTOCOL_VERSION
+from sandbox.inside.tools import TOOL_NAMES
 from tests.container.kit import make_workspace
 
 
 class Server:
-    """``python -m sandbox.server`` on pipes, one JSON line at a time."""
+    """``python -m sandbox.inside.server`` on pipes, one JSON line at a time."""
 
     def __init__(self, root: Path, *options: str) -> None:
-        command = [sys.executable, "-m", "sandbox.server", "--root", str(root), *options]
+        command = [sys.executable, "-m", "sandbox.inside.server", "--root", str(root), *options]
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
@@ -116,7 +116,7 @@ def test_a_call_past_its_timeout_is_bem_403_and_the_server_carries_on(root: Path
 _NOISY = textwrap.dedent(
     """
     import os, sys
-    from sandbox.server import ToolServer, _protocol_streams
+    from sandbox.inside.server import ToolServer, _protocol_streams
 
     def noisy(tool, args):
         print("a stray print")

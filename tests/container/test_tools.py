@@ -10,13 +10,13 @@ import pygit2
 import pytest
 
 from bot.config import SandboxLimits
-from bot.errors import BeamError
-from bot.input import AgentInput
-from sandbox.container.lifecycle import ContainerSandbox
-from sandbox.image.build import ImageInfo
-from sandbox.jail import SandboxRoot
-from sandbox.tools import TOOL_NAMES, call_tool, sandbox_tools
-from sandbox.worktree import WorkingTree
+from bot.core.errors import BeamError
+from bot.core.input import AgentInput
+from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.host.image.build import ImageInfo
+from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.tools import TOOL_NAMES, call_tool, sandbox_tools
+from sandbox.inside.worktree import WorkingTree
 from tests.container.conftest import PROTECTED
 from tests.container.kit import PAGES, Workspace, chown_tree, deadline, make_workspace, outbox_refs
 

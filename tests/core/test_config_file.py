@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bot.config import load_settings
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 
 
 def _load(path: Path, monkeypatch: pytest.MonkeyPatch) -> BeamError:

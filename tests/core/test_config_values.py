@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bot.config import load_settings
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 from tests.cli.kit import cli
 
 # (variable, value, words of the reason): each one a later layer would have choked on.

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.errors import CODES, BeamError, GitError, JailError, RoutingError
+from bot.core.errors import CODES, BeamError, GitError, JailError, RoutingError
 
 DOCS = Path(__file__).parents[2] / "docs" / "errors.md"
 

@@ -2,9 +2,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bot.agent import AgentMetadata
-from bot.errors import AgentContractError, BeamError, RoutingError
-from bot.frames import (
+from bot.agents.host import InvokeRequest, RiverBeam
+from bot.core.agent import AgentMetadata
+from bot.core.errors import AgentContractError, BeamError, RoutingError
+from bot.core.frames import (
     AgentResult,
     ChunkFrame,
     DoneFrame,
@@ -14,8 +15,7 @@ from bot.frames import (
     PlaceholderFrame,
     ResultStatus,
 )
-from bot.host import InvokeRequest, RiverBeam
-from bot.input import AgentContext, AgentInput, ContentPart, Modality, ModelConfig
+from bot.core.input import AgentContext, AgentInput, ContentPart, Modality, ModelConfig
 
 
 class FixedFrames:

@@ -4,12 +4,12 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from bot.errors import ToolError
-from bot.input import AgentInput
-from bot.memory import MAX_NOTE_CHARS, InMemoryStore, MemoryStore, RememberTool
-from bot.redis_memory import RedisMemoryStore
-from bot.tools import validate_arguments
-from tests.support.redis_server import redis_server
+from bot.agents.memory import MAX_NOTE_CHARS, InMemoryStore, MemoryStore, RememberTool
+from bot.agents.redis_memory import RedisMemoryStore
+from bot.core.errors import ToolError
+from bot.core.input import AgentInput
+from bot.core.tools import validate_arguments
+from harness.redis_server import redis_server
 
 
 @pytest.fixture(params=["in-memory", "redis"])

@@ -65,8 +65,9 @@ def test_the_public_names_are_pinned(package: str) -> None:
 
 
 def test_the_error_module_does_not_load_the_service() -> None:
-    """The tool server in a container imports ``bot.errors`` without httpx or the runner."""
-    heavy = ("httpx", "bot.runner", "bot.host", "jinja2")
-    probe = f"import sys, bot.errors, bot.tools; print([m for m in {heavy} if m in sys.modules])"
+    """The tool server in a container imports ``bot.core.errors`` without httpx or the runner."""
+    heavy = ("httpx", "bot.runner", "bot.agents.host", "jinja2")
+    imports = "import sys, bot.core.errors, bot.core.tools"
+    probe = f"{imports}; print([m for m in {heavy} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

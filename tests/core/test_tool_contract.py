@@ -1,8 +1,8 @@
 import pytest
 from pydantic import ValidationError
 
-from bot.errors import ToolLoopError
-from bot.tools import ToolSpec, json_params, validate_arguments
+from bot.core.errors import ToolLoopError
+from bot.core.tools import ToolSpec, json_params, validate_arguments
 
 SPEC = ToolSpec(
     name="word_count",

@@ -6,7 +6,7 @@ A marker is an HTML comment, invisible when the page is rendered::
     <!-- not-run: needs a container registry -->      cannot run here; says why
     <!-- figure -->                                   a diagram or a layout, not a sample
     <!-- output-of: riverbeam jobs follow <job-id> --> the output of that command
-    <!-- schema: bot.api.schemas:JobView -->          a JSON document of that pydantic model
+    <!-- schema: bot.service.schemas:JobView -->          a JSON document of that pydantic model
     <!-- result-of: list_tree {"path": ""} -->        what that sandbox tool returns
     <!-- check: NAME -->                              one of CHECK_NAMES, below
 

@@ -20,25 +20,25 @@ from typing import Any
 
 import pygit2
 
-import bot.errors
+import bot.core.errors
 from bot import AgentInput, BeamError, Tool
+from bot.agents.memory import InMemoryStore, RememberTool
 from bot.clients import OpenAiCompatible
 from bot.jobs.host_tools.pages import GetPageTool
 from bot.jobs.host_tools.review import ReviewChangeTool, ReviewCollector
 from bot.jobs.host_tools.search import SearchTool
-from bot.jobs.models import JobState
 from bot.jobs.schedules import ScheduleRun
-from bot.memory import InMemoryStore, RememberTool
-from sandbox.jail import SandboxRoot
-from sandbox.tool_specs import TOOL_SPECS
-from sandbox.tools import call_tool
-from sandbox.worktree import WorkingTree
+from bot.store.models import JobState
+from harness.stub_model import STUB_MODEL, StubModel, completion
+from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.tool_specs import TOOL_SPECS
+from sandbox.inside.tools import call_tool
+from sandbox.inside.worktree import WorkingTree
 from skills import load_skill
 from tests.docs.blocks import Block, blocks
 from tests.docs.pychecks import assert_same_keys, json_sample
-from tests.support.stub_model import STUB_MODEL, StubModel, completion
 
-error_names = vars(bot.errors)
+error_names = vars(bot.core.errors)
 PROTECTED = ["main", "master", "release/*"]
 
 
@@ -102,7 +102,7 @@ def check_job_states(block: Block) -> None:
 
 
 def check_error_classes(block: Block) -> None:
-    """The tree of error classes is the classes of ``bot.errors``: each class on the page
+    """The tree of error classes is the classes of ``bot.core.errors``: each class on the page
     exists and its base is the class it hangs from, and every class of the code is there."""
     parents: list[tuple[int, type]] = []
     documented: set[type] = set()
@@ -111,7 +111,7 @@ def check_error_classes(block: Block) -> None:
         if found is None:
             continue
         depth, cls = found.start(), error_names.get(found.group(0))
-        assert isinstance(cls, type), f"{block.id}: bot.errors has no {found.group(0)}"
+        assert isinstance(cls, type), f"{block.id}: bot.core.errors has no {found.group(0)}"
         while parents and parents[-1][0] >= depth:
             parents.pop()
         if parents:

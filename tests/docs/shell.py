@@ -40,12 +40,12 @@ from pathlib import Path
 
 import httpx
 
-from bot.jobs.models import JobKind, JobSpec, JobState
 from bot.jobs.tasks import submit_job
-from tests.support.api_server import ApiServer, api_server
-from tests.support.redis_server import free_port
-from tests.support.stack import PROJECT_ROOT, REPO, Stack, job_stack, wait_until
-from tests.workspace.kit import traversable_dir
+from bot.store.models import JobKind, JobSpec, JobState
+from harness.api_server import ApiServer, api_server
+from harness.gitkit import traversable_dir
+from harness.redis_server import free_port
+from harness.stack import PROJECT_ROOT, REPO, Stack, job_stack, wait_until
 
 DOC_JOB_ID = "3f9c2a71b0de"
 # Who runs the commands: the user of the pages' samples.

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support.stack import PROJECT_ROOT
+from harness.stack import PROJECT_ROOT
 
 PID_FILE = Path("/var/run/docker.pid")
 START_ENGINE = PROJECT_ROOT / "docker" / "start-engine"

@@ -13,7 +13,7 @@ sandbox reaper and asserts:
   upstream branch holds, and no push is recorded as landed that is not there;
 - **no container left** once the reaper ran: none labelled with one of the jobs.
 
-The reaper is the real one (``sandbox.container.reaper.reap``), told to leave alone the
+The reaper is the real one (``sandbox.host.container.reaper.reap``), told to leave alone the
 containers of jobs that are not this test's: the Docker engine is shared with other stacks.
 """
 
@@ -22,10 +22,10 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from bot.jobs.models import AuthorOutcome, JobRecord, JobState, PushState
-from sandbox.container.engine import connect
-from sandbox.container.reaper import reap
-from tests.support.stack import Stack, wait_until
+from bot.store.models import AuthorOutcome, JobRecord, JobState, PushState
+from harness.stack import Stack, wait_until
+from sandbox.host.container.reaper import reap
+from sandbox.host.engine import connect
 
 SETTLE_SECONDS = 90.0
 _CODE = re.compile(r"BEM-\d{3}")

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bot.jobs.models import Approval, JobKind, JobRecord, JobState
 from bot.jobs.queues import send_recover
-from tests.support.playbooks import AUTHOR_REQUEST
-from tests.support.stack import Stack, wait_until
+from bot.store.models import Approval, JobKind, JobRecord, JobState
+from harness.playbooks import AUTHOR_REQUEST
+from harness.stack import Stack, wait_until
 
 TOOL_SECONDS = 30.0
 

@@ -1,5 +1,5 @@
 """The model factory of the model-endpoint fault tests: the real ``OpenAiCompatible`` client,
-pointed at the stub server (``tests.support.stub_model``) the test runs on loopback.
+pointed at the stub server (``harness.stub_model``) the test runs on loopback.
 
 ``model.factory = "tests.faults.stub_client:for_job"``; the worker finds the stub's URL in
 ``FAULTS_MODEL_URL`` (``Stack.start_worker(env=...)``). Short timeouts and backoffs keep
@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 
 from bot.clients.openai_compatible import OpenAiCompatible
-from bot.jobs.models import JobRecord
-from tests.support.stub_model import STUB_MODEL
+from bot.store.models import JobRecord
+from harness.stub_model import STUB_MODEL
 
 URL_VARIABLE = "FAULTS_MODEL_URL"
 TIMEOUT_SECONDS = 1.5

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from bot.errors import JobError
-from bot.jobs.models import JobState, PushState
+from bot.core.errors import JobError
 from bot.jobs.tasks import cancel_job
+from bot.store.models import JobState, PushState
 from bot.web.outcome import describe
+from harness.stack import Stack, job_stack, wait_until
 from tests.faults.invariants import check_invariants
 from tests.faults.kit import park, push_in_flight
-from tests.support.stack import Stack, job_stack, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -21,16 +21,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.frames import ToolFrame
-from bot.jobs.models import JobKind, JobState
+from bot.core.frames import ToolFrame
 from bot.jobs.tasks import cancel_job
-from sandbox.container.engine import connect
-from sandbox.container.hardening import SandboxJob, create_arguments
-from sandbox.image.build import check_image
+from bot.store.models import JobKind, JobState
+from harness.gitkit import git
+from harness.playbooks import AUTHOR_REQUEST, HUGE_FILE
+from harness.stack import Stack, job_stack, wait_until
+from sandbox.host.container.hardening import SandboxJob, create_arguments
+from sandbox.host.engine import connect
+from sandbox.host.image.build import check_image
 from tests.faults.invariants import check_invariants
-from tests.support.playbooks import AUTHOR_REQUEST, HUGE_FILE
-from tests.support.stack import Stack, job_stack, wait_until
-from tests.workspace.kit import git
 
 pytestmark = pytest.mark.slow
 

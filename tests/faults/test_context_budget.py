@@ -13,11 +13,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.jobs.models import JobKind, JobState
+from bot.store.models import JobKind, JobState
+from harness.stack import Stack, job_stack
+from harness.stub_model import StubModel, completion, tool_call
 from tests.faults.invariants import check_invariants
 from tests.faults.stub_client import URL_VARIABLE
-from tests.support.stack import Stack, job_stack
-from tests.support.stub_model import StubModel, completion, tool_call
 
 pytestmark = pytest.mark.slow
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import pytest
 
-from bot.jobs.models import JobKind
+from bot.store.models import JobKind
+from harness.playbooks import AUTHOR_REQUEST
+from harness.stack import job_stack
 from tests.faults.engine import restart_engine
 from tests.faults.invariants import check_invariants
 from tests.faults.kit import paused, tool_called
-from tests.support.playbooks import AUTHOR_REQUEST
-from tests.support.stack import job_stack
 
 pytestmark = pytest.mark.slow
 

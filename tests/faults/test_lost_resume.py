@@ -15,11 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.jobs.models import JobKind, JobState
 from bot.jobs.queues import RESUME_JOB, queue_for, send_resume_sweep
+from bot.store.models import JobKind, JobState
+from harness.stack import Stack, job_stack, wait_until
 from tests.faults.invariants import check_invariants
 from tests.faults.kit import park
-from tests.support.stack import Stack, job_stack, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -13,15 +13,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.frames import ChunkFrame
+from bot.core.frames import ChunkFrame
 from bot.jobs.executor import CHUNK_EVENT_CHARS
-from bot.jobs.models import JobKind, JobRecord, JobState
-from tests.faults.invariants import check_invariants
-from tests.faults.kit import tool_called
-from tests.faults.stub_client import MAX_RETRIES, URL_VARIABLE
-from tests.support.playbooks import AUTHOR_REQUEST, COMMIT_SUBJECT, FIXED_INSTALL
-from tests.support.stack import Stack, job_stack
-from tests.support.stub_model import (
+from bot.store.models import JobKind, JobRecord, JobState
+from harness.playbooks import AUTHOR_REQUEST, COMMIT_SUBJECT, FIXED_INSTALL
+from harness.stack import Stack, job_stack
+from harness.stub_model import (
     Hang,
     Reply,
     StubModel,
@@ -30,6 +27,9 @@ from tests.support.stub_model import (
     text_stream,
     tool_call,
 )
+from tests.faults.invariants import check_invariants
+from tests.faults.kit import tool_called
+from tests.faults.stub_client import MAX_RETRIES, URL_VARIABLE
 
 pytestmark = pytest.mark.slow
 

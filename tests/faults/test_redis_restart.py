@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import pytest
 
-from bot.jobs.models import ApprovalState, JobKind, JobState
 from bot.jobs.queues import send_recover
+from bot.store.models import ApprovalState, JobKind, JobState
+from harness.playbooks import AUTHOR_REQUEST
+from harness.stack import PROJECT_ROOT, Stack, job_stack, wait_until
 from tests.faults.invariants import check_invariants
 from tests.faults.kit import park, tool_called
-from tests.support.playbooks import AUTHOR_REQUEST
-from tests.support.stack import PROJECT_ROOT, Stack, job_stack, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from bot.jobs.models import JobKind, JobState
 from bot.jobs.tasks import cancel_job
+from bot.store.models import JobKind, JobState
+from harness.playbooks import AUTHOR_REQUEST
+from harness.stack import job_stack
 from tests.faults.invariants import check_invariants
 from tests.faults.kit import tool_called
-from tests.support.playbooks import AUTHOR_REQUEST
-from tests.support.stack import job_stack
 
 pytestmark = pytest.mark.slow
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from bot.jobs.models import JobKind, JobState
+from bot.store.models import JobKind, JobState
+from harness.playbooks import AUTHOR_REQUEST
+from harness.stack import Stack, job_stack, wait_until
 from tests.faults.invariants import check_invariants
 from tests.faults.kit import park, push_in_flight, recover, tool_called
-from tests.support.playbooks import AUTHOR_REQUEST
-from tests.support.stack import Stack, job_stack, wait_until
 
 pytestmark = pytest.mark.slow
 

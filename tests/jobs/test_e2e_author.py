@@ -1,5 +1,5 @@
 """Author jobs end to end: real Redis, real Celery worker processes, real containers, a real
-bare upstream. Only the model is scripted (``tests.support.playbooks``)."""
+bare upstream. Only the model is scripted (``harness.playbooks``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bot.errors import BeamError
-from bot.jobs.models import (
+from bot.core.errors import BeamError
+from bot.jobs.queues import REAP_SANDBOXES, RESUME_JOB, RUN_JOB, queue_for, send_chore
+from bot.jobs.tasks import cancel_job
+from bot.store.models import (
     Approval,
     ApprovalState,
     AuthorOutcome,
@@ -19,23 +21,21 @@ from bot.jobs.models import (
     JobRecord,
     JobState,
 )
-from bot.jobs.queues import REAP_SANDBOXES, RESUME_JOB, RUN_JOB, queue_for, send_chore
-from bot.jobs.tasks import cancel_job
-from sandbox.container.engine import connect
-from sandbox.container.hardening import (
+from harness.gitkit import git
+from harness.playbooks import AUTHOR_REQUEST, COMMIT_SUBJECT, DONE_TEXT, SLOW_SECONDS
+from harness.stack import REQUESTER, REVIEWER, Stack, job_stack, wait_until
+from sandbox.host.container.hardening import (
     DEADLINE_LABEL,
     DEPLOYMENT_LABEL,
     JOB_LABEL,
     ROLE_LABEL,
     ROLE_SANDBOX,
 )
-from sandbox.image.build import check_image
-from sandbox.workspace.credentials import upstream_callbacks
-from sandbox.workspace.prepare import open_workspace
-from sandbox.workspace.relay import relay_push
-from tests.support.playbooks import AUTHOR_REQUEST, COMMIT_SUBJECT, DONE_TEXT, SLOW_SECONDS
-from tests.support.stack import REQUESTER, REVIEWER, Stack, job_stack, wait_until
-from tests.workspace.kit import git
+from sandbox.host.engine import connect
+from sandbox.host.image.build import check_image
+from sandbox.host.relay import relay_push
+from sandbox.host.upstream.credentials import upstream_callbacks
+from sandbox.host.workspace.prepare import open_workspace
 
 pytestmark = pytest.mark.slow
 

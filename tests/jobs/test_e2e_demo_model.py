@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from bot.demo import DEMO_MODEL_FACTORY, DemoModel
-from bot.jobs.models import (
+from bot.jobs.tasks import submit_job
+from bot.store.models import (
     AuthorOutcome,
     CommitNotesOutcome,
     Finding,
@@ -21,9 +22,8 @@ from bot.jobs.models import (
     ReviewOutcome,
     SummaryOutcome,
 )
-from bot.jobs.tasks import submit_job
-from tests.support.playbooks import AUTHOR_REQUEST, FIXED_INSTALL, INSTALL_PAGE
-from tests.support.stack import PUBLISH_REF, REPO, REQUESTER, Stack, job_stack
+from harness.playbooks import AUTHOR_REQUEST, FIXED_INSTALL, INSTALL_PAGE
+from harness.stack import PUBLISH_REF, REPO, REQUESTER, Stack, job_stack
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """A job is ``succeeded`` only with what its kind must produce, for every kind: real Redis, a
 real Celery worker, real containers and a real bare upstream; only the model is scripted
-(``tests.support.playbooks``). Each run below ends without its result, or right after a tool
+(``harness.playbooks``). Each run below ends without its result, or right after a tool
 error, and must end ``failed`` with the BEM code that says what is missing."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bot.jobs.models import (
+from bot.store.models import (
     AuthorOutcome,
     CommitNotesOutcome,
     JobKind,
@@ -20,8 +20,8 @@ from bot.jobs.models import (
     ReviewOutcome,
     SummaryOutcome,
 )
-from tests.support.playbooks import AUTHOR_REQUEST, FIXED_INSTALL, NOTHING_TO_CHANGE
-from tests.support.stack import PUBLISH_REF, Stack, job_stack
+from harness.playbooks import AUTHOR_REQUEST, FIXED_INSTALL, NOTHING_TO_CHANGE
+from harness.stack import PUBLISH_REF, Stack, job_stack
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """Review, summarize, commit-notes and publish jobs end to end, and cancelling and redelivery
 for every state: real Redis, real Celery worker processes, real containers, a real bare
-upstream. Only the model is scripted (``tests.support.playbooks``)."""
+upstream. Only the model is scripted (``harness.playbooks``)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.errors import BeamError
-from bot.frames import DoneFrame
+from bot.core.errors import BeamError
+from bot.core.frames import DoneFrame
 from bot.jobs.commit_notes import MAX_SUBJECT_CHARS
-from bot.jobs.models import (
+from bot.jobs.queues import RESUME_JOB, RUN_JOB, queue_for
+from bot.jobs.tasks import cancel_job
+from bot.store.models import (
     ApprovalState,
     CommitInfo,
     CommitNotesOutcome,
@@ -25,10 +27,8 @@ from bot.jobs.models import (
     ReviewOutcome,
     SummaryOutcome,
 )
-from bot.jobs.queues import RESUME_JOB, RUN_JOB, queue_for
-from bot.jobs.tasks import cancel_job
-from sandbox.reports import LogReport
-from tests.support.playbooks import (
+from harness.gitkit import git
+from harness.playbooks import (
     CHANGES_SUMMARY,
     FIXED_INSTALL,
     LONG_SUBJECT,
@@ -38,8 +38,8 @@ from tests.support.playbooks import (
     SLOW_SECONDS,
     SUMMARY_TEXT,
 )
-from tests.support.stack import PUBLISH_REF, REPO, REQUESTER, Stack, job_stack, wait_until
-from tests.workspace.kit import git
+from harness.stack import PUBLISH_REF, REPO, REQUESTER, Stack, job_stack, wait_until
+from sandbox.inside.reports import LogReport
 
 pytestmark = pytest.mark.slow
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from bot.jobs.models import JobKind, JobState
+from bot.store.models import JobKind, JobState
+from harness.gitkit import traversable_dir
+from harness.playbooks import AUTHOR_REQUEST
+from harness.ssh_server import ssh_server
+from harness.stack import job_stack
 from tests.cli.kit import cli
-from tests.support.playbooks import AUTHOR_REQUEST
-from tests.support.ssh_server import ssh_server
-from tests.support.stack import job_stack
-from tests.workspace.kit import traversable_dir
 
 pytestmark = pytest.mark.slow
 

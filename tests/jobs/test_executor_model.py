@@ -12,11 +12,11 @@ from bot.clients.base import Completion, Message, ToolCall
 from bot.clients.openai_compatible import OpenAiCompatible
 from bot.clients.playbook import PlaybookClient, last_tool_result
 from bot.config import ModelSettings, Settings
-from bot.errors import BeamError
-from bot.input import AgentInput
+from bot.core.errors import BeamError
+from bot.core.input import AgentInput
+from bot.core.tools import ToolSpec
 from bot.jobs.celery_app import celery_config
 from bot.jobs.model_client import model_client_for
-from bot.jobs.models import JobKind, JobRecord, JobSpec
 from bot.jobs.queues import (
     COLLECT_WORKSPACES,
     HOSTS_EXCHANGE,
@@ -28,9 +28,9 @@ from bot.jobs.queues import (
     worker_queues,
 )
 from bot.jobs.relayed_push import ApprovedPush, Relay, RelayedPush
-from bot.tools import ToolSpec
-from sandbox.tool_specs import TOOL_SPECS
-from sandbox.workspace.relay import RelayResult
+from bot.store.models import JobKind, JobRecord, JobSpec
+from sandbox.host.relay import RelayResult
+from sandbox.inside.tool_specs import TOOL_SPECS
 
 SHA = "a" * 40
 

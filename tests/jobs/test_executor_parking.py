@@ -11,19 +11,19 @@ import pytest
 from pydantic import JsonValue
 
 from bot.config import RepositoryConfig, WorkspaceSettings
-from bot.errors import BeamError
-from bot.frames import ErrorInfo, PendingCall, ToolCallRecord
-from bot.input import AgentInput
-from bot.jobs.changes import branch_tip, read_change
+from bot.core.errors import BeamError
+from bot.core.frames import ErrorInfo, PendingCall, ToolCallRecord
+from bot.core.input import AgentInput
+from bot.jobs.branch_change import branch_tip, read_change
 from bot.jobs.commit_notes import MAX_SUBJECT_CHARS, parse_commit_message
-from bot.jobs.models import Approval, CommitInfo, JobKind, JobRecord, JobSpec
 from bot.jobs.outcomes import author_outcome, commit_notes_outcome, ended_refused, pushed_sha
 from bot.jobs.parking import PushTarget, approval_for, check_still_bound
 from bot.jobs.plans import tree_plan
 from bot.runner.state import Decision, RunState
-from sandbox.workspace.prepare import Workspace, prepare_workspace
-from tests.support.playbooks import FIXED_INSTALL, SEED_PAGES, seed_upstream
-from tests.workspace.kit import commit_all, git, traversable_dir
+from bot.store.models import Approval, CommitInfo, JobKind, JobRecord, JobSpec
+from harness.gitkit import commit_all, git, traversable_dir
+from harness.playbooks import FIXED_INSTALL, SEED_PAGES, seed_upstream
+from sandbox.host.workspace.prepare import Workspace, prepare_workspace
 
 PROTECTED = ("main", "release/*")
 

@@ -19,14 +19,16 @@ from typing import Any, get_args
 import pytest
 
 from bot.config import RepositoryConfig, Settings, WorkspaceSettings
-from bot.errors import BeamError
-from bot.input import AgentInput
+from bot.core.errors import BeamError
+from bot.core.input import AgentInput
+from bot.core.tools import Tool
 from bot.jobs.host_tools import search as search_module
 from bot.jobs.host_tools.pages import MAX_PAGE_CHARS, GetPageTool, page_title
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.host_tools.review import VERDICTS, ReviewChangeTool, ReviewCollector
 from bot.jobs.host_tools.search import MAX_LIMIT, SearchTool
-from bot.jobs.models import (
+from bot.jobs.webhooks import public_webhook_url
+from bot.store.models import (
     JobKind,
     JobRecord,
     JobResult,
@@ -35,14 +37,12 @@ from bot.jobs.models import (
     PublishOutcome,
     ReviewOutcome,
 )
-from bot.jobs.webhooks import public_webhook_url
-from bot.tools import Tool
-from sandbox.jail import SandboxRoot
-from sandbox.workspace.credentials import upstream_callbacks
-from sandbox.workspace.mirror import sync_mirror
-from sandbox.workspace.relay import publish_commit
+from harness.gitkit import git, is_ancestor, make_upstream, refs_and_logs, upstream_push
+from sandbox.host.relay import publish_commit
+from sandbox.host.upstream.credentials import upstream_callbacks
+from sandbox.host.upstream.mirror import sync_mirror
+from sandbox.inside.jail import SandboxRoot
 from tests.jobs.webhook_receiver import Receiver, webhook_receiver
-from tests.workspace.kit import git, is_ancestor, make_upstream, refs_and_logs, upstream_push
 
 INPUT = AgentInput.of_text("")
 

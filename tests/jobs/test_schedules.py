@@ -20,10 +20,9 @@ from celery.result import AsyncResult
 from celery.schedules import crontab
 
 from bot.config import RepositoryConfig, Settings, WorkspaceSettings, load_settings
-from bot.cron import parse_cron
-from bot.errors import BeamError
+from bot.core.cron import parse_cron
+from bot.core.errors import BeamError
 from bot.jobs.celery_app import create_app
-from bot.jobs.models import JobKind, JobSpec, JobState, SummaryOutcome
 from bot.jobs.queues import DEFAULT_QUEUE, SCHEDULE_SUMMARIES
 from bot.jobs.schedules import (
     KEEP_RUNS,
@@ -37,12 +36,13 @@ from bot.jobs.schedules import (
     poll_delay,
 )
 from bot.jobs.store import JobStore
-from sandbox.workspace.mirror import sync_mirror
+from bot.store.models import JobKind, JobSpec, JobState, SummaryOutcome
+from harness.gitkit import git
+from harness.playbooks import SLOW_BRANCH_PREFIX, SUMMARY_TEXT, seed_upstream
+from harness.redis_server import redis_server
+from harness.stack import PROJECT_ROOT, PUBLISH_REF, REPO, Stack, job_stack, wait_until
+from sandbox.host.upstream.mirror import sync_mirror
 from tests.jobs.webhook_receiver import Receiver, webhook_receiver
-from tests.support.playbooks import SLOW_BRANCH_PREFIX, SUMMARY_TEXT, seed_upstream
-from tests.support.redis_server import redis_server
-from tests.support.stack import PROJECT_ROOT, PUBLISH_REF, REPO, Stack, job_stack, wait_until
-from tests.workspace.kit import git
 
 # -- cron ----------------------------------------------------------------------------------
 

@@ -11,11 +11,11 @@ import pytest
 from docker.errors import ImageNotFound
 
 from bot.config import SandboxLimits, Settings
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 from bot.jobs import executor
 from bot.jobs.executor import ImageCheck
 from bot.jobs.timings import PREFIX, SegmentTimings
-from sandbox.image.build import ImageInfo
+from sandbox.host.image.build import ImageInfo
 
 
 def test_segment_timings_add_up_phases_and_log_one_json_line(

@@ -19,9 +19,18 @@ from celery import Celery
 from pydantic import JsonValue
 
 from bot.config import RepositoryConfig, Settings
-from bot.errors import ApprovalError, BeamError, JobError
-from bot.frames import ChunkFrame, ErrorFrame, ErrorInfo, ThinkingFrame, ToolCallRecord, ToolFrame
-from bot.jobs.models import (
+from bot.core.errors import ApprovalError, BeamError, JobError
+from bot.core.frames import (
+    ChunkFrame,
+    ErrorFrame,
+    ErrorInfo,
+    ThinkingFrame,
+    ToolCallRecord,
+    ToolFrame,
+)
+from bot.jobs.store import JobStore
+from bot.jobs.tasks import submit_job
+from bot.store.models import (
     Approval,
     ApprovalState,
     AuthorOutcome,
@@ -34,9 +43,7 @@ from bot.jobs.models import (
     PushState,
     utcnow,
 )
-from bot.jobs.store import JobStore
-from bot.jobs.tasks import submit_job
-from tests.support.redis_server import RedisServer, running_redis
+from harness.redis_server import RedisServer, running_redis
 
 T = TypeVar("T")
 REDIS_CONF = Path(__file__).resolve().parents[2] / "docker" / "redis.conf"

@@ -9,12 +9,12 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from bot.agent import Agent
 from bot.clients.base import Completion, CompletionClient, ToolCall
-from bot.frames import AgentResult, DoneFrame, Frame, Usage
-from bot.input import AgentContext, AgentInput
+from bot.core.agent import Agent
+from bot.core.frames import AgentResult, DoneFrame, Frame, Usage
+from bot.core.input import AgentContext, AgentInput
+from bot.core.tools import ToolSpec, json_params
 from bot.runner import ToolLoopAgent
-from bot.tools import ToolSpec, json_params
 
 Invoke = Callable[[dict[str, JsonValue]], Awaitable[Any]]
 

@@ -12,12 +12,12 @@ from pydantic import JsonValue
 
 from bot.clients.base import Completion, Message
 from bot.clients.scripted import ScriptedClient
-from bot.frames import ResultStatus, Usage
+from bot.core.frames import ResultStatus, Usage
+from bot.core.tools import ToolSpec
 from bot.runner import Decision, RunState, ToolLoopAgent
 from bot.runner.budget import ContextBudget, chars_of
 from bot.runner.state import specs_digest
-from bot.tools import ToolSpec
-from sandbox.tool_specs import EARLIER_SPECS, TOOL_SPECS
+from sandbox.inside.tool_specs import EARLIER_SPECS, TOOL_SPECS
 from tests.runner.kit import (
     FnTool,
     call,
@@ -242,7 +242,7 @@ def _fixed(value: JsonValue) -> Any:
 
 
 def _no_history() -> Any:
-    from bot.input import AgentContext
+    from bot.core.input import AgentContext
 
     return AgentContext()
 

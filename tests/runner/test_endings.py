@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from bot.clients import OpenAiCompatible
-from bot.frames import ResultStatus, ToolFrame
+from bot.core.frames import ResultStatus, ToolFrame
 from bot.runner import ToolLoopAgent
+from harness.stub_model import Reply, StubModel, completion, streamed, tool_call
 from tests.runner.kit import echo_tool, frames_of, result_of
-from tests.support.stub_model import Reply, StubModel, completion, streamed, tool_call
 
 STREAMED = [False, True]
 

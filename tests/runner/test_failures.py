@@ -10,14 +10,14 @@ import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import JsonValue
 
-from bot import jsonlimits
 from bot.clients.base import Completion, Message, ToolCall
 from bot.clients.scripted import ScriptedClient
-from bot.errors import BeamError
-from bot.frames import AgentResult, ResultStatus, ToolFrame, frame_adapter
+from bot.core import jsonlimits
+from bot.core.errors import BeamError
+from bot.core.frames import AgentResult, ResultStatus, ToolFrame, frame_adapter
+from bot.core.tools import Tool, ToolSpec
 from bot.runner import ToolLoopAgent
 from bot.runner.calls import MAX_RECORDED_TEXT
-from bot.tools import Tool, ToolSpec
 from tests.runner.kit import (
     FnTool,
     call,

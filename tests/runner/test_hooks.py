@@ -9,11 +9,11 @@ from pydantic import JsonValue
 
 from bot.clients.base import Completion, Message, ToolCall
 from bot.clients.scripted import ScriptedClient
-from bot.errors import BeamError
-from bot.frames import AgentResult, DoneFrame, Frame, ResultStatus, ToolCallRecord
-from bot.input import AgentContext
+from bot.core.errors import BeamError
+from bot.core.frames import AgentResult, DoneFrame, Frame, ResultStatus, ToolCallRecord
+from bot.core.input import AgentContext
+from bot.core.tools import ToolSpec
 from bot.runner import Decision, Hooks, RunState, ToolLoopAgent
-from bot.tools import ToolSpec
 from tests.runner.kit import (
     call,
     calls,

@@ -7,12 +7,12 @@ import json
 import pytest
 from pydantic import JsonValue
 
-from bot.agent import Agent
 from bot.clients.base import Completion
 from bot.clients.scripted import ScriptedClient
-from bot.errors import BeamError
-from bot.frames import ChunkFrame, ResultStatus, ToolFrame, Usage
-from bot.input import AgentContext
+from bot.core.agent import Agent
+from bot.core.errors import BeamError
+from bot.core.frames import ChunkFrame, ResultStatus, ToolFrame, Usage
+from bot.core.input import AgentContext
 from bot.runner import ToolLoopAgent
 from tests.runner.kit import (
     call,

@@ -10,9 +10,9 @@ from pydantic import JsonValue
 
 from bot.clients.base import Completion
 from bot.clients.scripted import ScriptedClient
-from bot.errors import BeamError
-from bot.frames import PendingCall, ResultStatus, Usage
-from bot.input import AgentContext
+from bot.core.errors import BeamError
+from bot.core.frames import PendingCall, ResultStatus, Usage
+from bot.core.input import AgentContext
 from bot.runner import Decision, RunState, ToolLoopAgent
 from skills.loader import skill_by_name
 from tests.runner.kit import (

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from bot.clients.scripted import ScriptedClient
-from bot.frames import ResultStatus
-from bot.input import AgentContext
+from bot.core.frames import ResultStatus
+from bot.core.input import AgentContext
 from tests.runner.kit import call, calls, collect, publisher, request, result_of
 
 ROOT = Path(__file__).resolve().parents[2]

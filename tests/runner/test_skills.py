@@ -9,11 +9,11 @@ from pydantic import JsonValue
 
 from bot.clients.base import Message
 from bot.clients.scripted import ScriptedClient
-from bot.errors import BeamError
-from bot.frames import ResultStatus
-from bot.input import AgentContext
+from bot.core.errors import BeamError
+from bot.core.frames import ResultStatus
+from bot.core.input import AgentContext
+from bot.core.tools import ToolSpec
 from bot.runner import ToolLoopAgent
-from bot.tools import ToolSpec
 from skills.loader import PromptValue, Skill, builtin_skills, skill_by_name
 from tests.runner.kit import (
     FnTool,

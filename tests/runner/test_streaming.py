@@ -11,9 +11,9 @@ from bot.clients.base import (
     TextDelta,
 )
 from bot.clients.scripted import ScriptedClient
-from bot.frames import ChunkFrame, ResultStatus
+from bot.core.frames import ChunkFrame, ResultStatus
+from bot.core.tools import ToolSpec
 from bot.runner import ToolLoopAgent
-from bot.tools import ToolSpec
 from tests.runner.kit import call, calls, echo_tool, frames_of, kinds, result_of
 
 Reply = list[str] | Completion

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pygit2
 
-from sandbox.identity import Identity
-from sandbox.jail import SandboxRoot
-from sandbox.worktree import WorkingTree
+from bot.core.identity import Identity
+from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.worktree import WorkingTree
 
 PROTECTED = ("main", "master", "release/*")
 _AUTHOR = pygit2.Signature("Upstream", "upstream@example.com", 1_700_000_000, 0)

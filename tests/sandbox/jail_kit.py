@@ -29,7 +29,7 @@ from types import FrameType
 
 import pygit2
 
-from sandbox.jail import SandboxRoot
+from sandbox.inside.jail import SandboxRoot
 
 INSIDE_INDEX = b"# Inside\n"
 OUTSIDE_SECRET = b"TOP SECRET: outside the jail\n"

@@ -28,12 +28,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pygit2.enums import ConfigLevel
 
-from bot.errors import BeamError, GitError
-from sandbox import repo_guard
-from sandbox.jail import SandboxRoot
-from sandbox.repo_guard import CANONICAL_CONFIG
-from sandbox.tools import call_tool
-from sandbox.worktree import WorkingTree
+from bot.core.errors import BeamError, GitError
+from sandbox.inside import repo_guard
+from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.repo_guard import CANONICAL_CONFIG
+from sandbox.inside.tools import call_tool
+from sandbox.inside.worktree import WorkingTree
 from tests.sandbox.git_kit import GitEnv, build_git_env, refs_of, snapshot
 
 # -- pushes and checkouts aimed at protected refs, or carrying options --------------------

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.errors import JailError
-from sandbox.jail import SandboxRoot
+from bot.core.errors import JailError
+from sandbox.inside.jail import SandboxRoot
 from tests.sandbox.jail_kit import JailEnv, build_jail_env, deadline
 
 Setup = Callable[[JailEnv], object]

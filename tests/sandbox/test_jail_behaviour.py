@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.errors import JailError
-from sandbox.jail import SandboxRoot, is_repository_metadata
+from bot.core.errors import JailError
+from sandbox.inside.jail import SandboxRoot, is_repository_metadata
 from tests.sandbox.jail_kit import INSIDE_INDEX, JailEnv, build_jail_env
 
 

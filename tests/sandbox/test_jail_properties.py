@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from bot.errors import JailError
-from sandbox.jail import SandboxRoot, _Cursor, _Found, is_repository_metadata
+from bot.core.errors import JailError
+from sandbox.inside.jail import SandboxRoot, _Cursor, _Found, is_repository_metadata
 from tests.sandbox.jail_kit import OUTSIDE_SECRET, deadline, snapshot_tree
 
 PROPERTY_SETTINGS = settings(

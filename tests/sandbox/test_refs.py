@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot.errors import BeamError, ConfigError, GitError
-from sandbox.refs import MAX_BRANCH_BYTES, ProtectedRefs, branch_name, full_ref
+from bot.core.errors import BeamError, ConfigError, GitError
+from sandbox.inside.refs import MAX_BRANCH_BYTES, ProtectedRefs, branch_name, full_ref
 
 POLICY = ProtectedRefs(["main", "master", "release/*"])
 

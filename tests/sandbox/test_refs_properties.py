@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.errors import BeamError
-from sandbox.refs import ProtectedRefs, branch_name
+from bot.core.errors import BeamError
+from sandbox.inside.refs import ProtectedRefs, branch_name
 from tests.sandbox.git_kit import GitEnv, build_git_env, refs_of
 
 POLICY = ProtectedRefs(["main", "master", "release/*"])

@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from pygit2.enums import CheckoutStrategy, FileStatus, ResetMode
 
 from bot.config import Identity as ConfiguredIdentity
-from bot.errors import BeamError, ConfigError, GitError, JailError
-from sandbox.changes import _SortedPaths, plan_groups, scan
-from sandbox.identity import Identity, Trailer, compose_message
-from sandbox.jail import SandboxRoot
-from sandbox.reports import ComparePoint
-from sandbox.views import file_statuses
-from sandbox.worktree import WorkingTree, _PushWatch
+from bot.core.errors import BeamError, ConfigError, GitError, JailError
+from bot.core.identity import Identity, Trailer, compose_message
+from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.reports import ComparePoint
+from sandbox.inside.views import file_statuses
+from sandbox.inside.worktree import WorkingTree, _PushWatch
+from sandbox.inside.worktree_changes import _SortedPaths, plan_groups, scan
 from tests.sandbox.git_kit import PROTECTED, GitEnv, build_git_env, refs_of
 
 

@@ -15,7 +15,7 @@ import jinja2.nodes
 import pytest
 
 import skills
-from bot.errors import SkillError
+from bot.core.errors import SkillError
 from skills import Skill, builtin_skills, load_skill, skill_by_name
 from skills.loader import PROMPT_VALUES
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import httpx
 
-from bot.jobs.models import JobKind, JobRecord, JobState
-from tests.support.api_server import ApiServer, api_server
-from tests.support.stack import REPO, REQUESTER, REVIEWER, Stack, job_stack
+from bot.store.models import JobKind, JobRecord, JobState
+from harness.api_server import ApiServer, api_server
+from harness.stack import REPO, REQUESTER, REVIEWER, Stack, job_stack
 
 OTHER_REPO = "other"
 SECOND_REVIEWER = "second-reviewer@example.com"

@@ -5,8 +5,8 @@ author job thinks for a few seconds before it reads the page, so a browser sees 
 from __future__ import annotations
 
 from bot.clients.playbook import PlaybookClient
-from bot.jobs.models import JobKind, JobRecord
-from tests.support import playbooks
+from bot.store.models import JobKind, JobRecord
+from harness import playbooks
 
 FORM_PLAYBOOKS = {
     JobKind.AUTHOR: "author-fix-slowly",

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright
 
-from bot.jobs.models import JobState
-from tests.support.stack import REPO, REQUESTER, REVIEWER
+from bot.store.models import JobState
+from harness.stack import REPO, REQUESTER, REVIEWER
 from tests.web.kit import Web
 
 pytestmark = pytest.mark.slow

@@ -9,10 +9,10 @@ import re
 import httpx
 import pytest
 
-from bot.jobs.models import Approval, ApprovalState, JobKind, JobSpec, JobState
 from bot.jobs.tasks import decide_job
-from tests.support.api_server import api_server
-from tests.support.stack import REPO, REQUESTER, REVIEWER, wait_until
+from bot.store.models import Approval, ApprovalState, JobKind, JobSpec, JobState
+from harness.api_server import api_server
+from harness.stack import REPO, REQUESTER, REVIEWER, wait_until
 from tests.web.kit import (
     CI,
     OTHER_REPO,

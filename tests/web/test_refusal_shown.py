@@ -9,10 +9,10 @@ import json
 
 from rich.console import Console
 
-from bot.api.schemas import JobView
 from bot.cli.render import FrameRenderer, show_job
-from bot.frames import AgentResult, DoneFrame, ResultStatus
-from bot.jobs.models import JobKind, JobRecord, JobResult, JobSpec, JobState
+from bot.core.frames import AgentResult, DoneFrame, ResultStatus
+from bot.service.schemas import JobView
+from bot.store.models import JobKind, JobRecord, JobResult, JobSpec, JobState
 from bot.web.outcome import describe
 from bot.web.present import frame_line
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bot.config import Credentials, RepositoryConfig, WorkspaceSettings
-from tests.workspace.kit import make_upstream, traversable_dir
+from harness.gitkit import make_upstream, traversable_dir
 
 TOKEN_ENV = "RIVERBEAM_TEST_UPSTREAM_TOKEN"
 

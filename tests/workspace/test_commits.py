@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from bot.config import RepositoryConfig, WorkspaceSettings
-from bot.errors import BeamError
-from sandbox.jail import SandboxRoot
-from sandbox.workspace.commits import merge_base, resolve_commit
-from sandbox.workspace.mirror import sync_mirror
-from sandbox.workspace.prepare import prepare_workspace
-from sandbox.worktree import WorkingTree
-from tests.workspace.kit import commit_all, git, upstream_push, write_files
+from bot.core.errors import BeamError
+from harness.gitkit import commit_all, git, upstream_push, write_files
+from sandbox.host.upstream.mirror import sync_mirror
+from sandbox.host.workspace.commits import merge_base, resolve_commit
+from sandbox.host.workspace.prepare import prepare_workspace
+from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.worktree import WorkingTree
 
 PIPX = "Install it with pipx.\n"
 

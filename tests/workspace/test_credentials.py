@@ -9,8 +9,8 @@ import pytest
 from pygit2.enums import CredentialType
 
 from bot.config import Credentials, RepositoryConfig, WorkspaceSettings
-from bot.errors import BeamError
-from sandbox.workspace.credentials import (
+from bot.core.errors import BeamError
+from sandbox.host.upstream.credentials import (
     UpstreamCallbacks,
     check_upstream_url,
     public_url,

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from bot.config import Credentials, RepositoryConfig, WorkspaceSettings
-from bot.errors import BeamError
-from sandbox.workspace.credentials import upstream_callbacks
-from sandbox.workspace.mirror import sync_mirror
-from sandbox.workspace.prepare import Workspace, prepare_workspace
-from sandbox.workspace.relay import RelayResult, relay_push
-from tests.support.git_http import GitHttpServer, basic, self_signed
+from bot.core.errors import BeamError
+from harness.git_http import GitHttpServer, basic, self_signed
+from harness.gitkit import git, refs_and_logs, sandbox_push
+from sandbox.host.relay import RelayResult, relay_push
+from sandbox.host.upstream.credentials import upstream_callbacks
+from sandbox.host.upstream.mirror import sync_mirror
+from sandbox.host.workspace.prepare import Workspace, prepare_workspace
 from tests.workspace.conftest import TOKEN_ENV, assert_secret_absent
-from tests.workspace.kit import git, refs_and_logs, sandbox_push
 
 USER = "riverbeam-bot"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -135,9 +135,9 @@ _SYNC_SCRIPT = """
 import sys
 from pathlib import Path
 from bot.config import RepositoryConfig, WorkspaceSettings
-from sandbox.workspace.credentials import upstream_callbacks
-from sandbox.workspace.mirror import sync_mirror
-from sandbox.workspace.mirror import sync_mirror
+from sandbox.host.upstream.credentials import upstream_callbacks
+from sandbox.host.upstream.mirror import sync_mirror
+from sandbox.host.upstream.mirror import sync_mirror
 config = RepositoryConfig(upstream=sys.argv[1])
 settings = WorkspaceSettings(root=Path(sys.argv[2]), mirrors=Path(sys.argv[2]) / "mirrors")
 print(sync_mirror("docs", config, settings))

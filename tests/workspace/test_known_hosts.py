@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.errors import BeamError
-from sandbox.workspace.known_hosts import (
+from bot.core.errors import BeamError
+from sandbox.host.upstream.known_hosts import (
     HostKey,
     SshEndpoint,
     Verdict,

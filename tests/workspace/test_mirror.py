@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from bot.config import Credentials, RepositoryConfig, WorkspaceSettings
-from bot.errors import BeamError
-from sandbox.workspace.mirror import mirror_lock, mirror_path, sync_mirror
-from sandbox.workspace.prepare import Workspace, prepare_workspace
+from bot.core.errors import BeamError
+from harness.gitkit import git, upstream_push
+from sandbox.host.upstream.mirror import mirror_lock, mirror_path, sync_mirror
+from sandbox.host.workspace.prepare import Workspace, prepare_workspace
 from tests.workspace.conftest import assert_secret_absent
-from tests.workspace.kit import git, upstream_push
 
 
 def _sync(config: RepositoryConfig, settings: WorkspaceSettings) -> Path:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from bot.config import RepositoryConfig, WorkspaceSettings
-from bot.errors import BeamError
-from sandbox.workspace.credentials import upstream_callbacks
-from sandbox.workspace.prepare import SANDBOX_UID, Workspace, prepare_workspace
-from sandbox.workspace.relay import RelayResult, relay_push
-from tests.workspace.kit import git, is_ancestor, refs_and_logs, sandbox_push, upstream_push
+from bot.core.errors import BeamError
+from harness.gitkit import git, is_ancestor, refs_and_logs, sandbox_push, upstream_push
+from sandbox.host.relay import RelayResult, relay_push
+from sandbox.host.upstream.credentials import upstream_callbacks
+from sandbox.host.workspace.prepare import SANDBOX_UID, Workspace, prepare_workspace
 
 Relay = Callable[..., RelayResult]
 

@@ -7,14 +7,14 @@ import time
 from pathlib import Path
 
 from bot.config import RepositoryConfig, WorkspaceSettings
-from sandbox.workspace.prepare import (
+from sandbox.host.workspace.prepare import (
     FINISHED,
     METADATA,
     SANDBOX_UID,
     prepare_workspace,
     release_workspace,
 )
-from sandbox.workspace.retention import STAGING_GRACE, collect_workspaces
+from sandbox.host.workspace.retention import STAGING_GRACE, collect_workspaces
 
 HOUR = 3600.0
 

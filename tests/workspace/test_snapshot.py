@@ -26,13 +26,13 @@ import pytest
 from pygit2.enums import FileMode, ObjectType, Option
 
 from bot.config import RepositoryConfig, WorkspaceSettings
-from bot.errors import BeamError
-from sandbox.jail import SandboxRoot
-from sandbox.workspace.objectstore import PackError, pack_objects, unpack
-from sandbox.workspace.prepare import SANDBOX_UID, Workspace, hand_over, prepare_workspace
-from sandbox.workspace.snapshot import MAGIC, capture, read_header, restore
-from sandbox.worktree import WorkingTree
-from tests.workspace.kit import git, upstream_push
+from bot.core.errors import BeamError
+from harness.gitkit import git, upstream_push
+from sandbox.host.workspace.objectstore import PackError, pack_objects, unpack
+from sandbox.host.workspace.prepare import SANDBOX_UID, Workspace, hand_over, prepare_workspace
+from sandbox.host.workspace.snapshot import MAGIC, capture, read_header, restore
+from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.worktree import WorkingTree
 
 CAP = 4 << 20
 T = TypeVar("T")

@@ -1,6 +1,6 @@
 """Against a real OpenSSH server: an SSH upstream is reached only through its pinned host key.
 
-The server is a second ``sshd`` on loopback (``tests.support.ssh_server``) with a git-shell
+The server is a second ``sshd`` on loopback (``harness.ssh_server``) with a git-shell
 user and key authentication. The expected fingerprints come from ``ssh-keygen -l`` and the
 pinned lines from the server's own ``.pub`` files (or ``ssh-keygen -H``), not from the code
 under test.
@@ -19,13 +19,13 @@ import pygit2
 import pytest
 
 from bot.config import Credentials, RepositoryConfig, WorkspaceSettings
-from bot.errors import BeamError
-from sandbox.workspace.credentials import upstream_callbacks
-from sandbox.workspace.mirror import mirror_path, sync_mirror
-from sandbox.workspace.prepare import Workspace, prepare_workspace
-from sandbox.workspace.relay import RelayResult, relay_push
-from tests.support.ssh_server import SshServer, ssh_server
-from tests.workspace.kit import sandbox_push
+from bot.core.errors import BeamError
+from harness.gitkit import sandbox_push
+from harness.ssh_server import SshServer, ssh_server
+from sandbox.host.relay import RelayResult, relay_push
+from sandbox.host.upstream.credentials import upstream_callbacks
+from sandbox.host.upstream.mirror import mirror_path, sync_mirror
+from sandbox.host.workspace.prepare import Workspace, prepare_workspace
 
 SERVED = "upstream.git"
 

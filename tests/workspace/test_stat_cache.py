@@ -18,13 +18,13 @@ import pytest
 from pygit2.enums import DiffOption
 
 from bot.config import RepositoryConfig, WorkspaceSettings
-from bot.errors import BeamError
-from sandbox.jail import SandboxRoot
-from sandbox.repo_guard import open_repository
-from sandbox.workspace import checkout
-from sandbox.workspace.prepare import SANDBOX_UID, Workspace, hand_over, prepare_workspace
-from sandbox.worktree import WorkingTree
-from tests.workspace.kit import as_sandbox
+from bot.core.errors import BeamError
+from harness.gitkit import as_sandbox
+from sandbox.host.workspace import checkout
+from sandbox.host.workspace.prepare import SANDBOX_UID, Workspace, hand_over, prepare_workspace
+from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.repo_guard import open_repository
+from sandbox.inside.worktree import WorkingTree
 
 _HEADER = struct.Struct(">4sII")
 _STAT = struct.Struct(">10I")  # ctime s, ns; mtime s, ns; dev, ino, mode, uid, gid, size

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from bot.config import RepositoryConfig, WorkspaceSettings
-from bot.errors import BeamError
-from sandbox.workspace.prepare import (
+from bot.core.errors import BeamError
+from harness.gitkit import git, sandbox_push, walk_files
+from sandbox.host.workspace.prepare import (
     CONTAINER_OUTBOX,
     FINISHED,
     SANDBOX_UID,
@@ -20,7 +21,6 @@ from sandbox.workspace.prepare import (
     release_workspace,
 )
 from tests.workspace.conftest import assert_secret_absent
-from tests.workspace.kit import git, sandbox_push, walk_files
 
 
 def _outbox_refs(outbox: Path) -> dict[str, str]:
@@ -95,7 +95,7 @@ def test_the_outbox_is_origin_and_starts_at_the_base(
 
 
 def test_the_mount_point_matches_the_container_layout() -> None:
-    from sandbox.container.hardening import OUTBOX_MOUNT
+    from sandbox.host.container.hardening import OUTBOX_MOUNT
 
     assert CONTAINER_OUTBOX == OUTBOX_MOUNT
 

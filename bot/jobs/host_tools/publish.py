@@ -5,7 +5,7 @@ run. What it publishes is fixed by the job, never by the model: the commit is th
 publish job's ``review_job`` reviewed, and the destination is the repository's configured
 ``publish_ref``. Before anything moves, the review must be a succeeded review job of the
 same repository whose verdict approves (BEM-360), and the publish ref must be configured and
-not protected (BEM-361). The push itself is ``sandbox.workspace.relay.publish_commit``: the
+not protected (BEM-361). The push itself is ``sandbox.host.relay.publish_commit``: the
 relay's one pushing path, fast-forward only, idempotent (``already_there``), the protected
 refs checked again there. The mirror is fetched first: a publish may run hours after the job
 parked, and the relay can only prove a fast-forward against an upstream tip it holds.
@@ -26,17 +26,17 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from bot.config import RepositoryConfig, Settings, WorkspaceSettings
-from bot.errors import BeamError
-from bot.frames import ErrorInfo
-from bot.input import AgentInput
-from bot.jobs.models import JobKind, JobRecord, JobState, PublishOutcome, ReviewOutcome
+from bot.core.errors import BeamError
+from bot.core.frames import ErrorInfo
+from bot.core.input import AgentInput
+from bot.core.tools import ToolSpec, json_params, validate_arguments
 from bot.jobs.relayed_push import PushGuard, unrecorded
 from bot.jobs.webhooks import post_json, public_webhook_url
-from bot.tools import ToolSpec, json_params, validate_arguments
-from sandbox.refs import ProtectedRefs, branch_name, full_ref
-from sandbox.workspace.credentials import UpstreamCallbacks, upstream_callbacks
-from sandbox.workspace.mirror import sync_mirror
-from sandbox.workspace.relay import publish_commit
+from bot.store.models import JobKind, JobRecord, JobState, PublishOutcome, ReviewOutcome
+from sandbox.host.relay import publish_commit
+from sandbox.host.upstream.credentials import UpstreamCallbacks, upstream_callbacks
+from sandbox.host.upstream.mirror import sync_mirror
+from sandbox.inside.refs import ProtectedRefs, branch_name, full_ref
 
 __all__ = ["PublishDocsetTool", "PublishPlan", "WebhookReport", "notify_webhook"]
 

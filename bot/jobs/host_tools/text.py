@@ -1,13 +1,13 @@
 """Reading tree files as text, the same way for every host tool.
 
-Which files are text is ``sandbox.tools.decode_text``, the rule of the sandbox's
+Which files are text is ``sandbox.inside.tools.decode_text``, the rule of the sandbox's
 ``read_file``, so that a model sees one notion of "a text file"; lines end at ``\\n`` only,
 as in editors and git.
 """
 
 from __future__ import annotations
 
-from bot.errors import BeamError
+from bot.core.errors import BeamError
 
 
 def split_lines(text: str) -> list[str]:

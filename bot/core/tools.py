@@ -1,0 +1,82 @@
+"""The tool contract: a spec the model reads, and an ``invoke`` that does the work."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol, runtime_checkable
+
+from jsonschema import Draft202012Validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+
+from bot.core.errors import BeamError
+from bot.core.input import AgentInput
+
+TOOL_NAME_PATTERN: Final = r"^[a-zA-Z0-9_-]{1,64}$"
+"""What a tool may be called: 1 to 64 letters, digits, '_' or '-'."""
+
+
+class ToolSpec(BaseModel):
+    """What the model sees of a tool. ``parameters`` is a JSON Schema object."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str
+    confirm_required: bool = False
+    parameters: dict[str, Any] = Field(default_factory=lambda: json_params({}, []))
+
+    @field_validator("parameters")
+    @classmethod
+    def _is_object_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        Draft202012Validator.check_schema(schema)
+        if schema.get("type") != "object":
+            raise ValueError("tool parameters must be a JSON Schema of type 'object'")
+        return schema
+
+    def openai_format(self) -> dict[str, Any]:
+        """The spec as an entry of an OpenAI chat request's ``tools`` list."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+@runtime_checkable
+class Tool(Protocol):
+    def spec(self) -> ToolSpec: ...
+
+    async def invoke(self, args: dict[str, JsonValue], input: AgentInput) -> JsonValue: ...
+
+
+def json_params(properties: Mapping[str, Any], required: Sequence[str]) -> dict[str, Any]:
+    """A JSON Schema object for tool arguments; unknown arguments are refused."""
+    missing = [name for name in required if name not in properties]
+    if missing:
+        raise ValueError(f"required arguments without a property: {missing}")
+    return {
+        "type": "object",
+        "properties": dict(properties),
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+def validate_arguments(spec: ToolSpec, args: Any) -> dict[str, JsonValue]:
+    """Check arguments against the tool's schema; BEM-090 says what to fix."""
+    if not isinstance(args, dict):
+        raise BeamError("BEM-090", f"{spec.name}: arguments must be a JSON object")
+    validator = Draft202012Validator(spec.parameters)
+    problems = sorted(validator.iter_errors(args), key=lambda e: [str(p) for p in e.path])
+    if problems:
+        details = "; ".join(_describe(problem) for problem in problems[:5])
+        raise BeamError("BEM-090", f"{spec.name}: invalid arguments: {details}")
+    return args
+
+
+def _describe(problem: Any) -> str:
+    where = "/".join(str(part) for part in problem.path)
+    return f"{where}: {problem.message}" if where else str(problem.message)

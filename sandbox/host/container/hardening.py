@@ -1,0 +1,184 @@
+"""How a job's sandbox container is created: the hardened defaults, in one place.
+
+Every flag below narrows what code running in the container (the tool server, libgit2, and
+anything a hostile repository or model manages to make them do) can reach. ``docs/sandbox.md``
+explains each one; the container tests read every one back with ``docker inspect``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from docker.api import APIClient
+from docker.types import LogConfig, Mount, Ulimit
+
+from bot.config import SandboxLimits
+from bot.core.errors import BeamError
+from bot.core.identity import Identity, Trailer
+from bot.core.jobids import is_job_id
+
+__all__ = [
+    "DEADLINE_LABEL",
+    "DEPLOYMENT_LABEL",
+    "JOB_LABEL",
+    "OUTBOX_MOUNT",
+    "ROLE_LABEL",
+    "ROLE_SANDBOX",
+    "WORKSPACE_MOUNT",
+    "SandboxJob",
+    "container_name",
+    "create_arguments",
+]
+
+WORKSPACE_MOUNT = "/workspace"
+OUTBOX_MOUNT = "/outbox"  # the per-job outbox; a job's clone has this path as its origin URL
+JOB_LABEL = "riverbeam.job"
+DEADLINE_LABEL = "riverbeam.deadline"
+ROLE_LABEL = "riverbeam.role"
+# Which deployment (job store) started the container: its reaper is the only one that may
+# remove it before its deadline. See ``sandbox.host.container.reaper``.
+DEPLOYMENT_LABEL = "riverbeam.deployment"
+ROLE_SANDBOX = "sandbox"
+
+# The environment is built here and nothing is inherited from the worker's: no tokens, no
+# proxies, no DOCKER_HOST. HOME points at the tmpfs because the root filesystem is read-only.
+_ENVIRONMENT = ("HOME=/tmp", "LANG=C.UTF-8", "PYTHONDONTWRITEBYTECODE=1")
+
+
+@dataclass(frozen=True)
+class SandboxJob:
+    """What one job's container is made from."""
+
+    job_id: str
+    workspace: Path
+    deadline: datetime
+    limits: SandboxLimits
+    protected_refs: tuple[str, ...]
+    outbox: Path | None = None
+    identity: Identity = field(default_factory=Identity)
+    # Lines every commit of the job ends with, such as ``Requested-by:``.
+    trailers: tuple[Trailer, ...] = ()
+    # The commit git_diff and git_log start from, and its name; the tool server checks both.
+    compare_to: str | None = None
+    compare_label: str | None = None
+    # The starting deployment's identity (``JobStore.deployment``); None: unlabelled.
+    deployment: str | None = None
+
+    def __post_init__(self) -> None:
+        # The workspace's rule: the same id names the job's directory, branch and container.
+        if not is_job_id(self.job_id):
+            raise BeamError(
+                "BEM-402",
+                f"job id {self.job_id!r} cannot name a container; use up to 100 letters, "
+                "digits, '_' and '-'",
+            )
+        if self.deadline.tzinfo is None:
+            raise BeamError("BEM-402", "the job deadline must carry a time zone")
+
+
+def container_name(job_id: str) -> str:
+    # One container per job at a time: a second start for the same job is a name conflict.
+    return f"riverbeam-job-{job_id}"
+
+
+def server_arguments(job: SandboxJob) -> list[str]:
+    """The tool server's command line (the image's entrypoint runs ``sandbox.inside.server``)."""
+    limits = job.limits
+    arguments = ["--root", WORKSPACE_MOUNT]
+    for pattern in job.protected_refs:
+        arguments += ["--protected", pattern]
+    arguments += [
+        "--max-read-bytes",
+        str(limits.max_read_bytes),
+        "--max-write-bytes",
+        str(limits.max_write_bytes),
+        "--max-message-bytes",
+        str(limits.max_message_bytes),
+        "--call-timeout",
+        repr(limits.call_timeout),
+        "--identity-name",
+        job.identity.name,
+        "--identity-email",
+        job.identity.email,
+    ]
+    if job.outbox is not None:
+        arguments += ["--origin", OUTBOX_MOUNT]
+    arguments += [f"--trailer={trailer}" for trailer in job.trailers]
+    # One "--flag=value" word each: a label starting with '-' must not read as an option.
+    if job.compare_to is not None:
+        arguments.append(f"--compare-to={job.compare_to}")
+    if job.compare_label is not None:
+        arguments.append(f"--compare-label={job.compare_label}")
+    return arguments
+
+
+def create_arguments(
+    api: APIClient, image: str, job: SandboxJob, *, entrypoint: list[str] | None = None
+) -> dict[str, Any]:
+    """Keyword arguments for ``APIClient.create_container``. ``entrypoint`` replaces the tool
+    server (probes use it) and keeps every other flag."""
+    uid = job.limits.uid
+    return {
+        "image": image,
+        "name": container_name(job.job_id),
+        "command": None if entrypoint else server_arguments(job),
+        "entrypoint": entrypoint,
+        "user": f"{uid}:{uid}",
+        "working_dir": WORKSPACE_MOUNT,
+        "environment": list(_ENVIRONMENT),
+        # Otherwise the SDK copies proxy settings from the worker's ~/.docker/config.json.
+        "use_config_proxy": False,
+        "labels": _labels(job),
+        # The tool server talks over stdin/stdout. With stdin open and not detached the SDK
+        # sets StdinOnce: the engine closes the server's stdin (EOF, a clean exit) when the
+        # host half-closes the attach connection.
+        "stdin_open": True,
+        "tty": False,
+        "host_config": _host_config(api, job),
+    }
+
+
+def _labels(job: SandboxJob) -> dict[str, str]:
+    labels = {
+        JOB_LABEL: job.job_id,
+        DEADLINE_LABEL: job.deadline.isoformat(),
+        ROLE_LABEL: ROLE_SANDBOX,
+    }
+    if job.deployment is not None:
+        labels[DEPLOYMENT_LABEL] = job.deployment
+    return labels
+
+
+def _host_config(api: APIClient, job: SandboxJob) -> dict[str, Any]:
+    limits = job.limits
+    config: dict[str, Any] = api.create_host_config(
+        mounts=_mounts(job),
+        network_mode="none",
+        ipc_mode="none",
+        cgroupns="private",
+        read_only=True,
+        tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={limits.tmpfs_size}"},
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        privileged=False,
+        init=False,
+        pids_limit=limits.pids_limit,
+        mem_limit=limits.mem_limit,
+        memswap_limit=limits.mem_limit,
+        nano_cpus=limits.nano_cpus,
+        # No core dumps: the working directory is the job's repository, where a dump could be
+        # committed and pushed. A bounded descriptor table bounds kernel memory per process.
+        ulimits=[Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=4096, hard=4096)],
+        log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
+    )
+    return config
+
+
+def _mounts(job: SandboxJob) -> list[Mount]:
+    mounts = [Mount(WORKSPACE_MOUNT, str(job.workspace), type="bind", read_only=False)]
+    if job.outbox is not None:
+        mounts.append(Mount(OUTBOX_MOUNT, str(job.outbox), type="bind", read_only=False))
+    return mounts

@@ -1,0 +1,106 @@
+"""Remove sandbox containers that outlived their job.
+
+A worker removes its container on every path it controls; the reaper covers the paths it
+does not: a worker killed with ``kill -9``, a lost engine connection during removal, a host
+reboot. Every sandbox container carries ``riverbeam.role=sandbox``, its job id, its
+deadline and the deployment that started it as labels, so the reaper needs nothing but the
+engine and a way to ask whether a job is still running.
+
+One engine may serve several deployments (two services, two test stacks), each with its own
+job store, which knows only its own jobs. So a reaper given its ``deployment`` judges by
+job only the containers labelled with it; any other sandbox container (another
+deployment's, or one started by a release that set no deployment label) it removes only
+once its deadline passed, when no deployment still needs it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import docker
+from docker.errors import NotFound
+
+from sandbox.host.container.hardening import (
+    DEADLINE_LABEL,
+    DEPLOYMENT_LABEL,
+    JOB_LABEL,
+    ROLE_LABEL,
+    ROLE_SANDBOX,
+)
+from sandbox.host.engine import engine_errors
+
+__all__ = ["reap"]
+
+log = logging.getLogger(__name__)
+
+
+def reap(
+    client: docker.DockerClient,
+    is_active: Callable[[str], bool],
+    now: datetime | None = None,
+    *,
+    deployment: str | None = None,
+) -> list[str]:
+    """Remove the sandbox containers whose job is not active (finished or unknown, as
+    ``is_active`` says) or whose deadline has passed; return their job ids. With a
+    ``deployment``, containers labelled with another deployment (or none) are removed only
+    past their deadline; without one, every sandbox container is judged by ``is_active``."""
+    moment = now or datetime.now(UTC)
+    api = client.api
+    with engine_errors("BEM-400", "listing sandbox containers"):
+        containers = api.containers(all=True, filters={"label": f"{ROLE_LABEL}={ROLE_SANDBOX}"})
+    removed: list[str] = []
+    for container in containers:
+        labels = container.get("Labels") or {}
+        job_id = labels.get(JOB_LABEL, "")
+        deadline = labels.get(DEADLINE_LABEL)
+        if deployment is None or labels.get(DEPLOYMENT_LABEL) == deployment:
+            reason = _reason(job_id, deadline, moment, is_active)
+        else:
+            reason = _overdue(deadline, moment)
+        if reason is None:
+            continue
+        with engine_errors("BEM-400", f"removing the sandbox container of job {job_id}"):
+            try:
+                api.remove_container(container["Id"], force=True)
+            except NotFound:
+                continue  # its worker removed it meanwhile
+        log.info("reaped sandbox container %s of job %s: %s", container["Id"][:12], job_id, reason)
+        removed.append(job_id)
+    return removed
+
+
+def _reason(
+    job_id: str, deadline: str | None, now: datetime, is_active: Callable[[str], bool]
+) -> str | None:
+    if not job_id:
+        return "no job label"
+    expires = _parse(deadline)
+    if expires is None:
+        return "no readable deadline"
+    overdue = _overdue(deadline, now)
+    if overdue is not None:
+        return overdue
+    if not is_active(job_id):
+        return "job finished or unknown"
+    return None
+
+
+def _overdue(deadline: str | None, now: datetime) -> str | None:
+    """Why a container past its deadline goes, whoever started it; None when it is not."""
+    expires = _parse(deadline)
+    if expires is None or expires > now:
+        return None
+    return f"deadline {deadline} passed"
+
+
+def _parse(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None

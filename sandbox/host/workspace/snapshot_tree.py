@@ -1,0 +1,148 @@
+"""The job's tree as the worker reaches it for a snapshot: vetted, opened, walked.
+
+The tree belongs to the sandbox uid and may have been shaped by a hostile container, while
+the worker runs as root. So its repository is opened only once its layout and the files git
+reads by path are vetted (BEM-329), with its config replaced as in the container; paths are
+walked one directory descriptor at a time, following no link; and every path and branch name
+a snapshot holds must be one the jail and ``sandbox.inside.refs`` accept as spelled.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import pygit2
+from pygit2.enums import Option
+
+from bot.core.errors import BeamError
+from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.refs import branch_name
+from sandbox.inside.repo_guard import check_layout, enforce_config, open_repository
+
+__all__ = [
+    "MAX_RULE_FILE_BYTES",
+    "RULE_FILES",
+    "is_branch_name",
+    "open_parent",
+    "open_tree",
+    "path_problem",
+    "vetted",
+]
+
+# Files libgit2 reads by path while it scans a tree: one planted as a link to /dev/zero, a
+# FIFO or a huge sparse file would stall or exhaust the worker, which runs as root.
+RULE_FILES = frozenset({".gitignore", ".gitattributes", ".gitmodules"})
+MAX_RULE_FILE_BYTES = 1 << 20
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Owner validation is one libgit2 setting for the whole process: toggles must not interleave.
+_OWNER_CHECK = threading.Lock()
+
+
+def vetted(tree: Path) -> Path:
+    """The tree's ``.git``, once its layout (``sandbox.inside.repo_guard``) and files are safe."""
+    gitdir = check_layout(tree)
+    _refuse_planted_files(tree, gitdir)
+    return gitdir
+
+
+def open_tree(tree: Path, gitdir: Path, *, workers: int) -> list[pygit2.Repository]:
+    """The vetted repository, opened ``workers`` times, its config replaced first.
+
+    The config goes through ``sandbox.inside.repo_guard`` as in the container, so nothing in it
+    steers libgit2. The tree belongs to the sandbox uid, and libgit2 refuses a repository
+    another user owns: a check for repositories whose config nobody vetted. It is switched
+    off for these openings only, and put back at once.
+    """
+    enforce_config(gitdir)
+    with _OWNER_CHECK:
+        previous = bool(pygit2.option(Option.GET_OWNER_VALIDATION))
+        pygit2.option(Option.SET_OWNER_VALIDATION, 0)
+        try:
+            return [open_repository(tree, gitdir) for _ in range(max(1, workers))]
+        finally:
+            pygit2.option(Option.SET_OWNER_VALIDATION, int(previous))
+
+
+def _refuse_planted_files(tree: Path, gitdir: Path) -> None:
+    """BEM-329 for anything libgit2 would read through a link or could block on.
+
+    ``check_layout`` already holds everything in ``.git`` to plain files and directories;
+    ignore, attribute and module files in every directory of the tree must be plain files
+    of a sane size too.
+    """
+    for name in ("exclude", "attributes"):
+        _check_rule_file(tree, gitdir / "info" / name)
+    for directory, dirs, files in os.walk(tree):
+        if directory == str(tree):
+            dirs[:] = [name for name in dirs if name != ".git"]
+        for name in RULE_FILES.intersection(dirs + files):
+            _check_rule_file(tree, Path(directory, name))
+
+
+def _check_rule_file(tree: Path, path: Path) -> None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RULE_FILE_BYTES:
+        raise _planted(os.path.relpath(path, tree))
+
+
+def open_parent(top: Path, parts: Sequence[str], *, create: bool) -> int | None:
+    """A descriptor of the directory holding ``parts[-1]``, reached following no symlink.
+
+    None when a directory on the way is missing (made when ``create``), a symlink or a file.
+    """
+    fd = os.open(top, _DIR_FLAGS)
+    try:
+        for part in parts[:-1]:
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    os.close(fd)
+                    return None
+                os.mkdir(part, 0o755, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as error:
+                if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                os.close(fd)
+                return None
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def path_problem(root: SandboxRoot, path: str) -> str | None:
+    """Why the jail refuses ``path`` as it is spelled; None when it accepts it."""
+    try:
+        canonical = root.normalize(path)
+    except BeamError as error:
+        return f"{error.code}: {error.message}"
+    return None if canonical == path else "not a canonical path"
+
+
+def is_branch_name(name: str) -> bool:
+    """Whether ``sandbox.inside.refs`` accepts ``name`` as a branch, exactly as it is spelled."""
+    try:
+        return branch_name(name) == name
+    except BeamError:
+        return False
+
+
+def _planted(where: str) -> BeamError:
+    return BeamError(
+        "BEM-329",
+        f"{where} in the job's tree is a symlink, a special file or oversized, which git "
+        "would read through on the host; the tools never make one, so the tree was tampered "
+        "with and is not parked",
+    )

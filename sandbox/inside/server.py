@@ -1,0 +1,230 @@
+"""The in-container tool server: ``python -m sandbox.inside.server --root /workspace ...``.
+
+One long-lived process per job. It opens the job's working tree once, writes a ready line,
+then answers JSON-line requests from stdin on stdout (see ``sandbox.inside.protocol``) until stdin
+closes, and exits 0. Nothing but protocol lines ever reaches stdout: at start-up the real
+stdout is kept on a private descriptor and fd 1 is pointed at stderr, so a stray ``print``
+or a C library's chatter cannot corrupt the stream.
+
+Every failure of one request becomes an error reply and the server carries on:
+
+- a line over ``--max-message-bytes``: BEM-406, the rest of the line is skipped;
+- a line that is not a JSON request: BEM-407;
+- a call that outlives its timeout: BEM-403 (an interval timer interrupts Python code; a
+  long call inside libgit2 is interrupted when it returns, which is why the host keeps its
+  own, slightly later deadline and kills the container when that passes);
+- a result over the cap: BEM-406; a result JSON cannot carry: BEM-101.
+
+This module is imported inside the container, so it keeps to the standard library and the
+modules the tools need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any, BinaryIO
+
+from bot.core.errors import BeamError
+from bot.core.identity import Identity, Trailer
+from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.protocol import encode_frame, error_reply, ok_reply, ready_frame
+from sandbox.inside.tool_specs import TOOL_SPECS
+from sandbox.inside.tools import call_tool
+from sandbox.inside.worktree import WorkingTree
+
+__all__ = ["ToolServer", "main", "open_tree"]
+
+Dispatch = Callable[[str, dict[str, Any]], Any]
+
+# Enough to find the id at the start of an oversize request, so its reply can name it.
+_ID_PREFIX = re.compile(rb'^\s*\{\s*"id"\s*:\s*"([^"\\]{1,128})"')
+_SKIP_CHUNK = 1 << 16
+
+
+class _CallTimeout(BaseException):
+    """Raised by the interval timer inside a call. A BaseException, so that a tool's own
+    ``except Exception`` cannot swallow it."""
+
+
+class ToolServer:
+    """Reads requests from ``reader`` and writes replies to ``writer`` until EOF."""
+
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        tools: Sequence[str],
+        *,
+        reader: BinaryIO,
+        writer: BinaryIO,
+        max_message_bytes: int,
+        call_timeout: float,
+    ) -> None:
+        self._dispatch = dispatch
+        self._tools = list(tools)
+        self._reader = reader
+        self._writer = writer
+        self._cap = max_message_bytes
+        self._call_timeout = call_timeout
+        self._armed = False
+
+    def serve(self) -> int:
+        """Answer requests until EOF on the reader; the exit code is 0."""
+        signal.signal(signal.SIGALRM, self._on_alarm)
+        self._send(ready_frame(self._tools))
+        while True:
+            line = self._reader.readline(self._cap + 1)
+            if not line:
+                return 0
+            if len(line) > self._cap and not line.endswith(b"\n"):
+                self._send(self._oversize_request(line))
+            else:
+                self._send(self._handle(line))
+
+    def _oversize_request(self, head: bytes) -> dict[str, Any]:
+        # Skip to the end of the line so the next request starts clean.
+        chunk = head
+        while chunk and not chunk.endswith(b"\n"):
+            chunk = self._reader.readline(_SKIP_CHUNK)
+        match = _ID_PREFIX.match(head)
+        request_id = match.group(1).decode("utf-8", "replace") if match else None
+        return error_reply(
+            request_id, "BEM-406", f"request is over the {self._cap}-byte message cap"
+        )
+
+    def _handle(self, line: bytes) -> dict[str, Any]:
+        try:
+            request_id, tool, args, timeout = self._parse(line)
+        except ValueError as error:
+            return error_reply(None, "BEM-407", f"malformed request: {error}")
+        try:
+            result = self._timed_call(tool, args, timeout)
+        except _CallTimeout:
+            message = f"{tool} did not finish within {timeout:g} s"
+            return error_reply(request_id, "BEM-403", message)
+        except BeamError as error:
+            return error_reply(request_id, error.code, error.message)
+        except Exception as error:
+            message = f"{tool} failed: {type(error).__name__}: {error}"
+            return error_reply(request_id, "BEM-100", message)
+        return ok_reply(request_id, result)
+
+    def _parse(self, line: bytes) -> tuple[str, str, dict[str, Any], float]:
+        request = json.loads(line)  # ValueError (JSONDecodeError, bad UTF-8) when malformed
+        if not isinstance(request, dict):
+            raise ValueError("a request is a JSON object")
+        request_id, tool = request.get("id"), request.get("tool")
+        args, timeout = request.get("args", {}), request.get("timeout", self._call_timeout)
+        if not isinstance(request_id, str) or not isinstance(tool, str):
+            raise ValueError("'id' and 'tool' must be strings")
+        if not isinstance(args, dict):
+            raise ValueError("'args' must be an object")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ValueError("'timeout' must be a positive number of seconds")
+        return request_id, tool, args, float(timeout)
+
+    def _timed_call(self, tool: str, args: dict[str, Any], timeout: float) -> Any:
+        self._armed = True
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            return self._dispatch(tool, args)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            self._armed = False
+
+    def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        # A timer that fires after the call returned (between return and disarm) is ignored.
+        if self._armed:
+            self._armed = False
+            raise _CallTimeout
+
+    def _send(self, frame: dict[str, Any]) -> None:
+        try:
+            data = encode_frame(frame)
+        except (TypeError, ValueError) as error:
+            message = f"the tool result is not JSON: {error}"
+            data = encode_frame(error_reply(frame.get("id"), "BEM-101", message))
+        if len(data) - 1 > self._cap:
+            message = f"the result is over the {self._cap}-byte message cap"
+            data = encode_frame(error_reply(frame.get("id"), "BEM-406", message))
+        self._writer.write(data)
+        self._writer.flush()
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m sandbox.inside.server")
+    parser.add_argument("--root", required=True, help="the job's working tree")
+    parser.add_argument("--protected", action="append", help="a protected ref pattern")
+    parser.add_argument("--origin", help="where git_push sends branches (the job's outbox)")
+    parser.add_argument("--max-read-bytes", type=int, default=1 << 20)
+    parser.add_argument("--max-write-bytes", type=int, default=1 << 20)
+    parser.add_argument("--max-message-bytes", type=int, default=4 << 20)
+    parser.add_argument("--call-timeout", type=float, default=30.0)
+    parser.add_argument("--identity-name", default="Riverbeam")
+    parser.add_argument("--identity-email", default="riverbeam@localhost")
+    parser.add_argument(
+        "--trailer", action="append", default=[], help="'Key: value' ending every commit"
+    )
+    parser.add_argument("--compare-to", help="commit git_diff and git_log start from (a sha)")
+    parser.add_argument("--compare-label", help="what the job calls that commit, like 'main'")
+    return parser.parse_args(argv)
+
+
+def open_tree(args: argparse.Namespace) -> WorkingTree:
+    """The job's working tree, as the arguments describe it; a compare point the repository
+    does not hold fails here, before the ready line, not on every git_diff."""
+    root = SandboxRoot(
+        args.root, max_read_bytes=args.max_read_bytes, max_write_bytes=args.max_write_bytes
+    )
+    identity = Identity(name=args.identity_name, email=args.identity_email)
+    make = functools.partial(
+        WorkingTree,
+        identity=identity,
+        trailers=[Trailer.parse(line) for line in args.trailer],
+        compare_to=args.compare_to,
+        compare_label=args.compare_label,
+    )
+    # Without --protected the tree keeps its own default protection.
+    tree = make(root) if args.protected is None else make(root, args.protected)
+    if args.origin:
+        tree.add_origin(args.origin)
+    tree.compare_point()
+    return tree
+
+
+def _protocol_streams() -> tuple[BinaryIO, BinaryIO]:
+    """The protocol's reader and writer; fd 1 is re-pointed at stderr for everything else."""
+    writer = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return sys.stdin.buffer, writer
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arguments(argv)
+    reader, writer = _protocol_streams()
+    try:
+        tree = open_tree(args)
+    except (BeamError, OSError) as error:
+        print(f"sandbox.inside.server: cannot open {args.root}: {error}", file=sys.stderr)
+        return 2
+    server = ToolServer(
+        functools.partial(call_tool, tree),
+        list(TOOL_SPECS),
+        reader=reader,
+        writer=writer,
+        max_message_bytes=args.max_message_bytes,
+        call_timeout=args.call_timeout,
+    )
+    return server.serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""The nine sandbox tools: a synchronous dispatcher, and thin async ``Tool`` wrappers over it.
+
+``call_tool(tree, name, args)`` is the whole implementation: it validates the arguments
+against the tool's schema (BEM-090), runs the tool under the tree's lock, and returns a JSON
+object. Every failure leaves as a ``BeamError``: libgit2 errors as BEM-320, a missing file
+as BEM-100, refusals with their own codes. The in-container tool server calls the dispatcher
+directly; ``sandbox_tools(tree)`` gives the agent the same tools as ``bot.Tool`` objects,
+which run the dispatcher on a worker thread so the event loop never waits on the disk.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pygit2
+from pydantic import JsonValue
+
+from bot.core.errors import BeamError
+from bot.core.identity import utf8
+from bot.core.input import AgentInput
+from bot.core.tools import Tool, ToolSpec, validate_arguments
+from sandbox.inside.tool_specs import MAX_LIST_ENTRIES, MAX_READ_CHARS, TOOL_SPECS
+from sandbox.inside.worktree import WorkingTree
+
+__all__ = ["TOOL_NAMES", "SandboxTool", "call_tool", "decode_text", "sandbox_tools"]
+
+TOOL_NAMES = tuple(TOOL_SPECS)
+MAX_DIRECTORY_SUMMARY = 200
+# git's own test for binary content: a NUL byte in the first 8000 bytes.
+_BINARY_PROBE = 8000
+
+Result = dict[str, JsonValue]
+Handler = Callable[[WorkingTree, dict[str, Any]], Result]
+
+
+def call_tool(tree: WorkingTree, name: str, args: Mapping[str, Any]) -> Result:
+    """Run sandbox tool ``name`` with ``args`` on ``tree``; a JSON object or a BeamError."""
+    spec = TOOL_SPECS.get(name)
+    if spec is None:
+        raise BeamError(
+            "BEM-089", f"there is no sandbox tool {name!r}; the tools are {', '.join(TOOL_NAMES)}"
+        )
+    checked = validate_arguments(spec, dict(args) if isinstance(args, Mapping) else args)
+    with tree.lock:
+        try:
+            return _HANDLERS[name](tree, checked)
+        except (FileNotFoundError, NotADirectoryError) as error:
+            raise BeamError(
+                "BEM-100",
+                f"{name}: {error.filename!r} does not exist; use list_tree to see the files",
+            ) from error
+        except pygit2.GitError as error:
+            raise BeamError("BEM-320", f"{name}: git failed: {error}") from error
+        except OSError as error:
+            raise BeamError("BEM-100", f"{name}: {error.strerror or error}") from error
+
+
+# -- file tools ------------------------------------------------------------------------
+
+
+def _list_tree(tree: WorkingTree, args: dict[str, Any]) -> Result:
+    root = tree.root
+    path = root.normalize(args.get("path", ""))
+    files = list(root.walk(path))
+    truncated = len(files) > MAX_LIST_ENTRIES
+    return {
+        "path": path,
+        "files": list(files[:MAX_LIST_ENTRIES]),
+        "total_files": len(files),
+        "truncated": truncated,
+        "directories": _directory_summary(path, files) if truncated else [],
+        "note": (
+            f"showing the first {MAX_LIST_ENTRIES} of {len(files)} files; "
+            "narrow with path=<one of 'directories'>"
+            if truncated
+            else None
+        ),
+    }
+
+
+def _directory_summary(path: str, files: list[str]) -> list[JsonValue]:
+    """Files per immediate subdirectory of ``path``, largest first.
+
+    ``files`` is sorted, so each subdirectory's files are one contiguous run: a binary search
+    finds its end instead of a pass over every path.
+    """
+    prefix = f"{path}/" if path else ""
+    counts: list[tuple[str, int]] = []
+    position = 0
+    while position < len(files):
+        head, slash, _ = files[position][len(prefix) :].partition("/")
+        if not slash:
+            position += 1
+            continue
+        directory = prefix + head
+        # "0" sorts right after "/": every path from "dir/" up to "dir0" lies under dir/.
+        end = bisect.bisect_left(files, directory + "0", position)
+        counts.append((directory, end - position))
+        position = end
+    counts.sort(key=lambda item: -item[1])
+    return [{"path": name, "files": count} for name, count in counts[:MAX_DIRECTORY_SUMMARY]]
+
+
+def _read_file(tree: WorkingTree, args: dict[str, Any]) -> Result:
+    root = tree.root
+    path = root.normalize(args["path"])
+    data = root.read_bytes(path)
+    described: Result = {"path": path, "size": len(data), "sha": str(pygit2.hash(data))}
+    text = decode_text(data)
+    if text is None:
+        return {
+            **described,
+            "binary": True,
+            "content": None,
+            "start_line": None,
+            "end_line": None,
+            "total_lines": None,
+            "truncated": False,
+            "note": "binary file: its content is not shown",
+        }
+    window = _lines(text, args.get("start_line", 1), args.get("limit"))
+    return {**described, "binary": False, **window}
+
+
+def decode_text(data: bytes) -> str | None:
+    """``data`` as text, or None when it is binary: a NUL byte in the first 8,000 bytes
+    (git's own test) or bytes that are not UTF-8. The host tools use the same rule, so the
+    model sees one notion of a text file."""
+    if b"\0" in data[:_BINARY_PROBE]:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _lines(text: str, start: int, limit: int | None) -> Result:
+    """Lines from ``start`` while they fit in ``MAX_READ_CHARS`` (always at least one), at
+    most ``limit`` of them."""
+    # Lines end at "\n" only, as editors and git count them (splitlines would also break
+    # at form feeds and U+2028).
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+    if start > max(len(lines), 1):
+        raise BeamError(
+            "BEM-090",
+            f"read_file: start_line {start} is past the end; the file has {len(lines)} lines",
+        )
+    taken: list[str] = []
+    size = 0
+    cut = False
+    for line in lines[start - 1 : None if limit is None else start - 1 + limit]:
+        if taken and size + len(line) > MAX_READ_CHARS:
+            break
+        if len(line) > MAX_READ_CHARS:
+            line, cut = line[:MAX_READ_CHARS], True
+        taken.append(line)
+        size += len(line)
+    end = start - 1 + len(taken)
+    truncated = cut or end < len(lines)
+    note: str | None = None
+    if cut:
+        note = f"line {end} is over {MAX_READ_CHARS} characters and was cut"
+    elif truncated and limit is not None and len(taken) == limit:
+        more = f"call read_file with start_line={end + 1} for more"
+        note = f"lines {start}-{end} of {len(lines)}; {more}"
+    elif truncated:
+        note = (
+            f"content is capped at {MAX_READ_CHARS} characters; "
+            f"call read_file with start_line={end + 1} for the rest"
+        )
+    return {
+        "content": "".join(taken),
+        "start_line": start,
+        "end_line": end,
+        "total_lines": len(lines),
+        "truncated": truncated,
+        "note": note,
+    }
+
+
+def _write_file(tree: WorkingTree, args: dict[str, Any]) -> Result:
+    root = tree.root
+    path = root.normalize(args["path"])
+    data = utf8(args["body"], "body")
+    created = not root.exists(path)
+    root.write_bytes(path, data)
+    return {"path": path, "bytes": len(data), "created": created}
+
+
+# -- git tools -------------------------------------------------------------------------
+
+
+def _git_status(tree: WorkingTree, args: dict[str, Any]) -> Result:
+    return tree.status().model_dump(mode="json")
+
+
+def _git_diff(tree: WorkingTree, args: dict[str, Any]) -> Result:
+    return tree.diff(args.get("path")).model_dump(mode="json")
+
+
+def _git_log(tree: WorkingTree, args: dict[str, Any]) -> Result:
+    return tree.log(args.get("limit", 20)).model_dump(mode="json")
+
+
+def _git_add(tree: WorkingTree, args: dict[str, Any]) -> Result:
+    return tree.add(args["path"]).model_dump(mode="json")
+
+
+def _git_commit(tree: WorkingTree, args: dict[str, Any]) -> Result:
+    return tree.commit(args["message"]).model_dump(mode="json")
+
+
+def _git_push(tree: WorkingTree, args: dict[str, Any]) -> Result:
+    return tree.push(args.get("ref")).model_dump(mode="json")
+
+
+_HANDLERS: dict[str, Handler] = {
+    "list_tree": _list_tree,
+    "read_file": _read_file,
+    "write_file": _write_file,
+    "git_status": _git_status,
+    "git_diff": _git_diff,
+    "git_log": _git_log,
+    "git_add": _git_add,
+    "git_commit": _git_commit,
+    "git_push": _git_push,
+}
+
+
+# -- bot.Tool wrappers -----------------------------------------------------------------
+
+
+class SandboxTool:
+    """One of the nine tools as a ``bot.Tool``, bound to one working tree."""
+
+    def __init__(self, tree: WorkingTree, name: str) -> None:
+        self._tree = tree
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"SandboxTool({self.name!r}, {self._tree!r})"
+
+    def spec(self) -> ToolSpec:
+        return TOOL_SPECS[self.name]
+
+    async def invoke(self, args: dict[str, JsonValue], input: AgentInput) -> JsonValue:
+        # Imported here: the tool server in the container never runs this path, and asyncio
+        # is a large share of its start-up imports.
+        import asyncio
+
+        # The tree is bound at construction; nothing in the request can point it elsewhere.
+        result: JsonValue = await asyncio.to_thread(call_tool, self._tree, self.name, args)
+        return result
+
+
+def sandbox_tools(tree: WorkingTree) -> list[Tool]:
+    """The nine tools of DESIGN §3.3, bound to ``tree``."""
+    return [SandboxTool(tree, name) for name in _HANDLERS]

@@ -10,15 +10,16 @@ in a second store (another key prefix) as many with 1 KiB diffs. Timed, each the
 (and the slowest) of ``--runs`` rounds, with the bytes Redis sent per round (``INFO
 stats``, ``total_net_output_bytes``):
 
-- **approvals**: ``bot.api.metrics.approval_families``, the scrape's approval queue (count
+- **approvals**: ``bot.api.metrics.approval_metrics``, the scrape's approval queue (count
   and oldest age, from the store's per-approval summaries), on an empty store, on the queue
   of small diffs and on the queue of large ones;
 - **baseline, full read**: the same figures as the scrape made them before summaries, every
   pending approval read whole (``JobStore.pending_approvals``), on the queue of large diffs
   (``--baseline-runs`` rounds: each moves the whole queue out of Redis);
-- **whole store part of a scrape** (``store_families``: jobs, durations, tool calls,
+- **whole store part of a scrape** (``store_metrics``: jobs, durations, tool calls,
   approvals) on the large queue, for scale: its job part reads the newest 1,000 job records
-  whatever the approvals.
+  whatever the approvals; and the same **rendered** as a scrape serves it (read by
+  ``RiverbeamCollector`` in its thread, written by ``prometheus_client.generate_latest``).
 
 Nothing is asserted; the target is an approval read whose cost does not grow with the
 diffs: as many bytes read for the large queue as for the small one (kilobytes, not the
@@ -37,9 +38,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import redis
+from prometheus_client import CollectorRegistry, generate_latest
 
 from bench import percentile
-from bot.api.metrics import approval_families, store_families
+from bot.api.metrics import RiverbeamCollector, approval_metrics, store_metrics
 from bot.jobs.store import JobStore
 from bot.store.models import Approval, JobKind, JobSpec, JobState
 from harness.redis_server import redis_server
@@ -93,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 lambda: _full_read(large),
             ),
             _time(client, "whole store part of a scrape, large", runs, lambda: _scrape(large)),
+            _time(client, "the same, rendered", runs, _rendered(large)),
         ]
         memory = int(client.info("memory")["used_memory"])
     print(
@@ -102,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{'':<44} {'median':>13}  {'slowest':>13}  {'sent/round':>12}")
     for timing in timings:
         print(timing.row())
-    _, on_small, on_large, baseline, _ = (statistics.median(t.seconds) for t in timings)
+    _, on_small, on_large, baseline, *_ = (statistics.median(t.seconds) for t in timings)
     same = timings[1].bytes_out == timings[2].bytes_out
     print(
         f"large diffs: {on_large / max(on_small, 1e-9):.2f}x the time of small ones, "
@@ -152,11 +155,20 @@ def park_many(store: JobStore, count: int, diff_bytes: int) -> None:
 
 
 def _scrape(store: JobStore) -> object:
-    return store_families(store, datetime.now(UTC))
+    return store_metrics(store, datetime.now(UTC))
+
+
+def _rendered(store: JobStore) -> Callable[[], bytes]:
+    """The store part as ``/metrics`` serves it, on a registry of its own."""
+    registry = CollectorRegistry()
+    registry.register(
+        RiverbeamCollector({"store": lambda: store_metrics(store, datetime.now(UTC))})
+    )
+    return lambda: generate_latest(registry)
 
 
 def _approvals(store: JobStore) -> object:
-    return approval_families(store, datetime.now(UTC))
+    return approval_metrics(store, datetime.now(UTC))
 
 
 def _full_read(store: JobStore) -> tuple[int, float]:

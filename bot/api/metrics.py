@@ -1,4 +1,5 @@
-"""``GET /metrics``: the service in the Prometheus text format (version 0.0.4).
+"""``GET /metrics``: the service in the Prometheus text format (version 0.0.4), written by
+``prometheus-client`` from a collector that reads the store and the engine at scrape time.
 
 What a scrape costs is bounded whatever the size of the store, and a scrape within
 ``METRICS_TTL_SECONDS`` of the last one gets the same answer without touching Redis or the
@@ -36,13 +37,14 @@ import logging
 import math
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Literal
 
 from fastapi import APIRouter, Request, Response
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from bot.core.errors import BeamError
 from bot.core.frames import ToolFrame
@@ -62,51 +64,9 @@ TOOL_EVENTS_PER_JOB = 500
 APPROVAL_SUMMARIES = 1000
 QUANTILES = (0.5, 0.9, 0.99)
 CONTAINER_STATES = ("created", "running", "paused", "restarting", "removing", "exited", "dead")
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="riverbeam-metrics")
 
-Labels = dict[str, str]
-
-
-@dataclass
-class Family:
-    """One metric: its name, type, help line and samples (labels, value)."""
-
-    name: str
-    type: Literal["gauge", "summary"]
-    help: str
-    samples: list[tuple[Labels, float]] = field(default_factory=list)
-
-    def add(self, value: float, **labels: str) -> None:
-        self.samples.append((labels, value))
-
-
-def exposition(families: Iterable[Family]) -> str:
-    lines: list[str] = []
-    for family in families:
-        lines.append(f"# HELP {family.name} {_escape_help(family.help)}")
-        lines.append(f"# TYPE {family.name} {family.type}")
-        for labels, value in family.samples:
-            inside = ",".join(f'{key}="{_escape_label(text)}"' for key, text in labels.items())
-            shown = f"{{{inside}}}" if inside else ""
-            lines.append(f"{family.name}{shown} {_number(value)}")
-    return "\n".join(lines) + "\n"
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _escape_label(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+Source = Callable[[], list[Metric]]
 
 
 def quantile(ordered: Sequence[float], q: float) -> float:
@@ -117,37 +77,40 @@ def quantile(ordered: Sequence[float], q: float) -> float:
 
 def _summary(
     name: str, help: str, label: str, values: dict[str, list[float]], *, counted: str
-) -> list[Family]:
+) -> list[Metric]:
     """Quantiles per ``label`` value, and a gauge of how many ``counted`` they cover
     (``<name without _seconds>_window_<counted>``)."""
-    quantiles = Family(name, "summary", help)
-    window = Family(
+    # Not SummaryMetricFamily: it writes _count/_sum, never quantiles; and not the library's
+    # Summary, a cumulative in-process count, where this is a read of the recent window.
+    quantiles = Metric(name, help, "summary")
+    window = GaugeMetricFamily(
         f"{name.removesuffix('_seconds')}_window_{counted}",
-        "gauge",
         f"{counted} the quantiles of {name} are over",
+        labels=[label],
     )
     for key in sorted(values):
         ordered = sorted(values[key])
-        window.add(len(ordered), **{label: key})
+        window.add_metric([key], len(ordered))
         for q in QUANTILES if ordered else ():
-            quantiles.add(quantile(ordered, q), **{label: key, "quantile": f"{q:g}"})
+            quantiles.add_sample(name, {label: key, "quantile": f"{q:g}"}, quantile(ordered, q))
     return [quantiles, window]
 
 
-def store_families(store: JobStore, now: datetime) -> list[Family]:
+def store_metrics(store: JobStore, now: datetime) -> list[Metric]:
     """Everything read from Redis, within the caps of the module docstring."""
     records, more = store.list(limit=SCAN_JOBS)
-    jobs = Family("riverbeam_jobs", "gauge", f"jobs by kind and state (newest {SCAN_JOBS})")
+    jobs = GaugeMetricFamily(
+        "riverbeam_jobs", f"jobs by kind and state (newest {SCAN_JOBS})", labels=["kind", "state"]
+    )
     counts = Counter((record.spec.kind, record.state) for record in records)
     for kind in JobKind:
         for state in JobState:
-            jobs.add(counts[kind, state], kind=kind.value, state=state.value)
-    complete = Family(
+            jobs.add_metric([kind.value, state.value], counts[kind, state])
+    complete = GaugeMetricFamily(
         "riverbeam_jobs_scan_complete",
-        "gauge",
         f"1 when riverbeam_jobs counts every job, 0 when only the newest {SCAN_JOBS}",
+        value=0 if more else 1,
     )
-    complete.add(0 if more else 1)
 
     finished = [record for record in records if record.state.is_final]
     durations: dict[str, list[float]] = {kind.value: [] for kind in JobKind}
@@ -160,7 +123,6 @@ def store_families(store: JobStore, now: datetime) -> list[Family]:
             if isinstance(event.frame, ToolFrame):
                 tools[event.frame.record.name].append(event.frame.record.duration_ms / 1000)
 
-    waiting, oldest = approval_families(store, now)
     return [
         jobs,
         complete,
@@ -178,28 +140,28 @@ def store_families(store: JobStore, now: datetime) -> list[Family]:
             tools,
             counted="calls",
         ),
-        waiting,
-        oldest,
+        *approval_metrics(store, now),
     ]
 
 
-def approval_families(store: JobStore, now: datetime) -> tuple[Family, Family]:
+def approval_metrics(store: JobStore, now: datetime) -> list[Metric]:
     """The approval queue from the store's small per-approval summaries (never an approval
     with its diff): the count, and the age of the oldest of the first ``APPROVAL_SUMMARIES``."""
     count, summaries = store.pending_summaries(limit=APPROVAL_SUMMARIES)
-    waiting = Family("riverbeam_approvals_waiting", "gauge", "pushes waiting for a decision")
-    waiting.add(count)
-    oldest = Family(
-        "riverbeam_approval_oldest_age_seconds",
-        "gauge",
-        "how long the oldest waiting push has waited (0 when none waits)",
-    )
     ages = [(now - summary.created_at).total_seconds() for summary in summaries]
-    oldest.add(max(0.0, max(ages, default=0.0)))
-    return waiting, oldest
+    return [
+        GaugeMetricFamily(
+            "riverbeam_approvals_waiting", "pushes waiting for a decision", value=count
+        ),
+        GaugeMetricFamily(
+            "riverbeam_approval_oldest_age_seconds",
+            "how long the oldest waiting push has waited (0 when none waits)",
+            value=max(0.0, max(ages, default=0.0)),
+        ),
+    ]
 
 
-def engine_families() -> list[Family]:
+def engine_metrics() -> list[Metric]:
     from sandbox.host.container.hardening import ROLE_LABEL, ROLE_SANDBOX
     from sandbox.host.engine import connect, engine_errors
 
@@ -212,60 +174,61 @@ def engine_families() -> list[Family]:
     finally:
         client.close()
     states = Counter(str(container.get("State", "")) for container in found)
-    containers = Family(
-        "riverbeam_sandbox_containers", "gauge", "sandbox containers on this host, by state"
+    containers = GaugeMetricFamily(
+        "riverbeam_sandbox_containers",
+        "sandbox containers on this host, by state",
+        labels=["state"],
     )
     for state in sorted(set(CONTAINER_STATES) | set(states)):
-        containers.add(states[state], state=state)
+        containers.add_metric([state], states[state])
     return [containers]
 
 
-class MetricsCache:
-    """The last exposition and when it was made; one refresh at a time."""
+class RiverbeamCollector(Collector):
+    """Reads every source when collected, at once, each in a thread of ``_POOL``; a source
+    that fails or does not answer within ``timeout_seconds`` of the start is left out of
+    that collection, and its ``riverbeam_metrics_source_up`` is 0."""
 
-    def __init__(self, service: Service, ttl_seconds: float = METRICS_TTL_SECONDS) -> None:
-        self._service = service
-        self._ttl = ttl_seconds
-        self._lock = asyncio.Lock()
-        self._text = ""
-        self._at = -math.inf
+    def __init__(
+        self, sources: Mapping[str, Source], timeout_seconds: float = COLLECT_TIMEOUT_SECONDS
+    ) -> None:
+        self._sources = sources
+        self._timeout = timeout_seconds
 
-    async def text(self) -> str:
-        async with self._lock:
-            if time.monotonic() - self._at > self._ttl:
-                self._text = await self._collect()
-                self._at = time.monotonic()
-            return self._text
-
-    async def _collect(self) -> str:
-        sources: dict[str, Callable[[], list[Family]]] = {
-            "store": lambda: store_families(self._service.store, datetime.now(UTC)),
-            "engine": engine_families,
-        }
-        results = await asyncio.gather(*(_timed(source) for source in sources.values()))
-        up = Family("riverbeam_metrics_source_up", "gauge", "1 when the source answered in time")
-        took = Family(
-            "riverbeam_metrics_collect_seconds", "gauge", "time spent reading each source"
+    def collect(self) -> Iterable[Metric]:
+        started = time.perf_counter()
+        running = {name: _POOL.submit(_read, source) for name, source in self._sources.items()}
+        up = GaugeMetricFamily(
+            "riverbeam_metrics_source_up", "1 when the source answered in time", labels=["source"]
         )
-        families: list[Family] = []
-        for name, (found, seconds) in zip(sources, results, strict=True):
-            up.add(0 if found is None else 1, source=name)
-            took.add(round(seconds, 4), source=name)
-            families.extend(found or ())
-        return exposition([*families, up, took])
+        took = GaugeMetricFamily(
+            "riverbeam_metrics_collect_seconds", "time spent reading each source", labels=["source"]
+        )
+        metrics: list[Metric] = []
+        for name, future in running.items():
+            found, seconds = self._outcome(future, started)
+            up.add_metric([name], 0 if found is None else 1)
+            took.add_metric([name], round(seconds, 4))
+            metrics.extend(found or ())
+        return [*metrics, up, took]
+
+    def _outcome(
+        self, future: Future[tuple[list[Metric] | None, float]], started: float
+    ) -> tuple[list[Metric] | None, float]:
+        """The source's metrics and the time it took, or None and the time waited for it."""
+        try:
+            return future.result(timeout=max(0.0, started + self._timeout - time.perf_counter()))
+        except TimeoutError:
+            log.warning("a metrics source did not answer within %g s", self._timeout)
+            return None, time.perf_counter() - started
 
 
-async def _timed(source: Callable[[], list[Family]]) -> tuple[list[Family] | None, float]:
-    """The source's families (None when it failed or ran past the timeout) and the time."""
+def _read(source: Source) -> tuple[list[Metric] | None, float]:
+    """The source's metrics (None when it failed) and the time it took, in the thread."""
     started = time.perf_counter()
-    loop = asyncio.get_running_loop()
+    found: list[Metric] | None
     try:
-        found: list[Family] | None = await asyncio.wait_for(
-            loop.run_in_executor(_POOL, source), timeout=COLLECT_TIMEOUT_SECONDS
-        )
-    except TimeoutError:
-        log.warning("a metrics source did not answer within %g s", COLLECT_TIMEOUT_SECONDS)
-        found = None
+        found = source()
     except BeamError as error:
         log.warning("a metrics source failed: %s", error)
         found = None
@@ -273,6 +236,35 @@ async def _timed(source: Callable[[], list[Family]]) -> tuple[list[Family] | Non
         log.exception("a metrics source failed unexpectedly")
         found = None
     return found, time.perf_counter() - started
+
+
+class MetricsCache:
+    """The last exposition and when it was made; one refresh at a time. Each app has its own
+    registry holding only the Riverbeam collector: the library's global one would add this
+    process's own metrics, and several apps in one process would share it."""
+
+    def __init__(self, service: Service, ttl_seconds: float = METRICS_TTL_SECONDS) -> None:
+        self._ttl = ttl_seconds
+        self._lock = asyncio.Lock()
+        self._text = b""
+        self._at = -math.inf
+        self._registry = CollectorRegistry()
+        self._registry.register(
+            RiverbeamCollector(
+                {
+                    "store": lambda: store_metrics(service.store, datetime.now(UTC)),
+                    "engine": engine_metrics,
+                }
+            )
+        )
+
+    async def text(self) -> bytes:
+        async with self._lock:
+            if time.monotonic() - self._at > self._ttl:
+                # Collecting blocks for up to the sources' timeout: not on the event loop.
+                self._text = await asyncio.to_thread(generate_latest, self._registry)
+                self._at = time.monotonic()
+            return self._text
 
 
 def _cache(request: Request) -> MetricsCache:
@@ -283,7 +275,8 @@ def _cache(request: Request) -> MetricsCache:
 
 
 class PrometheusText(Response):
-    media_type = CONTENT_TYPE
+    # 0.0.4, what scrapers are configured for (the library's CONTENT_TYPE_LATEST is 1.0.0).
+    media_type = CONTENT_TYPE_PLAIN_0_0_4
 
 
 @router.get(

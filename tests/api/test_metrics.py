@@ -1,64 +1,66 @@
-"""``/metrics``: the exposition parses, and its values follow the jobs the service runs
-(counts by kind and state, durations, tool calls, approvals waiting)."""
+"""``/metrics``: the exposition parses (with ``prometheus_client``'s own parser), holds the
+families docs/monitoring.md lists and nothing else, its values follow the jobs the service
+runs (counts by kind and state, durations, tool calls, approvals waiting), and a source
+that does not answer is left out and marked down."""
 
 from __future__ import annotations
 
 import re
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.parser import text_string_to_metric_families
 
-from bot.api.metrics import CONTENT_TYPE, METRICS_TTL_SECONDS, Family, exposition
+from bot.api.metrics import METRICS_TTL_SECONDS, RiverbeamCollector, store_metrics
 from bot.store.models import JobKind, JobState
 from harness.api_server import ApiServer
 from harness.playbooks import FIXED_INSTALL
 from harness.stack import Stack
 from tests.api.kit import shown
 
+MONITORING = Path(__file__).resolve().parents[2] / "docs" / "monitoring.md"
+
 Sample = tuple[str, frozenset[tuple[str, str]]]
 Samples = dict[Sample, float]
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(?:,|$)')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+# Per family: its type and the label names its samples carry.
+Families = dict[str, tuple[str, frozenset[str]]]
 
 
-def parse(text: str) -> Samples:
-    """Every sample of a text exposition; fails on a line that is not one, on a sample of
-    a family with no TYPE line before it, and on a repeated sample."""
+def parse(text: str) -> tuple[Families, Samples]:
+    """Every family and sample of a text exposition; fails on a family that is not
+    Riverbeam's (the app's registry holds its collector only) and on a repeated sample."""
+    families: Families = {}
     samples: Samples = {}
-    typed: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, name, kind = line.split(" ")
-            assert kind in ("gauge", "summary", "counter", "histogram"), line
-            typed[name] = kind
-            continue
-        if line.startswith("# HELP "):
-            continue
-        found = _SAMPLE.match(line)
-        assert found is not None, f"not a sample line: {line!r}"
-        name, inside, value = found.groups()
-        assert name in typed, f"{name} has no TYPE line before it"
-        labels = frozenset(
-            (key, re.sub(r"\\[\\\"n]", lambda m: _UNESCAPE[m.group(0)], raw))
-            for key, raw in _LABEL.findall(inside or "")
-        )
-        assert (name, labels) not in samples, f"repeated sample: {line}"
-        samples[name, labels] = float(value)
-    return samples
+    for family in text_string_to_metric_families(text):
+        assert family.name.startswith("riverbeam_"), f"not a Riverbeam family: {family.name}"
+        labels = {name for sample in family.samples for name in sample.labels}
+        families[family.name] = (family.type, frozenset(labels))
+        for sample in family.samples:
+            key = (sample.name, frozenset(sample.labels.items()))
+            assert key not in samples, f"repeated sample: {sample}"
+            samples[key] = sample.value
+    return families, samples
 
 
 def value(samples: Samples, name: str, **labels: str) -> float | None:
     return samples.get((name, frozenset(labels.items())))
 
 
-def scrape(api: ApiServer) -> Samples:
+def scrape_families(api: ApiServer) -> tuple[Families, Samples]:
     reply = httpx.get(f"{api.url}/metrics", timeout=30)
     assert reply.status_code == 200, reply.text
-    assert reply.headers["content-type"] == CONTENT_TYPE
+    assert reply.headers["content-type"] == CONTENT_TYPE_PLAIN_0_0_4
+    assert reply.headers["cache-control"] == "no-store"
     return parse(reply.text)
+
+
+def scrape(api: ApiServer) -> Samples:
+    return scrape_families(api)[1]
 
 
 def scrape_until(api: ApiServer, holds: Callable[[Samples], bool]) -> Samples:
@@ -77,23 +79,25 @@ def jobs(samples: Samples, kind: JobKind, state: JobState) -> float | None:
     return value(samples, "riverbeam_jobs", kind=kind.value, state=state.value)
 
 
-def test_the_exposition_escapes_label_values_and_help_text() -> None:
-    family = Family("riverbeam_example", "gauge", 'a help \\ line\nwith "two" lines')
-    family.add(1.5, tool='say "hi"\\\n')
-    family.add(2, tool="plain")
-    text = exposition([family])
+def source_up(samples: Samples, source: str) -> float | None:
+    return value(samples, "riverbeam_metrics_source_up", source=source)
 
-    assert '# HELP riverbeam_example a help \\\\ line\\nwith "two" lines\n' in text
-    assert parse(text) == {
-        ("riverbeam_example", frozenset({("tool", 'say "hi"\\\n')})): 1.5,
-        ("riverbeam_example", frozenset({("tool", "plain")})): 2.0,
-    }
+
+def documented() -> Families:
+    """The table of docs/monitoring.md: each metric, its type and its label names (the
+    backquoted names of the labels column, leaving out the values in parentheses)."""
+    table: Families = {}
+    for name, kind, labels in re.findall(
+        r"^\| `(riverbeam_\w+)` \| (\w+) \|([^|]*)\|", MONITORING.read_text(), re.MULTILINE
+    ):
+        table[name] = (kind, frozenset(re.findall(r"`(\w+)`", re.sub(r"\(.*?\)", "", labels))))
+    return table
 
 
 def test_the_metrics_follow_the_jobs_the_service_runs(stack: Stack, api: ApiServer) -> None:
     before = scrape(api)
-    assert value(before, "riverbeam_metrics_source_up", source="store") == 1
-    assert value(before, "riverbeam_metrics_source_up", source="engine") == 1
+    assert source_up(before, "store") == 1
+    assert source_up(before, "engine") == 1
     assert value(before, "riverbeam_jobs_scan_complete") == 1
     assert value(before, "riverbeam_sandbox_containers", state="running") is not None
     notes_before = jobs(before, JobKind.COMMIT_NOTES, JobState.SUCCEEDED) or 0
@@ -157,3 +161,47 @@ def test_the_metrics_follow_the_jobs_the_service_runs(stack: Stack, api: ApiServ
     assert jobs(after, JobKind.AUTHOR, JobState.AWAITING_APPROVAL) == 0
     assert value(after, "riverbeam_approval_oldest_age_seconds") == 0
     assert value(after, "riverbeam_tool_call_duration_window_calls", tool="git_push")
+
+
+def test_the_families_are_those_the_monitoring_page_lists(api: ApiServer) -> None:
+    families, _ = scrape_families(api)
+    table = documented()
+    assert set(families) == set(table)
+    for name, (kind, labels) in families.items():
+        assert kind == table[name][0], name
+        # A family with no samples (no tool call yet when run alone) shows no labels.
+        assert labels == table[name][1] or not labels, name
+
+
+def test_a_store_that_does_not_answer_is_left_out_and_marked_down(
+    stack: Stack, api: ApiServer
+) -> None:
+    with stack.redis.paused():
+        down = scrape_until(api, lambda s: source_up(s, "store") == 0)
+    assert source_up(down, "engine") == 1
+    assert {name for name, _ in down} == {
+        "riverbeam_metrics_source_up",
+        "riverbeam_metrics_collect_seconds",
+        "riverbeam_sandbox_containers",
+    }
+    back = scrape_until(api, lambda s: source_up(s, "store") == 1)
+    assert value(back, "riverbeam_jobs_scan_complete") == 1
+
+
+def test_a_source_past_the_timeout_is_left_out_and_the_others_kept(stack: Stack) -> None:
+    registry = CollectorRegistry()
+    registry.register(
+        RiverbeamCollector(
+            {
+                "store": lambda: store_metrics(stack.store, datetime.now(UTC)),
+                "empty": list,
+            },
+            timeout_seconds=0.5,
+        )
+    )
+    with stack.redis.paused():
+        _, samples = parse(generate_latest(registry).decode())
+    assert source_up(samples, "store") == 0
+    assert source_up(samples, "empty") == 1
+    assert (value(samples, "riverbeam_metrics_collect_seconds", source="store") or 0) >= 0.5
+    assert value(samples, "riverbeam_jobs_scan_complete") is None

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from bot.config import Settings
+from sandbox.host.image import imagefs
 from sandbox.host.image.build import plan_image
 from sandbox.host.image.dockerbuild import _assemble
 from sandbox.host.image.recipe import DOCKERFILE
@@ -21,9 +22,7 @@ def test_the_context_holds_everything_the_dockerfile_copies(tmp_path: Path) -> N
     assert copied, "the Dockerfile copies nothing?"
     for source in copied:
         assert (tmp_path / source.rstrip("/")).exists(), f"the context lacks {source}"
-    assert (tmp_path / "imagefs.py").read_bytes() == (
-        Path(__file__).resolve().parents[2] / "sandbox" / "image" / "imagefs.py"
-    ).read_bytes()
+    assert (tmp_path / "imagefs.py").read_bytes() == Path(imagefs.__file__).read_bytes()
     assert {path.name for path in (tmp_path / "wheels").iterdir()} == {
         wheel.path.name for wheel in plan.wheels
     }

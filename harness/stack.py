@@ -125,11 +125,12 @@ class Stack:
         concurrency: int = 1,
         env: Mapping[str, str] | None = None,
         host: str | None = None,
+        tree: Path = PROJECT_ROOT,
     ) -> WorkerProcess:
         """Start a worker process (``concurrency`` pool processes) and wait until it
         consumes; its workspace root and mirror cache are its own (``<base>/<name>/``), or
         those of simulated ``host`` (``<base>/<host>/``) shared with the host's other
-        workers."""
+        workers. ``tree``: the source tree it runs (another release's, for an upgrade)."""
         self.hosts[name] = host or name
         root = self.base / self.hosts[name]
         root.mkdir(mode=0o711, exist_ok=True)
@@ -140,7 +141,7 @@ class Stack:
             "RIVERBEAM_CONFIG": str(self.config),
             "RIVERBEAM_WORKSPACES__ROOT": str(own.root),
             "RIVERBEAM_WORKSPACES__MIRRORS": str(own.mirrors),
-            "PYTHONPATH": str(PROJECT_ROOT),
+            "PYTHONPATH": str(tree),
             **(env or {}),
         }
         command = [
@@ -167,7 +168,7 @@ class Stack:
         with log.open("wb") as output:
             process = subprocess.Popen(
                 command,
-                cwd=PROJECT_ROOT,
+                cwd=tree,
                 env=environment,
                 stdout=output,
                 stderr=subprocess.STDOUT,

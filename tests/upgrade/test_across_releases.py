@@ -5,20 +5,22 @@ the same host's workspaces.
 
 The old release, through its own worker and command line:
 
-- parks four author jobs on ``git_push`` and a publish on ``publish_docset``;
-- approves one more parked author job while no worker runs, and its resume message is lost
-  (the queue purged): only the sweep can resume it;
-- queues one job with no worker to run it;
-- cancels a running job whose worker was killed mid-run: only the record says so.
+- parks five author jobs on ``git_push`` and a publish on ``publish_docset``;
+- cancels a running job whose worker was killed mid-run: only the record says so;
+- approves two parked author jobs while no worker runs: the resume message of one is lost
+  (the queue purged), so only the sweep can resume it; the other's waits in the queue;
+- queues one job with no worker to run it.
 
-Then the tree under test, with its own worker on the same host, decides through the API,
-the command line and the job service, and sends the sweeps the beat would send.
+Then the tree under test, with its own worker on the same host (where one parked job's
+workspace is gone, so its resume rebuilds it from the old snapshot), decides through the
+API, the command line and the job service, and sends the sweeps beat would send.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -51,7 +53,10 @@ OLD_REVIEWER = "old-reviewer@example.com"
 API_REVIEWER = "reviewer"
 REFUSAL = "Not this week: the install page is frozen."
 JOB_SECONDS = 90.0
-LEASE_SECONDS = 12.0
+AUTHORS = ("api", "cli", "refused", "dropped", "handover")
+"""The author jobs the old release parks on their push: decided through the new API, the
+new CLI and refused; decided by the old release, its resume lost or handed over."""
+LEASE_SECONDS = 20.0
 """Long enough for the old release's cancel to land while the killed worker's lease holds
 (after it, a cancel ends the job at once and the new worker would have nothing to stop)."""
 
@@ -117,9 +122,9 @@ def _with_the_old_release(crossed: Crossing) -> None:
     review = _submit(previous, stack, "review", "review-approve", "--branch", "docs/fixed")
     stack.wait_for(review, JobState.SUCCEEDED, timeout=JOB_SECONDS)
     jobs["publish"] = _submit(previous, stack, "publish", "publish", "--review-job", review)
-    for role in ("api", "cli", "refused", "dropped"):
+    for role in AUTHORS:
         jobs[role] = _author(previous, stack)
-    for role in ("publish", "api", "cli", "refused", "dropped"):
+    for role in ("publish", *AUTHORS):
         stack.wait_for(jobs[role], JobState.AWAITING_APPROVAL, timeout=JOB_SECONDS)
         approval = stack.store.approval(jobs[role])
         assert approval is not None and approval.commit_sha is not None
@@ -145,6 +150,11 @@ def _with_the_old_release(crossed: Crossing) -> None:
         stack.config, "approvals", "approve", jobs["dropped"], *flags, "--as", OLD_REVIEWER
     )
     stack.app.control.purge()
+    # A decision whose resume message waits in the queue for the new worker.
+    flags = decision_flags(previous.tree, stack.config, jobs["handover"], env=previous.worker_env())
+    previous.riverbeam(
+        stack.config, "approvals", "approve", jobs["handover"], *flags, "--as", OLD_REVIEWER
+    )
     # A job queued while no worker runs.
     jobs["queued"] = _author(previous, stack, "author-nothing-to-change")
     assert stack.store.get(jobs["queued"]).state is JobState.QUEUED
@@ -155,9 +165,13 @@ def _with_the_old_release(crossed: Crossing) -> None:
 
 def _with_the_new_release(crossed: Crossing) -> None:
     stack, jobs = crossed.stack, crossed.jobs
-    # The upgraded worker runs on the old one's host: its workspaces and mirrors.
+    # The upgraded worker runs on the old one's host: its workspaces and mirrors. One parked
+    # job lost its workspace there (a host replaced in the upgrade): its resume rebuilds it
+    # from the snapshot the old release wrote.
+    shutil.rmtree(stack.worker_settings("old").workspaces.root / jobs["cli"])
     stack.start_worker("new", host="old")
     stack.wait_for(jobs["queued"], JobState.SUCCEEDED, timeout=JOB_SECONDS)
+    stack.wait_for(jobs["handover"], JobState.SUCCEEDED, timeout=JOB_SECONDS)
     # A resume (priority 0) goes before a run (6): had the lost one still been queued, it
     # would have run first.
     assert stack.store.get(jobs["dropped"]).state is JobState.AWAITING_APPROVAL
@@ -307,7 +321,7 @@ def test_the_old_release_wrote_what_the_new_one_reads(crossing: Crossing) -> Non
 
 def test_each_approved_push_landed_once_at_the_approved_commit(crossing: Crossing) -> None:
     stack, jobs = crossing.stack, crossing.jobs
-    for role in ("api", "cli", "dropped"):
+    for role in ("api", "cli", "dropped", "handover"):
         branch = f"riverbeam/{jobs[role]}"
         assert stack.upstream_ref(branch) == crossing.approved_sha[role], role
         assert len(stack.upstream_updates(branch)) == 1, role
@@ -319,13 +333,14 @@ def test_the_deciders_are_in_the_history(crossing: Crossing) -> None:
     store, jobs = crossing.stack.store, crossing.jobs
     decided = {
         role: [(a.state, a.decided_by) for a in store.approval_history(jobs[role])]
-        for role in ("api", "cli", "refused", "dropped", "publish")
+        for role in ("publish", *AUTHORS)
     }
     assert decided == {
         "api": [(ApprovalState.APPROVED, API_REVIEWER)],
         "cli": [(ApprovalState.APPROVED, REVIEWER)],
         "refused": [(ApprovalState.REFUSED, API_REVIEWER)],
         "dropped": [(ApprovalState.APPROVED, OLD_REVIEWER)],
+        "handover": [(ApprovalState.APPROVED, OLD_REVIEWER)],
         "publish": [(ApprovalState.APPROVED, REVIEWER)],
     }
 

@@ -18,7 +18,6 @@ API, the command line and the job service, and sends the sweeps beat would send.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -33,7 +32,6 @@ from bot.store.models import ApprovalState, JobState
 from harness.api_server import api_server
 from harness.playbooks import AUTHOR_REQUEST, FIXED_INSTALL
 from harness.stack import (
-    IMAGE_VARIABLE,
     PROJECT_ROOT,
     PUBLISH_REF,
     REQUESTER,
@@ -100,10 +98,10 @@ def _author(previous: Previous, stack: Stack, playbook: str = "author-fix-instal
 
 @pytest.fixture(scope="module")
 def crossing() -> Iterator[Crossing]:
-    image = os.environ.get(IMAGE_VARIABLE, "riverbeam-sandbox")
     more = {"jobs": {"prefix": PREFIX, "resume_grace_seconds": 1.0}}
     with job_stack(lease_seconds=LEASE_SECONDS, more_config=more) as stack:
-        previous = unpack(stack.base, f"{image}-old")
+        # The old release's image beside the one the stack built, named after it.
+        previous = unpack(stack.base, f"{stack.settings.sandbox.image}-old")
         previous.build_image(stack.config)
         main_before = stack.upstream_ref("main")
         assert main_before is not None

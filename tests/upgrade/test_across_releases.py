@@ -143,16 +143,10 @@ def _with_the_old_release(crossed: Crossing) -> None:
     assert cancelled.state is JobState.RUNNING and cancelled.cancel_requested
 
     # A decision whose resume message is lost: approved with no worker, the queue purged.
-    flags = decision_flags(previous.tree, stack.config, jobs["dropped"], env=previous.worker_env())
-    previous.riverbeam(
-        stack.config, "approvals", "approve", jobs["dropped"], *flags, "--as", OLD_REVIEWER
-    )
+    _approve_with_the_cli(stack, jobs["dropped"], previous=previous, by=OLD_REVIEWER)
     stack.app.control.purge()
     # A decision whose resume message waits in the queue for the new worker.
-    flags = decision_flags(previous.tree, stack.config, jobs["handover"], env=previous.worker_env())
-    previous.riverbeam(
-        stack.config, "approvals", "approve", jobs["handover"], *flags, "--as", OLD_REVIEWER
-    )
+    _approve_with_the_cli(stack, jobs["handover"], previous=previous, by=OLD_REVIEWER)
     # A job queued while no worker runs.
     jobs["queued"] = _author(previous, stack, "author-nothing-to-change")
     assert stack.store.get(jobs["queued"]).state is JobState.QUEUED
@@ -202,9 +196,14 @@ def _with_the_new_release(crossed: Crossing) -> None:
     stack.wait_for(jobs["refused"], JobState.REFUSED, timeout=JOB_SECONDS)
 
 
-def _approve_with_the_cli(stack: Stack, job_id: str) -> None:
-    flags = decision_flags(PROJECT_ROOT, stack.config, job_id)
-    riverbeam(PROJECT_ROOT, stack.config, "approvals", "approve", job_id, *flags, "--as", REVIEWER)
+def _approve_with_the_cli(
+    stack: Stack, job_id: str, *, previous: Previous | None = None, by: str = REVIEWER
+) -> None:
+    """``approvals show`` then ``approvals approve`` as a reviewer does, with the CLI of
+    the tree under test, or of the ``previous`` release."""
+    tree, env = (PROJECT_ROOT, None) if previous is None else (previous.tree, previous.worker_env())
+    flags = decision_flags(tree, stack.config, job_id, env=env)
+    riverbeam(tree, stack.config, "approvals", "approve", job_id, *flags, "--as", by, env=env)
 
 
 # -- reading what the old release wrote -------------------------------------------------
@@ -287,7 +286,7 @@ class KeyReader:
 
     def decided(self, _: str) -> str:
         members = self.client.zrange(f"{PREFIX}:approvals:decided", 0, -1)
-        return ",".join(self.job(member) for member in members)
+        return ",".join(self.job(str(member)) for member in members)
 
     def leases(self, _: str) -> str:
         return ",".join(self.stack.store.expired_leases())

@@ -20,7 +20,7 @@ import pytest
 import redis
 from celery import Celery
 
-from bot.config import RepositoryConfig, Settings
+from bot.config import RepositoryConfig, Settings, WorkspaceSettings
 from bot.core.frames import ChunkFrame
 from bot.demo import demo_model
 from bot.jobs import queues
@@ -135,10 +135,7 @@ def test_container_labels_and_snapshot_format() -> None:
 
 
 def test_workspace_and_mirror_layout(tmp_path: Path) -> None:
-    settings = Settings(
-        redis_url="redis://127.0.0.1:1/0",
-        workspaces={"root": tmp_path / "workspaces", "mirrors": tmp_path / "mirrors"},
-    ).workspaces
+    settings = WorkspaceSettings(root=tmp_path / "workspaces", mirrors=tmp_path / "mirrors")
     assert job_directory(settings, "3f9c2a71b0de") == tmp_path / "workspaces" / "3f9c2a71b0de"
     assert mirror_path(settings, "docs") == tmp_path / "mirrors" / "docs.git"
 

@@ -16,9 +16,10 @@ registering it, and builds the sandbox image if the code changed. Each worker is
 ``python -m celery ... worker`` process in its own session, with its own workspace root and
 mirror cache (``RIVERBEAM_WORKSPACES__ROOT``/``__MIRRORS``), so two workers behave like two
 hosts; ``start_worker(name, host=H)`` puts workers on one simulated host H instead (they
-share its workspace root and mirrors). ``stop_worker`` sends SIGTERM (a warm shutdown) and
-waits; ``kill_worker`` sends SIGKILL to the worker's whole process group, as a crashed host
-would.
+share its workspace root and mirrors); ``start_worker(name, tree=T)`` runs the code of
+source tree T (a previous release, for the upgrade test). ``stop_worker`` sends SIGTERM
+(a warm shutdown) and waits; ``kill_worker`` sends SIGKILL to the worker's whole process
+group, as a crashed host would.
 
 For the other kinds: ``push_branch`` puts a branch with one commit upstream (what review,
 summarize and commit-notes read), and the repository's ``publish_ref`` is ``PUBLISH_REF``.

@@ -16,9 +16,10 @@ registering it, and builds the sandbox image if the code changed. Each worker is
 ``python -m celery ... worker`` process in its own session, with its own workspace root and
 mirror cache (``RIVERBEAM_WORKSPACES__ROOT``/``__MIRRORS``), so two workers behave like two
 hosts; ``start_worker(name, host=H)`` puts workers on one simulated host H instead (they
-share its workspace root and mirrors). ``stop_worker`` sends SIGTERM (a warm shutdown) and
-waits; ``kill_worker`` sends SIGKILL to the worker's whole process group, as a crashed host
-would.
+share its workspace root and mirrors); ``start_worker(name, tree=T)`` runs the code of
+source tree T (a previous release, for the upgrade test). ``stop_worker`` sends SIGTERM
+(a warm shutdown) and waits; ``kill_worker`` sends SIGKILL to the worker's whole process
+group, as a crashed host would.
 
 For the other kinds: ``push_branch`` puts a branch with one commit upstream (what review,
 summarize and commit-notes read), and the repository's ``publish_ref`` is ``PUBLISH_REF``.
@@ -125,11 +126,12 @@ class Stack:
         concurrency: int = 1,
         env: Mapping[str, str] | None = None,
         host: str | None = None,
+        tree: Path = PROJECT_ROOT,
     ) -> WorkerProcess:
         """Start a worker process (``concurrency`` pool processes) and wait until it
         consumes; its workspace root and mirror cache are its own (``<base>/<name>/``), or
         those of simulated ``host`` (``<base>/<host>/``) shared with the host's other
-        workers."""
+        workers. ``tree``: the source tree it runs (another release's, for an upgrade)."""
         self.hosts[name] = host or name
         root = self.base / self.hosts[name]
         root.mkdir(mode=0o711, exist_ok=True)
@@ -140,7 +142,7 @@ class Stack:
             "RIVERBEAM_CONFIG": str(self.config),
             "RIVERBEAM_WORKSPACES__ROOT": str(own.root),
             "RIVERBEAM_WORKSPACES__MIRRORS": str(own.mirrors),
-            "PYTHONPATH": str(PROJECT_ROOT),
+            "PYTHONPATH": str(tree),
             **(env or {}),
         }
         command = [
@@ -167,7 +169,7 @@ class Stack:
         with log.open("wb") as output:
             process = subprocess.Popen(
                 command,
-                cwd=PROJECT_ROOT,
+                cwd=tree,
                 env=environment,
                 stdout=output,
                 stderr=subprocess.STDOUT,

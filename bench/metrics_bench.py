@@ -40,8 +40,8 @@ import redis
 
 from bench import percentile
 from bot.api.metrics import approval_families, store_families
-from bot.jobs.store import JobStore
 from bot.store.models import Approval, JobKind, JobSpec, JobState
+from bot.store.store import JobStore
 from harness.redis_server import redis_server
 
 PREFIX = "bench"

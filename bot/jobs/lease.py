@@ -14,7 +14,7 @@ import logging
 import threading
 
 from bot.core.errors import BeamError
-from bot.jobs.store import JobStore
+from bot.store.store import JobStore
 
 log = logging.getLogger(__name__)
 

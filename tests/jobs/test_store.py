@@ -28,7 +28,6 @@ from bot.core.frames import (
     ToolCallRecord,
     ToolFrame,
 )
-from bot.jobs.store import JobStore
 from bot.jobs.tasks import submit_job
 from bot.store.models import (
     Approval,
@@ -43,6 +42,7 @@ from bot.store.models import (
     PushState,
     utcnow,
 )
+from bot.store.store import JobStore
 from harness.redis_server import RedisServer, running_redis
 
 T = TypeVar("T")
@@ -72,7 +72,7 @@ def open_store(url: str, **kw: Any) -> JobStore:
 def store(server: RedisServer) -> Iterator[JobStore]:
     jobs = open_store(server.url, events_maxlen=50, snapshot_max_bytes=4096)
     yield jobs
-    jobs._redis.close()
+    jobs.client.close()
 
 
 def author(request: str = "fix the install page", **kw: Any) -> JobSpec:
@@ -176,8 +176,8 @@ def test_a_retried_create_with_the_same_key_returns_the_same_job(
     again = store.create(author(), idempotency_key="req-1")
     assert again == first
     assert store.create(author(), idempotency_key="req-2").id != first.id
-    assert client.zcard(f"{store._prefix}:jobs") == 2
-    ttl = client.ttl(store._idem_key("req-1"))
+    assert client.zcard(store.keys.jobs) == 2
+    ttl = client.ttl(store.keys.idem("req-1"))
     assert 23 * 3600 < ttl <= 24 * 3600
 
 
@@ -193,7 +193,7 @@ def test_concurrent_creates_with_one_key_make_one_job(store: JobStore, client: r
     results = race(12, lambda _: store.create(author(), idempotency_key="burst"))
     assert all(isinstance(result, JobRecord) for result in results)
     assert len({result.id for result in results if isinstance(result, JobRecord)}) == 1
-    assert client.zcard(f"{store._prefix}:jobs") == 1
+    assert client.zcard(store.keys.jobs) == 1
 
 
 def test_transition_sets_fields_and_bumps_version_and_updated_at(store: JobStore) -> None:
@@ -555,7 +555,7 @@ def test_streams_are_capped(store: JobStore, client: redis.Redis) -> None:
     record = store.create(author())
     for index in range(600):
         store.append_event(record.id, ChunkFrame(text=str(index)))
-    length = client.xlen(f"{store._prefix}:events:{record.id}")
+    length = client.xlen(store.keys.events(record.id))
     # MAXLEN ~ trims whole stream nodes (100 entries each), so it may keep a node more.
     assert 50 <= length <= 150
     events = store.read_events(record.id, count=1000)
@@ -604,7 +604,7 @@ def test_a_damaged_event_is_an_error_frame_in_its_place_and_the_stream_goes_on(
     store: JobStore, client: redis.Redis
 ) -> None:
     record = store.create(author())
-    key = f"{store._prefix}:events:{record.id}"
+    key = store.keys.events(record.id)
     store.append_event(record.id, ChunkFrame(text="before"))
     damaged = client.xadd(key, {"frame": '{"type": "tool", "record": '})
     client.xadd(key, {"nothing": "known"})
@@ -631,9 +631,7 @@ def test_an_event_nested_deeper_than_pydantic_parses_still_reads(
     record = store.create(author())
     arguments = _nested(210)
     call = ToolCallRecord(id="c1", name="echo", arguments=arguments, ok=True)
-    client.xadd(
-        f"{store._prefix}:events:{record.id}", {"frame": ToolFrame(record=call).model_dump_json()}
-    )
+    client.xadd(store.keys.events(record.id), {"frame": ToolFrame(record=call).model_dump_json()})
 
     [event] = store.read_events(record.id)
 
@@ -741,7 +739,7 @@ def test_pending_summaries_follow_open_decide_and_withdraw_without_reading_a_dif
     second = parked(store, JobSpec(kind=JobKind.REVIEW, repo="api", branch="b"))
     third = parked(store, author())
     # A summary is read, never the approval: its document gone, it is still counted.
-    store._redis.delete(store._approval_key(first.id))
+    store.client.delete(store.keys.approval(first.id))
     assert _summarized(store) == (3, [(first.id, "docs"), (second.id, "api"), (third.id, "docs")])
     count, capped = store.pending_summaries(limit=1)
     assert (count, [summary.job_id for summary in capped]) == (3, [first.id])
@@ -749,7 +747,7 @@ def test_pending_summaries_follow_open_decide_and_withdraw_without_reading_a_dif
     store.decide(second.id, binding=seen(store, second.id), approve=True, by="bob")
     store.request_cancel(third.id)
     assert _summarized(store) == (1, [(first.id, "docs")])
-    assert store._redis.hlen(store._summaries_key) == 1
+    assert store.client.hlen(store.keys.summaries) == 1
 
 
 def test_an_approval_parked_by_the_previous_release_is_summarized_on_first_read(
@@ -758,13 +756,13 @@ def test_an_approval_parked_by_the_previous_release_is_summarized_on_first_read(
     """The previous release kept the approval and its place in the pending queue, no
     summary: the first read writes it from the full document, then reads only the summary."""
     old = [parked(store, author()) for _ in range(3)]
-    store._redis.delete(store._summaries_key)
+    store.client.delete(store.keys.summaries)
 
     assert _summarized(store, migrate=2) == (3, [(old[0].id, "docs"), (old[1].id, "docs")])
     assert _summarized(store, migrate=2) == (3, [(job.id, "docs") for job in old])
-    assert store._redis.hlen(store._summaries_key) == 3
+    assert store.client.hlen(store.keys.summaries) == 3
     for job in old:
-        store._redis.delete(store._approval_key(job.id))  # from now on, summaries only
+        store.client.delete(store.keys.approval(job.id))  # from now on, summaries only
     assert _summarized(store, migrate=0) == (3, [(job.id, "docs") for job in old])
 
 
@@ -779,12 +777,12 @@ def test_a_decision_recorded_before_the_resume_index_is_indexed_by_the_sweeps(
     applied = parked(store)
     store.decide(applied.id, binding=None, approve=False, by="bob")
     store.claim_resume(applied.id, worker="w1", lease_seconds=30)
-    store._redis.delete(store._decided_key)  # as the previous release left it
+    store.client.delete(store.keys.decided)  # as the previous release left it
     marker = store.key("approvals", "decided", "backfill")
 
     for _ in range(10_000):  # one SCAN page per sweep, over the whole shared server
         found = store.unapplied_decisions(older_than=0)
-        if store._redis.get(marker) == b"done":
+        if store.client.get(marker) == b"done":
             break
     assert [job.id for job in found] == [lost.id]
     assert [job.id for job in store.unapplied_decisions(older_than=0)] == [lost.id]
@@ -799,7 +797,7 @@ def test_a_decision_stays_in_the_resume_index_until_a_resume_claims_it(store: Jo
 
     assert store.claim_resume(record.id, worker="w1", lease_seconds=30) is not None
     assert store.unapplied_decisions(older_than=0) == []
-    assert store._redis.zcard(store._decided_key) == 0
+    assert store.client.zcard(store.keys.decided) == 0
 
 
 def test_opening_an_approval_again_is_idempotent_and_a_new_one_replaces_it(
@@ -862,7 +860,7 @@ def test_list_pages_through_jobs_created_in_the_same_instant(
 ) -> None:
     made = [store.create(author()) for _ in range(7)]
     # Force ties on the creation score: the cursor must still neither skip nor repeat.
-    client.zadd(f"{store._prefix}:jobs", {record.id: 1_700_000_000.5 for record in made})
+    client.zadd(store.keys.jobs, {record.id: 1_700_000_000.5 for record in made})
     assert _every_page(store, limit=3) == sorted((record.id for record in made), reverse=True)
 
 
@@ -895,8 +893,8 @@ def _legacy_record(store: JobStore, client: redis.Redis, depth: int) -> JobRecor
     record = JobRecord(
         id=uuid.uuid4().hex[:12], spec=spec, created_at=utcnow(), updated_at=utcnow()
     )
-    client.set(f"{store._prefix}:job:{record.id}", record.model_dump_json())
-    client.zadd(f"{store._prefix}:jobs", {record.id: record.created_at.timestamp()})
+    client.set(store.keys.job(record.id), record.model_dump_json())
+    client.zadd(store.keys.jobs, {record.id: record.created_at.timestamp()})
     return record
 
 
@@ -919,7 +917,7 @@ def test_a_damaged_record_is_skipped_and_named_and_reading_it_is_bem_516(
     damaged = store.create(author(request="secret words"))
     newer = store.create(author())
     client.set(
-        f"{store._prefix}:job:{damaged.id}", b'{"id": "x", "spec": {"request": "secret words"'
+        f"{store.keys.prefix}:job:{damaged.id}", b'{"id": "x", "spec": {"request": "secret words"'
     )
 
     page = store.listing()
@@ -939,8 +937,8 @@ def test_a_damaged_approval_is_left_out_of_the_queue_and_the_history(
     store: JobStore, client: redis.Redis
 ) -> None:
     good, bad = parked(store), parked(store)
-    client.set(f"{store._prefix}:approval:{bad.id}", b"{not json")
-    client.rpush(f"{store._prefix}:approvals:history:{good.id}", b"[[[")
+    client.set(f"{store.keys.prefix}:approval:{bad.id}", b"{not json")
+    client.rpush(f"{store.keys.prefix}:approvals:history:{good.id}", b"[[[")
 
     assert [approval.job_id for approval in store.pending_approvals()] == [good.id]
     assert store.approval_history(good.id) == []
@@ -953,8 +951,8 @@ def test_listing_ten_thousand_jobs_reads_only_what_a_page_needs(
     with client.pipeline(transaction=False) as pipe:
         for index in range(10_000):
             record = JobRecord(id=f"j{index:05d}", spec=specs[index % 100 == 0])
-            pipe.set(store._job_key(record.id), record.model_dump_json())
-            pipe.zadd(store._jobs_key, {record.id: 1_700_000_000 + index})
+            pipe.set(store.keys.job(record.id), record.model_dump_json())
+            pipe.zadd(store.keys.jobs, {record.id: 1_700_000_000 + index})
         pipe.execute()
 
     def calls(command: str) -> int:
@@ -1023,7 +1021,7 @@ def test_redis_going_away_is_bem_504_without_secrets_and_recovers(tmp_path: Path
         admin.config_set("requirepass", "s3cret-pw")
         admin.close()
         secret_url = server.url.replace("redis://", "redis://:s3cret-pw@")
-        guarded = open_store(secret_url, prefix=plain._prefix)
+        guarded = open_store(secret_url, prefix=plain.keys.prefix)
         assert guarded.get(record.id) == record
         wrong = open_store(server.url.replace("redis://", "redis://:wrong-pw@"))
         with pytest.raises(JobError) as refused:
@@ -1051,7 +1049,7 @@ def test_redis_going_away_is_bem_504_without_secrets_and_recovers(tmp_path: Path
         server.start()  # the password was runtime-only: the restarted server has none
         assert plain.get(record.id).state is JobState.QUEUED  # the client reconnects
         for store in (plain, guarded, wrong):
-            store._redis.close()
+            store.client.close()
 
 
 def fill(store: JobStore) -> dict[str, Any]:
@@ -1103,7 +1101,7 @@ def test_a_redis_restart_with_aof_keeps_everything(tmp_path: Path) -> None:
         # ...and it goes on: the decided approval is applied once, after the restart too.
         assert store.claim_resume(decided_id, worker="w9", lease_seconds=30) is not None
         assert store.claim_resume(decided_id, worker="w9", lease_seconds=30) is None
-        store._redis.close()
+        store.client.close()
 
 
 def test_a_redis_restart_without_persistence_loses_the_jobs(tmp_path: Path) -> None:
@@ -1114,7 +1112,7 @@ def test_a_redis_restart_without_persistence_loses_the_jobs(tmp_path: Path) -> N
         server.start()
         assert code_of(lambda: store.get(record.id)) == "BEM-500"
         assert store.list() == ([], None)
-        store._redis.close()
+        store.client.close()
 
 
 def test_the_shipped_redis_conf_persists_and_never_evicts(tmp_path: Path) -> None:
@@ -1137,7 +1135,7 @@ def test_the_shipped_redis_conf_persists_and_never_evicts(tmp_path: Path) -> Non
         server.start()
         assert store.list()[0] == before["jobs"]
         assert store.read_events(before["running"]) == before["events"]
-        store._redis.close()
+        store.client.close()
 
 
 # decisions name what they decide ---------------------------------------------------------

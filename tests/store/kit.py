@@ -13,14 +13,7 @@ import pytest
 from pydantic import JsonValue
 
 from bot.core.errors import BeamError
-from bot.store.models import (
-    Approval,
-    DecisionBinding,
-    JobKind,
-    JobRecord,
-    JobSpec,
-    JobState,
-)
+from bot.store.models import Approval, DecisionBinding, JobKind, JobRecord, JobSpec, JobState
 from bot.store.store import JobStore
 
 T = TypeVar("T")

@@ -6,12 +6,7 @@ import pytest
 
 from bot.core.errors import JobError
 from bot.store.store import JobStore
-from tests.store.kit import (
-    author,
-    code_of,
-)
-
-# run state and snapshots ----------------------------------------------------------------
+from tests.store.kit import author, code_of
 
 
 def test_run_state_and_snapshot_round_trip_and_are_dropped(store: JobStore) -> None:

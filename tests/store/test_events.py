@@ -9,24 +9,10 @@ import time
 import pytest
 import redis
 
-from bot.core.frames import (
-    ChunkFrame,
-    ErrorFrame,
-    ThinkingFrame,
-    ToolCallRecord,
-    ToolFrame,
-)
-from bot.store.models import (
-    JobState,
-)
+from bot.core.frames import ChunkFrame, ErrorFrame, ThinkingFrame, ToolCallRecord, ToolFrame
+from bot.store.models import JobState
 from bot.store.store import JobStore
-from tests.store.kit import (
-    author,
-    code_of,
-    nested,
-)
-
-# events ----------------------------------------------------------------------------------
+from tests.store.kit import author, code_of, nested
 
 
 def test_events_come_back_as_frames_then_the_end(store: JobStore) -> None:

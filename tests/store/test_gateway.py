@@ -1,5 +1,5 @@
-"""The gateway: a decoding client refused, outages as BEM-504 without secrets, and what a
-Redis restart keeps."""
+"""The gateway: a decoding client refused, outages as BEM-504 without secrets, the bound on
+a transaction's retries, and what a Redis restart keeps."""
 
 from __future__ import annotations
 
@@ -9,29 +9,17 @@ from typing import Any
 
 import pytest
 import redis
+from redis.client import Pipeline
 
-from bot.core.errors import JobError
-from bot.core.frames import (
-    ChunkFrame,
-    ThinkingFrame,
-)
-from bot.store.models import (
-    JobState,
-)
+from bot.core.errors import BeamError, JobError
+from bot.core.frames import ChunkFrame, ThinkingFrame
+from bot.store.gateway import MAX_WATCH_RETRIES, Writes
+from bot.store.models import JobState
 from bot.store.store import JobStore
 from harness.redis_server import RedisServer, running_redis
-from tests.store.kit import (
-    author,
-    code_of,
-    open_store,
-    parked,
-    seen,
-)
+from tests.store.kit import author, code_of, open_store, parked, seen
 
 REDIS_CONF = Path(__file__).resolve().parents[2] / "docker" / "redis.conf"
-
-
-# the client, outages and restarts ----------------------------------------------------------
 
 
 def test_a_decoding_client_is_refused(server: RedisServer) -> None:
@@ -164,3 +152,42 @@ def test_the_shipped_redis_conf_persists_and_never_evicts(tmp_path: Path) -> Non
         assert store.list()[0] == before["jobs"]
         assert store.read_events(before["running"]) == before["events"]
         store.client.close()
+
+
+def test_a_transaction_that_keeps_colliding_is_bem_504_after_the_bound(
+    store: JobStore, client: redis.Redis
+) -> None:
+    key = store.keys.of("contended")
+    attempts = []
+
+    def body(pipe: Pipeline) -> tuple[None, Writes | None]:
+        attempts.append(pipe.get(key))
+        client.incr(key)  # another writer, every time between our read and our EXEC
+        return None, lambda tx: tx.set(key, "mine")
+
+    with pytest.raises(BeamError) as caught:
+        store.atomic([key], body)
+    assert caught.value.code == "BEM-504"
+    assert "overloaded" in caught.value.message and key in caught.value.message
+    assert len(attempts) == MAX_WATCH_RETRIES
+    assert client.get(key) == str(MAX_WATCH_RETRIES).encode()  # never "mine"
+
+
+def test_a_transaction_that_writes_nothing_runs_once_whatever_changed(
+    store: JobStore, client: redis.Redis
+) -> None:
+    """Without writes there is no EXEC to refuse: a read-only body is not run again when a
+    watched key changes under it."""
+    key = store.keys.of("read-only")
+    attempts = []
+
+    def body(pipe: Pipeline) -> tuple[int, Writes | None]:
+        attempts.append(pipe.get(key))
+        client.incr(key)
+        return len(attempts), None
+
+    assert store.atomic([key], body) == 1
+    assert attempts == [None]
+    # The pipeline went back to the pool unwatched: the next transaction is not refused.
+    assert store.atomic([key], lambda pipe: (pipe.get(key), lambda tx: tx.set(key, "x")))
+    assert client.get(key) == b"x"

@@ -14,9 +14,7 @@ from pydantic import JsonValue
 
 from bot.config import RepositoryConfig, Settings
 from bot.core.errors import ApprovalError, JobError
-from bot.core.frames import (
-    ErrorInfo,
-)
+from bot.core.frames import ErrorInfo
 from bot.jobs.tasks import submit_job
 from bot.store.models import (
     Approval,
@@ -28,14 +26,7 @@ from bot.store.models import (
     PushState,
 )
 from bot.store.store import JobStore
-from tests.store.kit import (
-    author,
-    code_of,
-    nested,
-    parked,
-    race,
-    seen,
-)
+from tests.store.kit import author, code_of, nested, parked, race, seen
 
 # jobs ----------------------------------------------------------------------------------
 

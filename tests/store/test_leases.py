@@ -7,21 +7,9 @@ import time
 
 import pytest
 
-from bot.store.models import (
-    Approval,
-    ApprovalState,
-    JobRecord,
-    JobState,
-)
+from bot.store.models import Approval, ApprovalState, JobRecord, JobState
 from bot.store.store import JobStore
-from tests.store.kit import (
-    author,
-    parked,
-    race,
-    seen,
-)
-
-# claims and leases ---------------------------------------------------------------------
+from tests.store.kit import author, parked, race, seen
 
 
 def test_claim_runs_the_job_once_and_a_duplicate_claim_is_a_no_op(store: JobStore) -> None:

@@ -11,22 +11,9 @@ import pytest
 import redis
 
 from bot.core.errors import JobError
-from bot.store.models import (
-    JobKind,
-    JobRecord,
-    JobSpec,
-    JobState,
-    utcnow,
-)
+from bot.store.models import JobKind, JobRecord, JobSpec, JobState, utcnow
 from bot.store.store import JobStore
-from tests.store.kit import (
-    author,
-    code_of,
-    nested,
-    parked,
-)
-
-# listing -----------------------------------------------------------------------------------
+from tests.store.kit import author, code_of, nested, parked
 
 
 def _every_page(store: JobStore, *, limit: int) -> list[str]:

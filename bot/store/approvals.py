@@ -35,10 +35,6 @@ from bot.store.records import (
     unapplied_decision,
 )
 
-# Keys one SCAN step of the decided-approvals backfill looks at (approval keys among them
-# are read whole).
-_BACKFILL_BATCH = 1000
-
 
 class Approvals(RedisGateway):
     def open_approval(self, approval: Approval) -> Approval:
@@ -236,30 +232,21 @@ class Approvals(RedisGateway):
         return self.atomic([key], body)
 
     def _backfill_decided(self) -> None:
-        """Index the decided, unapplied approvals a release without the index recorded: one
-        SCAN page of approval keys per call, resumed from the cursor kept in the store, so
-        the first sweeps after an upgrade each cost one page, and later ones a GET."""
-        marker = self.keys.decided_backfill
-        with self.reachable():
-            cursor = self._redis.get(marker)
-            if cursor == b"done":
-                return
-            following, keys = self._redis.scan(
-                int(cursor or 0),
-                match=every_key(self.keys.approval("")),
-                count=_BACKFILL_BATCH,
-            )
-            raws = self._redis.mget(keys) if keys else []
+        """Index the decided, unapplied approvals a release without the index recorded, one
+        SCAN page of approval keys per call (``RedisGateway.backfill``)."""
+
+        def index(raws: list[bytes]) -> None:
             decided = {
                 approval.job_id: approval.decided_at.timestamp()
-                for approval in readable(APPROVAL, (raw for raw in raws if raw), "an approval")
+                for approval in readable(APPROVAL, raws, "an approval")
                 if unapplied_decision(approval) and approval.decided_at is not None
             }
             if decided:
                 # NX: an entry a decision made since then wrote is newer; a stale one (the
                 # job resumed meanwhile) leaves the index at the next sweep's read.
                 self._redis.zadd(self.keys.decided, decided, nx=True)
-            self._redis.set(marker, "done" if int(following) == 0 else str(following))
+
+        self.backfill(self.keys.decided_backfill, every_key(self.keys.approval("")), index)
 
 
 def _decidable(record: JobRecord, current: Approval | None) -> Approval:

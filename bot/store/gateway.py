@@ -38,6 +38,8 @@ Writes = Callable[[Pipeline], None]
 # Optimistic transactions retry when a watched key changed. Each round lets at least one
 # writer through, so this bound is only reached under pathological contention.
 MAX_WATCH_RETRIES = 100
+# Keys one SCAN step of a backfill looks at (the documents among them are read whole).
+_BACKFILL_BATCH = 1000
 # Redis refuses writes with these replies while it is out of memory (noeviction), cannot
 # persist, or is a read-only replica: for a caller that is the store being unavailable.
 _UNAVAILABLE_REPLIES = ("OOM", "MISCONF", "READONLY")
@@ -79,7 +81,9 @@ class Breaker:
 class RedisGateway:
     """The client, the keys and the outage handling every Redis user of a deployment
     shares. ``events_maxlen`` and ``snapshot_max_bytes`` are the caps the job store's
-    event streams and parked blobs apply."""
+    event streams and parked blobs apply; ``cancel_ttl_seconds`` is how long a running job's
+    cancel flag lives (``jobs.time_limit_seconds`` + ``jobs.lease_seconds``: past that the
+    segment it was meant for has ended, and its record still says so)."""
 
     def __init__(
         self,
@@ -88,6 +92,7 @@ class RedisGateway:
         prefix: str = "riverbeam",
         events_maxlen: int = 10_000,
         snapshot_max_bytes: int = 32 << 20,
+        cancel_ttl_seconds: float = 1260.0,
         breaker_seconds: float = 0.0,
     ) -> None:
         if redis.connection_pool.connection_kwargs.get("decode_responses"):
@@ -97,6 +102,7 @@ class RedisGateway:
         self.keys = Keys(prefix)
         self.events_maxlen = events_maxlen
         self.snapshot_max_bytes = snapshot_max_bytes
+        self.cancel_ttl_seconds = cancel_ttl_seconds
         self._breaker = Breaker(breaker_seconds)
         self._where = describe_redis(redis)
         self._deployment: str | None = None
@@ -147,6 +153,7 @@ class RedisGateway:
             prefix=settings.jobs.prefix,
             events_maxlen=settings.jobs.events_maxlen,
             snapshot_max_bytes=settings.jobs.snapshot_max_bytes,
+            cancel_ttl_seconds=settings.jobs.time_limit_seconds + settings.jobs.lease_seconds,
             **limits,
         )
 
@@ -173,6 +180,20 @@ class RedisGateway:
                 raise BeamError("BEM-504", f"the job store lost {key} as it was written")
             self._deployment = text(raw)
         return self._deployment
+
+    def backfill(self, marker: str, match: str, apply: Callable[[list[bytes]], None]) -> None:
+        """One step of writing what a release before a key existed did not: one SCAN page of
+        the keys matching ``match`` per call, their documents handed to ``apply``, resumed
+        from the cursor kept under ``marker`` and ``done`` once the keyspace was covered. So
+        the first sweeps after an upgrade each cost one page, and later ones a GET."""
+        with self.reachable():
+            cursor = self._redis.get(marker)
+            if cursor == b"done":
+                return
+            following, keys = self._redis.scan(int(cursor or 0), match=match, count=_BACKFILL_BATCH)
+            raws = self._redis.mget(keys) if keys else []
+            apply([as_bytes(raw) for raw in raws if raw])
+            self._redis.set(marker, "done" if int(following) == 0 else str(following))
 
     @contextmanager
     def reachable(self) -> Iterator[None]:

@@ -1,7 +1,8 @@
 """``JobRecords``: creating a job and every move of its record, each an optimistic
 transaction, so two workers can never both move a job. ``_change_job`` is the one write path:
 when a job ends it also writes the end event and withdraws the pending approval, in the same
-transaction."""
+transaction. A running job's cancel flag (``<prefix>:cancel:<id>``) mirrors its record's
+``cancel_requested``, so the check before every call is one EXISTS."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Any
 
+from redis import Redis
 from redis.client import Pipeline
 
 from bot.core.errors import BeamError, JobError
 from bot.core.frames import ErrorInfo
 from bot.store.gateway import RedisGateway, Writes, server_now, text
+from bot.store.keys import every_key
 from bot.store.models import (
     TRANSITIONS,
     Approval,
@@ -34,6 +37,7 @@ from bot.store.records import (
     queue_withdrawal,
     read_approval,
     read_job,
+    readable,
 )
 
 IDEMPOTENCY_TTL_SECONDS = 24 * 3600
@@ -218,6 +222,31 @@ class JobRecords(RedisGateway):
         new, current = self._change_job(job_id, change)
         return current if new is None else new
 
+    def cancel_requested(self, job_id: str) -> bool:
+        """Whether a cancel of the running job was asked for: one EXISTS of its cancel flag,
+        no document read, for the check before every model and tool call. A cancel an
+        earlier release asked for is in the record only: the lease renewal reads it there
+        (``renew_lease_record``), and the recovery sweep sets its flag
+        (``_backfill_cancel_flags``)."""
+        with self.reachable():
+            return bool(self._redis.exists(self.keys.cancel(job_id)))
+
+    def _flag_cancel(self, target: Redis | Pipeline, job_id: str, *, nx: bool = False) -> None:
+        ttl_ms = max(1, round(self.cancel_ttl_seconds * 1000))
+        target.set(self.keys.cancel(job_id), "1", px=ttl_ms, nx=nx)
+
+    def _backfill_cancel_flags(self) -> None:
+        """Set the cancel flag of the jobs still going whose cancel a release without the
+        flag asked for: one SCAN page of job keys per call (``RedisGateway.backfill``). NX:
+        a flag already there stays as it is."""
+
+        def flag(raws: list[bytes]) -> None:
+            for record in readable(RECORD, raws, "a job's record"):
+                if record.cancel_requested and not record.state.is_final:
+                    self._flag_cancel(self._redis, record.id, nx=True)
+
+        self.backfill(self.keys.cancel_backfill, every_key(self.keys.job("")), flag)
+
     def begin_push(self, job_id: str, *, worker: str, sha: str, ref: str) -> None:
         """Record that ``worker`` starts pushing ``sha`` to ``ref`` upstream, unless the job
         was cancelled (BEM-506) or is no longer its own (BEM-507): then nothing may go out.
@@ -266,8 +295,9 @@ class JobRecords(RedisGateway):
         """The one write path for a job: ``change`` returns the fields to set (or None to
         leave the job as it is); the store adds version and updated_at, drops the lease when
         the job stops running, and when the job ends writes the end event and withdraws its
-        pending approval in the same transaction. Returns (written record or None, record
-        as read)."""
+        pending approval in the same transaction. The cancel flag follows the record's
+        ``cancel_requested``: set when a cancel is asked of a job that goes on running,
+        deleted when the job ends. Returns (written record or None, record as read)."""
         job_key, approval_key = self.keys.job(job_id), self.keys.approval(job_id)
 
         def body(pipe: Pipeline) -> tuple[tuple[JobRecord | None, JobRecord], Writes | None]:
@@ -294,6 +324,9 @@ class JobRecords(RedisGateway):
                 if ends:
                     end = {"end": new.state.value}
                     append_entry(tx, self.keys, job_id, end, maxlen=self.events_maxlen)
+                    tx.delete(self.keys.cancel(job_id))
+                elif new.cancel_requested and not record.cancel_requested:
+                    self._flag_cancel(tx, job_id)
                 if approval is not None and approval.state is ApprovalState.PENDING:
                     queue_withdrawal(tx, self.keys, approval, new.state, now)
 

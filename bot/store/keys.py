@@ -47,6 +47,13 @@ class Keys:
     def leases(self) -> str:
         return self.of("leases")
 
+    def cancel(self, job_id: str) -> str:
+        return self.of("cancel", job_id)
+
+    @property
+    def cancel_backfill(self) -> str:
+        return self.of("cancel", "backfill")
+
     def idem(self, idempotency_key: str) -> str:
         return self.of("idem", digest(idempotency_key))
 

@@ -3,6 +3,7 @@ makers, a parked job, a race of threads."""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Callable
@@ -11,8 +12,10 @@ from typing import Any, TypeVar
 
 import pytest
 from pydantic import JsonValue
+from redis.client import Pipeline
 
 from bot.core.errors import BeamError
+from bot.store.gateway import Writes
 from bot.store.models import Approval, DecisionBinding, JobKind, JobRecord, JobSpec, JobState
 from bot.store.store import JobStore
 
@@ -100,3 +103,17 @@ def nested(depth: int) -> JsonValue:
     for _ in range(depth - 1):
         value = [value]
     return value
+
+
+def cancel_as_the_previous_release(store: JobStore, job_id: str) -> None:
+    """What the previous release's ``request_cancel`` wrote for a job running under a live
+    lease: ``cancel_requested`` and the next version in the record, in a compare-and-set on
+    it, and nothing else."""
+    key = store.keys.job(job_id)
+
+    def body(pipe: Pipeline) -> tuple[None, Writes | None]:
+        document = json.loads(pipe.get(key) or b"")
+        document.update(cancel_requested=True, version=document["version"] + 1)
+        return None, lambda tx: tx.set(key, json.dumps(document))
+
+    store.atomic([key], body)

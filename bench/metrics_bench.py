@@ -42,8 +42,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from bench import percentile
 from bot.api.metrics import RiverbeamCollector, approval_metrics, store_metrics
-from bot.jobs.store import JobStore
 from bot.store.models import Approval, JobKind, JobSpec, JobState
+from bot.store.store import JobStore
 from harness.redis_server import redis_server
 
 PREFIX = "bench"

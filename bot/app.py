@@ -13,9 +13,9 @@ from bot.api.reload import tokens_reload_on_sighup
 from bot.config import Settings, load_settings
 from bot.http.limits import AuthThrottle, BodyLimit
 from bot.jobs.celery_app import create_app as create_celery_app
-from bot.jobs.store import JobStore
 from bot.service.access import TokenRegistry
 from bot.service.operations import Service
+from bot.store.store import JobStore
 
 
 def create_app(settings: Settings | None = None, *, service: Service | None = None) -> FastAPI:

@@ -58,9 +58,9 @@ from bot.core.errors import BeamError
 from bot.core.frames import ToolCallRecord, ToolFrame
 from bot.jobs.celery_app import create_app
 from bot.jobs.queues import worker_queues
-from bot.jobs.store import JobStore
 from bot.jobs.tasks import JobWorker, decide_job, submit_job
 from bot.store.models import Approval, JobKind, JobRecord, JobSpec, JobState
+from bot.store.store import JobStore
 from harness.git_http import GitHttpServer
 from harness.gitkit import commit_all, git, traversable_dir, write_files
 from harness.playbooks import seed_upstream

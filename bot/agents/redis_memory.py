@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from redis.asyncio import Redis
 
 from bot.agents.memory import DEFAULT_KEEP, Note, checked_note_text
 
 
 class RedisMemoryStore:
-    def __init__(self, redis: Redis, *, prefix: str = "riverbeam", keep: int = DEFAULT_KEEP):
-        self._redis = redis
-        self._prefix = prefix
-        self._keep = keep
+    """``key(scope)`` names a scope's list: ``bot.store.keys.Keys(prefix).memory``, which the
+    executor passes in (the agents sit below the store and do not import it)."""
 
-    def _key(self, scope: str) -> str:
-        return f"{self._prefix}:memory:{scope}"
+    def __init__(self, redis: Redis, *, key: Callable[[str], str], keep: int = DEFAULT_KEEP):
+        self._redis = redis
+        self._key = key
+        self._keep = keep
 
     async def remember(self, scope: str, text: str) -> Note:
         note = Note(scope=scope, text=checked_note_text(text))

@@ -32,10 +32,10 @@ from bot.api.problems import problem_responses
 from bot.core.errors import BeamError
 from bot.core.frames import frame_adapter
 from bot.http.deps import PrincipalDep, ServiceDep
-from bot.jobs.store import JobStore
 from bot.service.access import Principal
 from bot.service.operations import Service
 from bot.store.models import JobEvent, JobState
+from bot.store.store import JobStore
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 T = TypeVar("T")

@@ -41,9 +41,9 @@ from redis.retry import Retry
 
 from bot.config import Settings
 from bot.core.errors import BeamError
-from bot.jobs.store import describe_redis
 from bot.jobs.workers import active_queues, queues_served
 from bot.service.operations import Service
+from bot.store.gateway import describe_redis
 
 router = APIRouter(tags=["operations"])
 

@@ -10,8 +10,8 @@ from fastapi import APIRouter, Header, Path, Query, Response
 from bot.api.problems import problem_responses
 from bot.core.errors import BeamError
 from bot.http.deps import PrincipalDep, ServiceDep
-from bot.jobs.store import MAX_CURSOR_CHARS
 from bot.service.schemas import JobPage, JobRequest, JobView
+from bot.store.listing import MAX_CURSOR_CHARS
 from bot.store.models import JobKind, JobState
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])

@@ -48,9 +48,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from bot.core.errors import BeamError
 from bot.core.frames import ToolFrame
-from bot.jobs.store import JobStore
 from bot.service.operations import Service
 from bot.store.models import JobKind, JobState
+from bot.store.store import JobStore
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["operations"])

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     # Celery and redis load only when a command talks to the service.
     from celery import Celery
 
-    from bot.jobs.store import JobStore
+    from bot.store.store import JobStore
 
 # Long lines (diffs, paths) stay whole when the output is a pipe or a file; a terminal
 # gets its own width.
@@ -73,7 +73,7 @@ def services(settings: Settings | None = None) -> Iterator[Services]:
     is made per command, not cached, so a process that runs commands for several
     configurations (the tests, the demo) never sends to the wrong broker."""
     from bot.jobs.celery_app import create_app
-    from bot.jobs.store import JobStore
+    from bot.store.store import JobStore
 
     settings = settings or load_settings()
     store = JobStore.for_settings(settings)

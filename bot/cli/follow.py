@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.text import Text
 
 from bot.cli.render import FrameRenderer
-from bot.jobs.store import JobStore
 from bot.store.models import ApprovalState, JobRecord, JobState
+from bot.store.store import JobStore
 
 # How long one blocking read waits before the follower looks at the job record: a job
 # parks (or waits in its queue) without writing an event to say so.

@@ -13,7 +13,7 @@ from bot.core.errors import JobError
 from bot.store.models import JobKind, JobState
 
 if TYPE_CHECKING:
-    from bot.jobs.store import JobStore
+    from bot.store.store import JobStore
 
 CANCEL_WAIT_SECONDS = 30.0
 # A full stream entry id, ASCII digits only.

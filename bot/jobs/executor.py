@@ -70,7 +70,6 @@ from bot.jobs.parking import (
 )
 from bot.jobs.plans import ComparePoint, TreePlan, compare_point, request_text, tree_plan
 from bot.jobs.relayed_push import ApprovedPush, PushGuard, Relay, recorded_pushes
-from bot.jobs.store import JobStore
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolsets import JobTools, job_tools
 from bot.runner.hooks import Hooks
@@ -86,6 +85,7 @@ from bot.store.models import (
     Outcome,
     PublishOutcome,
 )
+from bot.store.store import JobStore
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.engine import engine_errors
 from sandbox.host.image.build import check_image
@@ -347,7 +347,7 @@ class Executor:
         record = segment.record
         redis = AsyncRedis.from_url(self._settings.redis_url)
         try:
-            memory = RedisMemoryStore(redis, prefix=self._settings.jobs.prefix)
+            memory = RedisMemoryStore(redis, key=self._store.keys.memory)
             agent = await self._agent(segment, client, memory, stop)
             frames, state = self._first_frames(segment, agent)
             while True:

@@ -31,7 +31,7 @@ from sandbox.host.relay import RelayResult
 from sandbox.inside.refs import HEADS
 
 if TYPE_CHECKING:
-    from bot.jobs.store import JobStore
+    from bot.store.store import JobStore
 
 Relay = Callable[[str, str], RelayResult]
 """``relay(approved_sha, branch)``: push the commit from the job's outbox upstream."""

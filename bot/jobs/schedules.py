@@ -3,12 +3,13 @@
 A repository with ``summary_schedule`` gets a beat entry (``summary_schedules``). When it
 fires, a worker runs ``SummarySchedule.trigger``:
 
-1. **One run at a time.** ``JobStore.try_lock(repo)`` makes the check-and-start below atomic
-   between triggers (two beat processes, a manual trigger, a redelivered message). Holding
-   it for the whole run is the open run record's job: the trigger is SKIPPED while the
-   repository's latest run still has a job that is not final. So a run is never doubled, the
-   lock never has to outlive a crashed process by a guessed TTL, and a run whose follow-up
-   chain was lost does not block the next one once its jobs have ended.
+1. **One run at a time.** ``JobStore.try_lock(repo)`` (a redis-py ``Lock``) makes the
+   check-and-start below atomic between triggers (two beat processes, a manual trigger, a
+   redelivered message). Holding it for the whole run is the open run record's job: the
+   trigger is SKIPPED while the repository's latest run still has a job that is not final.
+   So a run is never doubled, the lock never has to outlive a crashed process by a guessed
+   TTL, and a run whose follow-up chain was lost does not block the next one once its jobs
+   have ended.
 2. **Which branches.** The mirror is fetched, and every upstream branch is summarized that is
    not the default branch, not protected, not the publish ref (a deployment branch, not a
    change), and whose tip is not already in the default branch (merged or never moved).
@@ -51,9 +52,10 @@ from bot.config import RepositoryConfig, Settings
 from bot.core.cron import parse_cron
 from bot.core.errors import BeamError
 from bot.core.frames import ErrorInfo
-from bot.jobs.store import JobStore, Writes
 from bot.jobs.webhooks import post_json, public_webhook_url
+from bot.store.gateway import RedisGateway, Writes
 from bot.store.models import JobKind, JobRecord, JobSpec, JobState, SummaryOutcome
+from bot.store.store import JobStore
 from sandbox.host.upstream.credentials import upstream_callbacks
 from sandbox.host.upstream.mirror import mirror_lock, sync_mirror
 from sandbox.inside.refs import HEADS, ProtectedRefs, branch_name
@@ -184,28 +186,28 @@ class ScheduleRun(BaseModel):
 
 
 class ScheduleRuns:
-    """The scheduled runs of every repository, in Redis beside the jobs: on the job store's
-    client, with its key prefix, its outage handling (BEM-504) and its optimistic
+    """The scheduled runs of every repository, in Redis beside the jobs: through the job
+    store's gateway, with its key prefix, its outage handling (BEM-504) and its optimistic
     transactions."""
 
-    def __init__(self, store: JobStore) -> None:
-        self._store = store
-        self._redis = store.client
+    def __init__(self, gateway: RedisGateway) -> None:
+        self._gateway = gateway
+        self._redis = gateway.client
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "riverbeam") -> ScheduleRuns:
-        return cls(JobStore.from_url(url, prefix=prefix))
+        return cls(RedisGateway.from_url(url, prefix=prefix))
 
     def _index(self, repo: str) -> str:
-        return self._store.key("schedule-runs", repo)
+        return self._gateway.keys.schedule_runs(repo)
 
     def _key(self, repo: str, run_id: str) -> str:
-        return self._store.key("schedule-run", repo, run_id)
+        return self._gateway.keys.schedule_run(repo, run_id)
 
     def add(self, run: ScheduleRun) -> None:
         """Record a new run, dropping the oldest past ``KEEP_RUNS``."""
         index = self._index(run.repo)
-        with self._store.reachable():
+        with self._gateway.reachable():
             with self._redis.pipeline(transaction=True) as tx:
                 tx.set(self._key(run.repo, run.id), run.model_dump_json())
                 tx.zadd(index, {run.id: run.started_at.timestamp()})
@@ -216,13 +218,13 @@ class ScheduleRuns:
                 self._redis.zrem(index, *old)
 
     def get(self, repo: str, run_id: str) -> ScheduleRun | None:
-        with self._store.reachable():
+        with self._gateway.reachable():
             raw = self._redis.get(self._key(repo, run_id))
         return None if raw is None else ScheduleRun.model_validate_json(raw)
 
     def recent(self, repo: str, limit: int = 20) -> list[ScheduleRun]:
         """The newest runs of ``repo``, newest first."""
-        with self._store.reachable():
+        with self._gateway.reachable():
             ids = _ids(self._redis.zrevrange(self._index(repo), 0, limit - 1))
             raws = self._redis.mget([self._key(repo, run_id) for run_id in ids]) if ids else []
         return [ScheduleRun.model_validate_json(raw) for raw in raws if raw is not None]
@@ -245,7 +247,7 @@ class ScheduleRuns:
 
             return new, writes
 
-        return self._store.atomic([key], body)
+        return self._gateway.atomic([key], body)
 
 
 def _ids(reply: object) -> list[str]:

@@ -52,8 +52,8 @@ from bot.jobs.queues import (
     send_run,
 )
 from bot.jobs.schedules import ScheduleRuns, SummarySchedule, poll_delay
-from bot.jobs.store import JobStore
 from bot.store.models import Approval, DecisionBinding, JobRecord, JobSpec, JobState
+from bot.store.store import JobStore
 from sandbox.host.container.reaper import reap
 from sandbox.host.engine import connect
 from sandbox.host.workspace.retention import collect_workspaces

@@ -12,10 +12,10 @@ from pydantic import ValidationError
 
 from bot.config import Settings
 from bot.core.errors import BeamError
-from bot.jobs.store import JobStore, Listing
 from bot.jobs.tasks import cancel_job, decide_job, submit_job
 from bot.service.access import Principal, TokenRegistry
 from bot.service.schemas import JobRequest
+from bot.store.listing import Listing
 from bot.store.models import (
     Approval,
     ApprovalState,
@@ -26,6 +26,7 @@ from bot.store.models import (
     JobState,
     invalid_request,
 )
+from bot.store.store import JobStore
 
 MAX_IDEMPOTENCY_KEY_CHARS = 200
 # Whether a person may decide an approval now ("yes"), or why not.

@@ -19,10 +19,10 @@ from pydantic import ValidationError
 from bot.api.events import checked_event_id, open_event_stream
 from bot.core.errors import BeamError
 from bot.http.deps import ServiceDep, authenticated
-from bot.jobs.store import MAX_CURSOR_CHARS
 from bot.service.access import Principal, token_digest
 from bot.service.operations import Service
 from bot.service.schemas import Decision
+from bot.store.listing import MAX_CURSOR_CHARS
 from bot.store.models import Approval, JobKind, JobState
 from bot.web.outcome import describe
 from bot.web.present import diff_lines, frame_lines

@@ -8,14 +8,13 @@ request looks its holder up by digest, so a token removed from the config ends i
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
 from bot.config import Settings
-from bot.jobs.store import JobStore
+from bot.store.gateway import RedisGateway
 
 SESSION_COOKIE = "riverbeam_session"
 # Before sign-in there is no session: the sign-in form's CSRF token is a double-submit
@@ -42,24 +41,25 @@ def new_secret() -> str:
 
 
 class SessionStore:
-    """Sessions in the job store's Redis, with its key prefix and outage handling."""
+    """Sessions in the job store's Redis, through its gateway: its key prefix and outage
+    handling."""
 
-    def __init__(self, store: JobStore, *, lifetime_seconds: int) -> None:
-        self._store = store
+    def __init__(self, gateway: RedisGateway, *, lifetime_seconds: int) -> None:
+        self._gateway = gateway
         self.lifetime_seconds = lifetime_seconds
 
     @classmethod
-    def for_service(cls, store: JobStore, settings: Settings) -> SessionStore:
-        return cls(store, lifetime_seconds=max(1, round(settings.api.session_hours * 3600)))
+    def for_service(cls, gateway: RedisGateway, settings: Settings) -> SessionStore:
+        return cls(gateway, lifetime_seconds=max(1, round(settings.api.session_hours * 3600)))
 
     def _key(self, session_id: str) -> str:
         # Hashed, so whoever reads Redis cannot use the ids it finds there as cookies.
-        return self._store.key("session", hashlib.sha256(session_id.encode()).hexdigest())
+        return self._gateway.keys.session(session_id)
 
     def create(self, token_sha256: str) -> Session:
         session = Session(new_secret(), SessionData(token_sha256=token_sha256, csrf=new_secret()))
-        with self._store.reachable():
-            self._store.client.set(
+        with self._gateway.reachable():
+            self._gateway.client.set(
                 self._key(session.id), session.data.model_dump_json(), ex=self.lifetime_seconds
             )
         return session
@@ -68,8 +68,8 @@ class SessionStore:
         """The live session with this id; None once it expired or was signed out."""
         if not session_id or len(session_id) > 100:
             return None
-        with self._store.reachable():
-            raw = self._store.client.get(self._key(session_id))
+        with self._gateway.reachable():
+            raw = self._gateway.client.get(self._key(session_id))
         if raw is None:
             return None
         try:
@@ -79,5 +79,5 @@ class SessionStore:
         return Session(session_id, data)
 
     def delete(self, session_id: str) -> None:
-        with self._store.reachable():
-            self._store.client.delete(self._key(session_id))
+        with self._gateway.reachable():
+            self._gateway.client.delete(self._key(session_id))

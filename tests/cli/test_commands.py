@@ -68,7 +68,7 @@ def named(job_id: str) -> list[str]:
 
 
 def _queued_messages(stack: Stack) -> int:
-    redis = stack.store._redis
+    redis = stack.store.client
     return sum(int(redis.llen(queue)) for queue in worker_queues())
 
 

@@ -9,6 +9,7 @@ from bot.agents.redis_memory import RedisMemoryStore
 from bot.core.errors import ToolError
 from bot.core.input import AgentInput
 from bot.core.tools import validate_arguments
+from bot.store.keys import Keys
 from harness.redis_server import redis_server
 
 
@@ -20,7 +21,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     with redis_server(tmp_path) as url:
         client = Redis.from_url(url)
         try:
-            yield RedisMemoryStore(client, keep=3)
+            yield RedisMemoryStore(client, key=Keys("riverbeam").memory, keep=3)
         finally:
             await client.aclose()
 

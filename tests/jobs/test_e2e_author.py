@@ -36,6 +36,7 @@ from sandbox.host.image.build import check_image
 from sandbox.host.relay import relay_push
 from sandbox.host.upstream.credentials import upstream_callbacks
 from sandbox.host.workspace.prepare import open_workspace
+from tests.store.kit import cancel_as_the_previous_release
 
 pytestmark = pytest.mark.slow
 
@@ -215,6 +216,21 @@ def test_a_running_job_is_cancelled_between_calls_and_leaves_no_container(stack:
     assert [call.result for call in stack.tool_calls(job.id, "read_file")] == [
         None
     ]  # refused, never run
+    assert stack.sandbox_containers(job.id) == []
+
+
+def test_a_cancel_the_previous_release_asked_for_stops_a_running_job(stack: Stack) -> None:
+    """The previous release's cancel set ``cancel_requested`` in the record and no cancel
+    flag; the worker's lease renewal reads it, and the job stops between calls all the same."""
+    stack.store.client.set(stack.store.keys.cancel_backfill, "done")  # only the renewal tells
+    job = stack.submit(JobKind.AUTHOR, "author-slow", request=AUTHOR_REQUEST)
+    stack.wait_for(job.id, JobState.RUNNING)
+    _wait_for_tool(stack, job.id, "list_tree")
+    cancel_as_the_previous_release(stack.store, job.id)
+    done = stack.wait_for(job.id, JobState.CANCELLED, timeout=SLOW_SECONDS + 20)
+    assert done.error is not None and done.error.code == "BEM-506"
+    assert [call.result for call in stack.tool_calls(job.id, "read_file")] == [None]
+    assert not stack.store.cancel_requested(job.id)
     assert stack.sandbox_containers(job.id) == []
 
 

@@ -35,8 +35,8 @@ from bot.jobs.schedules import (
     active_branches,
     poll_delay,
 )
-from bot.jobs.store import JobStore
 from bot.store.models import JobKind, JobSpec, JobState, SummaryOutcome
+from bot.store.store import JobStore
 from harness.gitkit import git
 from harness.playbooks import SLOW_BRANCH_PREFIX, SUMMARY_TEXT, seed_upstream
 from harness.redis_server import redis_server

@@ -27,8 +27,8 @@ from bot.jobs import queues
 from bot.jobs.celery_app import create_app
 from bot.jobs.model_client import load_factory
 from bot.jobs.queues import DEFAULT_QUEUE, HOSTS_EXCHANGE, HOSTS_QUEUE, queue_for, worker_queues
-from bot.jobs.store import JobStore
 from bot.store.models import Approval, JobKind, JobSpec, JobState
+from bot.store.store import JobStore
 from harness.redis_server import RedisServer, running_redis
 from harness.stack import PROJECT_ROOT, clean_environment
 from sandbox.host.container import hardening

@@ -1,0 +1,42 @@
+"""``ParkedBlobs``: what a parked job needs to resume, beside its record: the runner's
+``RunState`` (JSON) and the workspace snapshot (bytes, capped by ``snapshot_max_bytes``).
+Both are dropped when the job ends."""
+
+from __future__ import annotations
+
+from bot.core.errors import JobError
+from bot.store.gateway import RedisGateway, as_bytes, text
+
+
+class ParkedBlobs(RedisGateway):
+    def save_run_state(self, job_id: str, state_json: str) -> None:
+        with self.reachable():
+            self._redis.set(self.keys.run(job_id), state_json)
+
+    def load_run_state(self, job_id: str) -> str:
+        with self.reachable():
+            raw = self._redis.get(self.keys.run(job_id))
+        if raw is None:
+            raise JobError(
+                "BEM-502", f"job {job_id} has no saved run state; it cannot resume (run it again)"
+            )
+        return text(raw)
+
+    def save_snapshot(self, job_id: str, data: bytes) -> None:
+        if len(data) > self.snapshot_max_bytes:
+            raise JobError(
+                "BEM-503",
+                f"the parked workspace of job {job_id} is {len(data)} bytes; the snapshot cap "
+                f"is {self.snapshot_max_bytes} bytes (jobs.snapshot_max_bytes)",
+            )
+        with self.reachable():
+            self._redis.set(self.keys.snapshot(job_id), data)
+
+    def load_snapshot(self, job_id: str) -> bytes | None:
+        with self.reachable():
+            raw = self._redis.get(self.keys.snapshot(job_id))
+        return None if raw is None else as_bytes(raw)
+
+    def drop_parked(self, job_id: str) -> None:
+        with self.reachable():
+            self._redis.delete(self.keys.run(job_id), self.keys.snapshot(job_id))

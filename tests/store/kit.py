@@ -1,0 +1,119 @@
+"""What the store tests share: a store under a prefix of its own, job and approval
+makers, a parked job, a race of threads."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import pytest
+from pydantic import JsonValue
+from redis.client import Pipeline
+
+from bot.core.errors import BeamError
+from bot.store.gateway import Writes
+from bot.store.models import Approval, DecisionBinding, JobKind, JobRecord, JobSpec, JobState
+from bot.store.store import JobStore
+
+T = TypeVar("T")
+
+
+def open_store(url: str, **kw: Any) -> JobStore:
+    """A store under a prefix of its own, so tests sharing a server never see each other."""
+    kw.setdefault("prefix", f"t{uuid.uuid4().hex[:8]}")
+    return JobStore.from_url(url, **kw)
+
+
+def author(request: str = "fix the install page", **kw: Any) -> JobSpec:
+    kw.setdefault("requested_by", "alice")
+    return JobSpec(kind=JobKind.AUTHOR, repo="docs", request=request, **kw)
+
+
+def pending_for(record: JobRecord, approval_id: str = "ap1") -> Approval:
+    return Approval(
+        id=approval_id,
+        job_id=record.id,
+        repo=record.spec.repo,
+        requested_by=record.spec.requested_by,
+        call_id="call-1",
+        tool="git_push",
+        arguments={"branch": f"riverbeam/{record.id}"},
+        commit_sha="a" * 40,
+        target_ref=f"riverbeam/{record.id}",
+        diff_digest="d" * 64,
+        diff="--- a/install.md\n+++ b/install.md\n",
+    )
+
+
+def seen(store: JobStore, job_id: str) -> DecisionBinding | None:
+    """What a reviewer looking at the job's approval now would name in a decision."""
+    current = store.approval(job_id)
+    return None if current is None else current.binding()
+
+
+def parked(store: JobStore, spec: JobSpec | None = None, approval_id: str = "ap1") -> JobRecord:
+    """A job that ran, opened an approval and parked on it, as the executor does."""
+    record = store.create(spec or author())
+    assert store.claim(record.id, worker="w1", lease_seconds=30) is not None
+    return park_on(store, pending_for(record, approval_id))
+
+
+def park_on(store: JobStore, approval: Approval) -> JobRecord:
+    """The running job opens ``approval`` and parks on it."""
+    store.open_approval(approval)
+    moved = store.transition(
+        approval.job_id,
+        JobState.AWAITING_APPROVAL,
+        from_states={JobState.RUNNING},
+        approval_id=approval.id,
+    )
+    assert moved is not None
+    return moved
+
+
+def race(count: int, work: Callable[[int], T]) -> list[T | BeamError]:
+    """Run ``work(0..count-1)`` on ``count`` threads released together; results in order,
+    a BeamError standing for the call that raised it."""
+    barrier = threading.Barrier(count)
+
+    def one(index: int) -> T | BeamError:
+        barrier.wait()
+        try:
+            return work(index)
+        except BeamError as error:
+            return error
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(one, range(count)))
+
+
+def code_of(call: Callable[[], object]) -> str:
+    with pytest.raises(BeamError) as caught:
+        call()
+    return caught.value.code
+
+
+def nested(depth: int) -> JsonValue:
+    """A JSON list ``depth`` lists deep."""
+    value: JsonValue = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def cancel_as_the_previous_release(store: JobStore, job_id: str) -> None:
+    """What the previous release's ``request_cancel`` wrote for a job running under a live
+    lease: ``cancel_requested`` and the next version in the record, in a compare-and-set on
+    it, and nothing else."""
+    key = store.keys.job(job_id)
+
+    def body(pipe: Pipeline) -> tuple[None, Writes | None]:
+        document = json.loads(pipe.get(key) or b"")
+        document.update(cancel_requested=True, version=document["version"] + 1)
+        return None, lambda tx: tx.set(key, json.dumps(document))
+
+    store.atomic([key], body)

@@ -68,14 +68,14 @@ from bot.jobs.parking import (
     check_publish_still_bound,
     check_still_bound,
 )
-from bot.jobs.plans import ComparePoint, TreePlan, compare_point, request_text, tree_plan
+from bot.jobs.plans import Baseline, TreePlan, compare_point, request_text, tree_plan
 from bot.jobs.relayed_push import ApprovedPush, PushGuard, Relay, recorded_pushes
 from bot.jobs.store import JobStore
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolsets import JobTools, job_tools
 from bot.runner.hooks import Hooks
 from bot.runner.loop import ToolLoopAgent
-from bot.runner.state import Decision, RunState
+from bot.runner.state import CallDecision, RunState
 from bot.store.models import (
     Approval,
     ApprovalState,
@@ -143,7 +143,7 @@ class _Segment:
     repo: RepositoryConfig | None = None
     plan: TreePlan | None = None
     workspace: Workspace | None = None
-    compare: ComparePoint | None = None
+    compare: Baseline | None = None
     base_sha: str = ""
     sandbox: ContainerSandbox | None = None
     approval: Approval | None = None
@@ -377,7 +377,7 @@ class Executor:
         push = segment.tools.push
         if approved and push is not None and approval.commit_sha and approval.target_ref:
             push.arm(ApprovedPush(sha=approval.commit_sha, branch=approval.target_ref))
-        decision = Decision(
+        decision = CallDecision(
             call_id=approval.call_id,
             approved=approved,
             comment=approval.comment,

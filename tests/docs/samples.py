@@ -31,8 +31,8 @@ from bot.jobs.schedules import ScheduleRun
 from bot.store.models import JobState
 from harness.stub_model import STUB_MODEL, StubModel, completion
 from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.sandbox_tools import call_tool
 from sandbox.inside.tool_specs import TOOL_SPECS
-from sandbox.inside.tools import call_tool
 from sandbox.inside.worktree import WorkingTree
 from skills import load_skill
 from tests.docs.blocks import Block, blocks

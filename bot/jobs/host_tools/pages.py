@@ -19,7 +19,7 @@ from bot.core.input import AgentInput
 from bot.core.tools import ToolSpec, json_params, validate_arguments
 from bot.jobs.host_tools.text import missing, split_lines
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.tools import decode_text
+from sandbox.inside.sandbox_tools import decode_text
 
 __all__ = ["GetPageTool", "page_title"]
 

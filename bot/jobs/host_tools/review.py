@@ -21,7 +21,7 @@ from bot.core.tools import ToolSpec, json_params, validate_arguments
 from bot.jobs.host_tools.text import split_lines
 from bot.store.models import Finding, ReviewOutcome
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.tools import decode_text
+from sandbox.inside.sandbox_tools import decode_text
 
 __all__ = ["ReviewChangeTool", "ReviewCollector", "SubmittedReview"]
 

@@ -49,18 +49,12 @@ from tests.jobs.webhook_receiver import Receiver, webhook_receiver
 INPUT = AgentInput.of_text("")
 
 
-@pytest.fixture
-def tree(tmp_path: Path) -> Path:
-    path = tmp_path / "tree"
-    path.mkdir()
-    return path
-
-
 # -- review_change -------------------------------------------------------------------
 
 
 @pytest.fixture
-def review_tree(tree: Path) -> Path:
+def review_tree(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
     write_files(
         tree,
         {

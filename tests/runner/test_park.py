@@ -247,3 +247,25 @@ async def test_run_refuses_a_parked_or_finished_state(tmp_path: Path) -> None:
     with pytest.raises(BeamError) as caught:
         done.run(finished)
     assert caught.value.code == "BEM-098"
+
+
+async def test_a_state_parked_before_the_decision_class_was_renamed_resumes(
+    tmp_path: Path,
+) -> None:
+    # Saved by the release before ``Decision`` became ``CallDecision`` (commit 016aef0, this
+    # module's two_pushes publisher): parked on p2 after alice approved p1. A class name is
+    # no part of the document, so it loads, keeps its decision and runs on.
+    saved = (Path(__file__).parent / "parked_before_call_decision.json").read_text()
+    state = RunState.load(saved)
+    assert state.decisions == [
+        CallDecision(call_id="p1", approved=True, comment="a is fine", decided_by="alice")
+    ]
+    assert state.pending is not None and state.pending.id == "p2"
+    agent = publisher(ScriptedClient(["Done."]), tmp_path / "pushed.json")
+
+    bob = CallDecision(call_id="p2", approved=True, decided_by="bob")
+    result = result_of(await collect(agent.resume(state, bob)))
+
+    assert result.status is ResultStatus.COMPLETED and result.text == "Done."
+    assert json.loads((tmp_path / "pushed.json").read_text()) == {"ref": "docs/b"}
+    assert [d.decided_by for d in state.decisions] == ["alice", "bob"]

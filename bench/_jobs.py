@@ -24,13 +24,13 @@ from bot.core.frames import Frame, ResultStatus
 from bot.core.identity import Identity
 from bot.core.input import AgentContext, AgentInput
 from bot.runner.loop import ToolLoopAgent
-from bot.runner.state import Decision, RunState
+from bot.runner.state import CallDecision, RunState
 from bot.store.models import JobKind, JobRecord, JobState
 from harness.gitkit import git
 from harness.playbooks import AUTHOR_REQUEST, PLAYBOOKS, seed_upstream
 from harness.stack import REPO, Stack
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.tools import sandbox_tools
+from sandbox.inside.sandbox_tools import sandbox_tools
 from sandbox.inside.worktree import WorkingTree
 
 PLAYBOOK = "author-fix-install"
@@ -133,7 +133,7 @@ async def _floor_once(upstream: Path, work: Path) -> tuple[float, float]:
         raise AssertionError(f"the floor run did not stop at the push: {state.status}")
     resumed = time.perf_counter()
     saved = RunState.load(state.model_dump_json())  # what a park and a resume cost at least
-    decision = Decision(call_id=saved.pending.id if saved.pending else "", approved=True)
+    decision = CallDecision(call_id=saved.pending.id if saved.pending else "", approved=True)
     await _drain(agent.resume(saved, decision))
     pushed = time.perf_counter()
     if git("-C", str(upstream), "rev-parse", branch) != tree.head_sha():

@@ -7,7 +7,7 @@ On the current sandbox image, in one run:
   ``read_file``, ``list_tree`` and ``git_status``;
 - the naive baseline: the same calls as one ``docker exec`` each (a fresh Python in the
   container that opens the tree and runs the tool), through the SDK's ``exec_run``;
-- in process: the synchronous dispatcher ``sandbox.inside.tools.call_tool`` on the host.
+- in process: the synchronous dispatcher ``sandbox.inside.sandbox_tools.call_tool`` on the host.
 
 Figures are printed, never asserted. Targets: ready ≤ 400 ms median; a small ``read_file``
 round trip ≤ 1 ms median and ≥ 50× faster than ``docker exec``.
@@ -37,7 +37,7 @@ from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.engine import connect
 from sandbox.host.image.build import build_image
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.tools import call_tool
+from sandbox.inside.sandbox_tools import call_tool
 from sandbox.inside.worktree import WorkingTree
 
 PROTECTED = ("main", "release/*")
@@ -52,7 +52,7 @@ CALLS: tuple[tuple[str, str, dict[str, Any], float], ...] = (
 _EXEC_SNIPPET = (
     "import json, sys\n"
     "from sandbox.inside.server import _arguments, open_tree\n"
-    "from sandbox.inside.tools import call_tool\n"
+    "from sandbox.inside.sandbox_tools import call_tool\n"
     "tree = open_tree(_arguments(['--root', '/workspace', '--protected', 'main']))\n"
     "print(json.dumps(call_tool(tree, sys.argv[1], json.loads(sys.argv[2]))))\n"
 )

@@ -18,9 +18,9 @@ as soon as it sees it. Three runs:
 2. **under load**: ``--jobs`` jobs submitted at once: jobs per minute end to end (first
    submit to last push), and the latencies again, now with the queue in them;
 3. **the floor**, in this process, before the stack starts: the same playbook on the same
-   tools called in process on a local clone (``sandbox.inside.tools.sandbox_tools``), no Celery, no
-   Redis, no container; start → the parked push, and the approved push to a local bare
-   repository.
+   tools called in process on a local clone (``sandbox.inside.sandbox_tools.sandbox_tools``),
+   no Celery, no Redis, no container; start → the parked push, and the approved push to a
+   local bare repository.
 
 How the times are measured. Latencies come from the job records: submit is ``created_at``,
 park is ``updated_at`` of the parked record, approve is the approval's ``decided_at``,

@@ -5,8 +5,8 @@
 The repository is the cached generated one of ``bench._repo`` (20,000 markdown pages in
 nested directories, 5,000 commits), copied to a scratch directory so the cache stays
 pristine, with a few edited, deleted and untracked files. Each tool runs in process through
-the synchronous dispatcher (``sandbox.inside.tools.call_tool``), as the in-container tool server
-runs it; each baseline is one git (or ``cat``) process doing the same work:
+the synchronous dispatcher (``sandbox.inside.sandbox_tools.call_tool``), as the in-container
+tool server runs it; each baseline is one git (or ``cat``) process doing the same work:
 
 * ``list_tree``: ``git ls-files --cached --others --exclude-standard`` (our result is capped
   at 2,000 entries, so the one-section row is the like-for-like comparison);
@@ -36,7 +36,7 @@ from typing import Any
 
 from bench._repo import bench_repository
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.tools import call_tool
+from sandbox.inside.sandbox_tools import call_tool
 from sandbox.inside.worktree import WorkingTree
 
 TARGET_RATIO = 1.5

@@ -7,7 +7,7 @@ from celery import Celery
 from fastapi import FastAPI
 
 from bot import web
-from bot.api import approvals, catalog, events, health, jobs, metrics
+from bot.api import approval_routes, catalog, event_routes, health, job_routes, metrics
 from bot.api.problems import install_problem_handlers
 from bot.api.reload import tokens_reload_on_sighup
 from bot.config import Settings, load_settings
@@ -47,7 +47,7 @@ def create_app(settings: Settings | None = None, *, service: Service | None = No
     )
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
     install_problem_handlers(app)
-    for module in (jobs, events, approvals, catalog, health, metrics):
+    for module in (job_routes, event_routes, approval_routes, catalog, health, metrics):
         app.include_router(module.router)
     web.install(app)
     return app

@@ -81,11 +81,14 @@ def make_upstream(path: Path) -> Path:
     return path
 
 
-def write_files(root: Path, files: Mapping[str, str]) -> None:
+def write_files(root: Path, files: Mapping[str, str | bytes]) -> None:
     for name, body in files.items():
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(body)
+        if isinstance(body, bytes):
+            target.write_bytes(body)
+        else:
+            target.write_text(body)
 
 
 def commit_all(work: Path, message: str, *, sandbox: bool = False) -> str:

@@ -6,7 +6,7 @@ imported by their own module names.
 """
 
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.tools import sandbox_tools
+from sandbox.inside.sandbox_tools import sandbox_tools
 from sandbox.inside.worktree import WorkingTree
 
 __all__ = ["SandboxRoot", "WorkingTree", "sandbox_tools"]

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from bot.agents.echo import EchoAgent
+from bot.agents.echo_agent import EchoAgent
 from bot.agents.memory import InMemoryStore, MemoryStore, Note
 from bot.agents.registry import AgentRegistry
 from bot.core.agent import Agent, AgentMetadata

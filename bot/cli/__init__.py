@@ -17,11 +17,11 @@ from importlib.metadata import version
 from pathlib import Path
 
 from bot.cli.api import add_api_command
-from bot.cli.approvals import add_approvals_commands
+from bot.cli.approvals_command import add_approvals_commands
 from bot.cli.ci import add_ci_commands
 from bot.cli.demo_command import add_demo_command
 from bot.cli.failures import EXIT_BROKEN_PIPE, report_unexpected
-from bot.cli.jobs import add_jobs_commands
+from bot.cli.jobs_command import add_jobs_commands
 from bot.cli.model import add_model_commands
 from bot.cli.repos import add_repos_commands
 from bot.cli.sandbox import add_sandbox_commands

@@ -151,7 +151,7 @@ def _prepare(out: Console, directory: Path, redis_url: str) -> Settings:
 
 def _run(out: Console, settings: Settings, directory: Path, me: str, *, yes: bool) -> int:
     from bot.cli.common import services
-    from bot.cli.follow import follow
+    from bot.cli.follow_command import follow
     from bot.cli.render import FrameRenderer
     from bot.demo import REPO_NAME, REQUEST, branch_commit
     from bot.jobs.tasks import cancel_job, submit_job

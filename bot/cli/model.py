@@ -39,7 +39,7 @@ _CHECK_TOKENS = 1024  # room for a reasoning model to think before "ready"
 
 
 @dataclass(frozen=True)
-class Check:
+class ModelCheck:
     name: str
     ok: bool
     detail: str
@@ -81,7 +81,7 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if all(check.ok for check in checks) else 1
 
 
-async def _run_checks(client: OpenAiCompatible) -> list[Check]:
+async def _run_checks(client: OpenAiCompatible) -> list[ModelCheck]:
     return [
         await _timed("answer", lambda: client.complete(_SMALL, []), _answered),
         await _timed("tool call", lambda: client.complete(_TOOL, [PING]), _called_ping),
@@ -91,16 +91,16 @@ async def _run_checks(client: OpenAiCompatible) -> list[Check]:
 
 async def _timed(
     name: str, request: Callable[[], Awaitable[Completion]], judge: Callable[[Completion], str]
-) -> Check:
+) -> ModelCheck:
     started = time.perf_counter()
     try:
         completion = await request()
     except BeamError as error:
-        return Check(name, False, str(error), time.perf_counter() - started)
+        return ModelCheck(name, False, str(error), time.perf_counter() - started)
     seconds = time.perf_counter() - started
     problem = judge(completion)
     detail = problem or _summary(completion)
-    return Check(name, not problem, detail, seconds)
+    return ModelCheck(name, not problem, detail, seconds)
 
 
 async def _streamed(client: OpenAiCompatible) -> Completion:

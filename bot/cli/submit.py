@@ -85,7 +85,7 @@ def metadata_pairs(pairs: list[str]) -> dict[str, JsonValue]:
 
 def _submit(args: argparse.Namespace) -> int:
     from bot.cli.common import acting_as, console, scripted_model_note, services
-    from bot.cli.follow import finish, follow
+    from bot.cli.follow_command import finish, follow
     from bot.cli.render import FrameRenderer
     from bot.config import load_settings
     from bot.jobs.tasks import submit_job

@@ -25,7 +25,7 @@ STAT_WIDTH = 80
 
 
 @dataclass(frozen=True)
-class Change:
+class BranchChange:
     """``base..head``: its commits (oldest first), files, stat, and the patch, capped."""
 
     base_sha: str
@@ -43,7 +43,7 @@ def branch_tip(tree: Path, branch: str) -> str | None:
     return outbox_branch(tree / ".git", branch)
 
 
-def read_change(tree: Path, base_sha: str, head_sha: str, *, max_chars: int) -> Change:
+def read_change(tree: Path, base_sha: str, head_sha: str, *, max_chars: int) -> BranchChange:
     """The change from ``base_sha`` to ``head_sha`` as a job's tree holds it.
 
     ``digest`` is the SHA-256 of the whole patch; ``patch`` is cut at ``max_chars``.
@@ -51,7 +51,9 @@ def read_change(tree: Path, base_sha: str, head_sha: str, *, max_chars: int) -> 
     return read_objects_change(tree / ".git" / "objects", base_sha, head_sha, max_chars=max_chars)
 
 
-def read_objects_change(objects: Path, base_sha: str, head_sha: str, *, max_chars: int) -> Change:
+def read_objects_change(
+    objects: Path, base_sha: str, head_sha: str, *, max_chars: int
+) -> BranchChange:
     """``read_change`` on any object directory (a bare mirror's ``objects``, say)."""
     view = pygit2.Repository()
     view.set_odb(untrusted_odb(objects))
@@ -62,7 +64,7 @@ def read_objects_change(objects: Path, base_sha: str, head_sha: str, *, max_char
     files = sorted({delta.new_file.path for delta in diff.deltas})
     stat = diff.stats.format(DiffStatsFormat.FULL, STAT_WIDTH) if files else ""
     truncated = len(patch) > max_chars
-    return Change(
+    return BranchChange(
         base_sha=base_sha,
         head_sha=head_sha,
         commits=_commits(view, base.id, head.id),

@@ -68,13 +68,13 @@ from bot.jobs.parking import (
     check_publish_still_bound,
     check_still_bound,
 )
-from bot.jobs.plans import ComparePoint, TreePlan, compare_point, request_text, tree_plan
+from bot.jobs.plans import Baseline, TreePlan, compare_point, request_text, tree_plan
 from bot.jobs.relayed_push import ApprovedPush, PushGuard, Relay, recorded_pushes
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolsets import JobTools, job_tools
 from bot.runner.hooks import Hooks
 from bot.runner.loop import ToolLoopAgent
-from bot.runner.state import Decision, RunState
+from bot.runner.state import CallDecision, RunState
 from bot.store.models import (
     Approval,
     ApprovalState,
@@ -90,7 +90,7 @@ from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.engine import engine_errors
 from sandbox.host.image.build import check_image
 from sandbox.host.relay import RelayResult, relay_push
-from sandbox.host.upstream.credentials import upstream_callbacks
+from sandbox.host.upstream.credentials import UpstreamCallbacks, upstream_callbacks
 from sandbox.host.upstream.mirror import sync_mirror
 from sandbox.host.workspace.prepare import (
     Workspace,
@@ -141,9 +141,12 @@ class _Segment:
     record: JobRecord
     timings: SegmentTimings
     repo: RepositoryConfig | None = None
+    # Built once when the segment starts (reading the repository's secret, BEM-343), then
+    # shared by the mirror sync, the workspace and the push relay.
+    callbacks: UpstreamCallbacks | None = None
     plan: TreePlan | None = None
     workspace: Workspace | None = None
-    compare: ComparePoint | None = None
+    compare: Baseline | None = None
     base_sha: str = ""
     sandbox: ContainerSandbox | None = None
     approval: Approval | None = None
@@ -227,10 +230,12 @@ class Executor:
         if record.approval_id is not None:
             segment.approval = self._decided_approval(record)
         segment.plan = tree_plan(record.spec, segment.repo)
+        # Every kind reaches the upstream: a tree's workspace and relay, or a publish's mirror.
+        segment.callbacks = upstream_callbacks(record.spec.repo, segment.repo, settings.workspaces)
         if segment.plan is not None:
-            self._open_tree(segment, segment.plan, segment.repo, image)
+            self._open_tree(segment, segment.plan, segment.repo, segment.callbacks, image)
         if record.spec.kind is JobKind.PUBLISH:
-            segment.publish = self._publish_target(segment, segment.repo)
+            segment.publish = self._publish_target(segment, segment.repo, segment.callbacks)
         with timings.phase("agent"):
             state, approval = asyncio.run(self._drive(segment, client, stop))
         # Gone before the job moves: a parked or finished job never has a container.
@@ -252,11 +257,16 @@ class Executor:
         return current
 
     def _open_tree(
-        self, segment: _Segment, plan: TreePlan, repo: RepositoryConfig, image: str
+        self,
+        segment: _Segment,
+        plan: TreePlan,
+        repo: RepositoryConfig,
+        callbacks: UpstreamCallbacks,
+        image: str,
     ) -> None:
         record, settings, timings = segment.record, self._settings, segment.timings
         with timings.phase("workspace"):
-            workspace = self._workspace(record, plan, repo, segment.approval)
+            workspace = self._workspace(record, plan, repo, callbacks, segment.approval)
             segment.workspace = workspace
             segment.compare = compare_point(plan, workspace)
         approval = segment.approval
@@ -283,11 +293,12 @@ class Executor:
                 deployment=self._store.deployment(),
             )
 
-    def _publish_target(self, segment: _Segment, repo: RepositoryConfig) -> PublishTarget:
+    def _publish_target(
+        self, segment: _Segment, repo: RepositoryConfig, callbacks: UpstreamCallbacks
+    ) -> PublishTarget:
         """The publish tool, checked before the model runs: a review that does not approve
         (BEM-360) or a publish ref that cannot be moved (BEM-361) fails the job at once."""
         record, settings = segment.record, self._settings
-        callbacks = upstream_callbacks(record.spec.repo, repo, settings.workspaces)
         tool = PublishDocsetTool.for_job(
             record, settings, lookup=self._store.get, callbacks=callbacks, guard=self._guard(record)
         )
@@ -301,9 +312,14 @@ class Executor:
         )
 
     def _workspace(
-        self, record: JobRecord, plan: TreePlan, repo: RepositoryConfig, approval: Approval | None
+        self,
+        record: JobRecord,
+        plan: TreePlan,
+        repo: RepositoryConfig,
+        callbacks: UpstreamCallbacks,
+        approval: Approval | None,
     ) -> Workspace:
-        settings = self._settings.workspaces
+        workspaces = self._settings.workspaces
         snapshot: bytes | None = None
         checkout = plan.checkout
         if approval is not None:
@@ -322,15 +338,15 @@ class Executor:
             checkout = read_header(snapshot, max_bytes=self._snapshot_cap).base_sha
         # A first segment taken over from a dead worker on this host, or a local tree that
         # moved past the park: start clean.
-        shutil.rmtree(job_directory(settings, record.id), ignore_errors=True)
+        shutil.rmtree(job_directory(workspaces, record.id), ignore_errors=True)
         workspace = prepare_workspace(
             record.id,
             record.spec.repo,
             repo,
             checkout,
-            settings,
+            workspaces,
             sandbox_uid=self._settings.sandbox.uid,
-            callbacks=upstream_callbacks(record.spec.repo, repo, settings),
+            callbacks=callbacks,
         )
         if snapshot is not None:
             restore(snapshot, workspace, max_bytes=self._snapshot_cap)
@@ -377,7 +393,7 @@ class Executor:
         push = segment.tools.push
         if approved and push is not None and approval.commit_sha and approval.target_ref:
             push.arm(ApprovedPush(sha=approval.commit_sha, branch=approval.target_ref))
-        decision = Decision(
+        decision = CallDecision(
             call_id=approval.call_id,
             approved=approved,
             comment=approval.comment,
@@ -388,8 +404,8 @@ class Executor:
     async def _agent(
         self, segment: _Segment, client: CompletionClient, memory: MemoryStore, stop: StopCheck
     ) -> ToolLoopAgent:
-        record, repo = segment.record, segment.repo
-        assert repo is not None  # set before the tree is opened
+        record, repo, callbacks = segment.record, segment.repo, segment.callbacks
+        assert repo is not None and callbacks is not None  # set before the tree is opened
         spec, workspace = record.spec, segment.workspace
         notes = await memory.recall(spec.repo, STYLE_NOTES)
         tree = (
@@ -403,7 +419,9 @@ class Executor:
             tree=tree,
             memory=memory,
             scope=spec.repo,
-            relay=self._relay(record, workspace, repo) if workspace is not None else None,
+            relay=(
+                self._relay(record, workspace, repo, callbacks) if workspace is not None else None
+            ),
             publish=segment.publish.tool if segment.publish is not None else None,
         )
         return ToolLoopAgent.for_skill(
@@ -470,8 +488,13 @@ class Executor:
 
         return hooks
 
-    def _relay(self, record: JobRecord, workspace: Workspace, repo: RepositoryConfig) -> Relay:
-        callbacks = upstream_callbacks(workspace.repo, repo, self._settings.workspaces)
+    def _relay(
+        self,
+        record: JobRecord,
+        workspace: Workspace,
+        repo: RepositoryConfig,
+        callbacks: UpstreamCallbacks,
+    ) -> Relay:
         guard = self._guard(record)
 
         def relay(sha: str, branch: str) -> RelayResult:

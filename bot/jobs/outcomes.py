@@ -17,7 +17,7 @@ from bot.core.errors import JobError
 from bot.core.frames import ToolCallRecord
 from bot.jobs.branch_change import branch_tip, read_change
 from bot.jobs.commit_notes import parse_commit_message
-from bot.jobs.plans import ComparePoint, TreePlan
+from bot.jobs.plans import Baseline, TreePlan
 from bot.runner.state import RunState
 from bot.store.models import (
     AuthorOutcome,
@@ -116,7 +116,7 @@ def author_outcome(
 
 
 def summary_outcome(
-    plan: TreePlan, workspace: Workspace, compare: ComparePoint | None, text: str
+    plan: TreePlan, workspace: Workspace, compare: Baseline | None, text: str
 ) -> SummaryOutcome:
     """The branch's commits and files since it left its base, and the model's summary."""
     outcome = SummaryOutcome(branch=plan.branch, base=plan.base, summary=text)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from bot.core.errors import BeamError
 from bot.core.frames import PendingCall
-from bot.jobs.branch_change import Change, branch_tip, read_change, read_objects_change
+from bot.jobs.branch_change import BranchChange, branch_tip, read_change, read_objects_change
 from bot.jobs.host_tools.publish import PublishDocsetTool, PublishPlan
-from bot.runner.state import Decision
+from bot.runner.state import CallDecision
 from bot.store.models import Approval, JobRecord
 from sandbox.host.workspace.outbox import outbox_branch
 from sandbox.host.workspace.prepare import Workspace
@@ -55,7 +55,7 @@ class PublishTarget:
 
 def approval_for(
     record: JobRecord, pending: PendingCall, target: PushTarget | PublishTarget | None
-) -> Approval | Decision:
+) -> Approval | CallDecision:
     """The approval to open for ``pending``, or policy's refusal of it."""
     approval = Approval(
         id=uuid.uuid4().hex,
@@ -72,7 +72,7 @@ def approval_for(
         if pending.tool == "publish_docset" and isinstance(target, PublishTarget):
             return _bind_publish(approval, target)
     except BeamError as refusal:
-        return Decision(
+        return CallDecision(
             call_id=pending.id,
             approved=False,
             decided_by=POLICY,
@@ -125,7 +125,7 @@ def _bind_publish(approval: Approval, target: PublishTarget) -> Approval:
     return bound.model_copy(update=_shown(change, target.diff_max_chars))
 
 
-def _shown(change: Change, max_chars: int) -> dict[str, str]:
+def _shown(change: BranchChange, max_chars: int) -> dict[str, str]:
     shown = change.patch
     if change.truncated:
         shown += f"\n[diff cut at {max_chars} characters; the digest covers all]\n"

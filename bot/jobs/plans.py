@@ -40,7 +40,7 @@ class TreePlan:
 
 
 @dataclass(frozen=True)
-class ComparePoint:
+class Baseline:
     sha: str
     label: str
 
@@ -60,7 +60,7 @@ def tree_plan(spec: JobSpec, repo: RepositoryConfig) -> TreePlan | None:
     return TreePlan(checkout=branch, branch=branch, base=base, compare=base, merge=True)
 
 
-def compare_point(plan: TreePlan, workspace: Workspace) -> ComparePoint | None:
+def compare_point(plan: TreePlan, workspace: Workspace) -> Baseline | None:
     """The commit ``git_diff``/``git_log`` start from in this workspace, found in its mirror."""
     if plan.compare is None:
         return None
@@ -68,7 +68,7 @@ def compare_point(plan: TreePlan, workspace: Workspace) -> ComparePoint | None:
         sha = merge_base(workspace.mirror, workspace.base_sha, plan.compare)
     else:
         sha = resolve_commit(workspace.mirror, plan.compare)
-    return ComparePoint(sha=sha, label=plan.compare)
+    return Baseline(sha=sha, label=plan.compare)
 
 
 def request_text(spec: JobSpec, plan: TreePlan | None) -> str:

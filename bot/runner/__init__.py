@@ -5,6 +5,6 @@ See ``docs/runner.md``.
 
 from bot.runner.hooks import Hooks
 from bot.runner.loop import ToolLoopAgent
-from bot.runner.state import Decision, RunState
+from bot.runner.state import CallDecision, RunState
 
-__all__ = ["Decision", "Hooks", "RunState", "ToolLoopAgent"]
+__all__ = ["CallDecision", "Hooks", "RunState", "ToolLoopAgent"]

@@ -2,7 +2,7 @@
 
 A run is split into segments. ``start`` builds a ``RunState``; ``run`` drives it until the
 model answers, the run fails, or a ``confirm_required`` tool parks it. ``resume`` applies a
-person's ``Decision`` to a parked state, possibly in another process, and drives it on. Every
+person's ``CallDecision`` to a parked state, possibly in another process, and drives it on. Every
 segment yields a placeholder and a thinking frame first and exactly one done frame last.
 """
 
@@ -57,7 +57,7 @@ from bot.runner.calls import (
 from bot.runner.endings import check_ending, unique_call_ids
 from bot.runner.hooks import Hooks
 from bot.runner.interrupts import INTERRUPTS
-from bot.runner.state import Decision, RunState, accepted_digests, specs_digest
+from bot.runner.state import CallDecision, RunState, accepted_digests, specs_digest
 from sandbox.inside.tool_specs import EARLIER_SPECS
 from skills.loader import Skill, skill_by_name
 
@@ -182,11 +182,11 @@ class ToolLoopAgent:
             raise BeamError(
                 "BEM-098",
                 f"the run is {state.status.value}{waiting}; "
-                "resume a parked run with a Decision, or start a new run",
+                "resume a parked run with a CallDecision, or start a new run",
             )
         return self._segment(state, self._continue(state))
 
-    def resume(self, state: RunState, decision: Decision) -> AsyncGenerator[Frame, None]:
+    def resume(self, state: RunState, decision: CallDecision) -> AsyncGenerator[Frame, None]:
         """Apply a person's decision to a parked run and drive it on.
 
         The pending call is taken out of the state when ``resume`` is called, so one state
@@ -264,7 +264,7 @@ class ToolLoopAgent:
                     yield frame
 
     async def _decided(
-        self, state: RunState, pending: PendingCall, decision: Decision
+        self, state: RunState, pending: PendingCall, decision: CallDecision
     ) -> AsyncGenerator[Frame, None]:
         state.decisions.append(decision)
         call = ToolCall(id=pending.id, name=pending.tool, arguments=json.dumps(pending.arguments))
@@ -446,7 +446,7 @@ def _differences(
     return found
 
 
-def _claim(state: RunState, decision: Decision) -> PendingCall:
+def _claim(state: RunState, decision: CallDecision) -> PendingCall:
     pending = state.pending
     if state.status is not ResultStatus.INTERRUPTED or pending is None:
         status = state.status.value if state.status else "running"
@@ -492,14 +492,14 @@ def _output_limit(client: CompletionClient) -> str | None:
     return limit if isinstance(limit, str) else None
 
 
-def _refusal(decision: Decision) -> Message:
+def _refusal(decision: CallDecision) -> Message:
     return reply_message(
         decision.call_id,
         {"refused": True, "by": decision.decided_by, "comment": decision.comment},
     )
 
 
-def _refusal_record(call: ToolCall, decision: Decision) -> ToolCallRecord:
+def _refusal_record(call: ToolCall, decision: CallDecision) -> ToolCallRecord:
     who = decision.decided_by or "a reviewer"
     why = f": {decision.comment}" if decision.comment else ""
     return failed_record(call, BeamError("BEM-094", f"{who} refused {call.name}{why}"))

@@ -1,4 +1,4 @@
-"""Everything a run needs to continue later, in another process: ``RunState`` and ``Decision``.
+"""Everything a run needs to continue later, in another process: ``RunState`` and ``CallDecision``.
 
 A run that reaches a ``confirm_required`` tool parks: the loop stops, the state is saved as
 JSON, and a person decides. Any worker can then load the state and resume it with a fresh
@@ -26,7 +26,7 @@ STATE_VERSION: Final = 1
 """Bump when a field changes meaning; ``RunState.load`` refuses every other version."""
 
 
-class Decision(BaseModel):
+class CallDecision(BaseModel):
     """A person's answer to the pending call of a parked run."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -59,7 +59,7 @@ class RunState(BaseModel):
     rounds: int = 0
     failures: dict[str, int] = Field(default_factory=dict)
     records: list[ToolCallRecord] = Field(default_factory=list)
-    decisions: list[Decision] = Field(default_factory=list)
+    decisions: list[CallDecision] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     model_used: str | None = None
     status: ResultStatus | None = None

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Form, Query, Request, Response
 from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
 
-from bot.api.events import checked_event_id, open_event_stream
+from bot.api.event_routes import checked_event_id, open_event_stream
 from bot.core.errors import BeamError
 from bot.http.deps import ServiceDep, authenticated
 from bot.service.access import Principal, token_digest

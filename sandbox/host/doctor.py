@@ -27,13 +27,13 @@ from sandbox.host.container.probe import ProbeReport, inspect_flags, run_probe
 from sandbox.host.engine import connect
 from sandbox.host.image.build import ImageInfo, check_image
 
-__all__ = ["Check", "DoctorReport", "doctor"]
+__all__ = ["DoctorCheck", "DoctorReport", "doctor"]
 
 MIN_FREE_BYTES = 2 << 30
 
 
 @dataclass(frozen=True)
-class Check:
+class DoctorCheck:
     name: str
     ok: bool
     detail: str
@@ -41,7 +41,7 @@ class Check:
 
 @dataclass(frozen=True)
 class DoctorReport:
-    checks: tuple[Check, ...]
+    checks: tuple[DoctorCheck, ...]
 
     @property
     def ok(self) -> bool:
@@ -57,40 +57,42 @@ def doctor(settings: Settings, *, client: docker.DockerClient | None = None) -> 
     try:
         client = client or connect(timeout=10)
     except BeamError as error:
-        return DoctorReport((Check("engine", False, str(error)),))
+        return DoctorReport((DoctorCheck("engine", False, str(error)),))
     checks = [_engine(client)]
     image_check, image = _image(client, settings)
     checks += [image_check, _hardening(client, settings, image), *_disks(client, settings)]
     return DoctorReport(tuple(checks))
 
 
-def _engine(client: docker.DockerClient) -> Check:
+def _engine(client: docker.DockerClient) -> DoctorCheck:
     try:
         version = client.version()
         info = client.info()
     except (DockerException, requests.RequestException) as error:
-        return Check("engine", False, f"the engine stopped answering: {error}")
+        return DoctorCheck("engine", False, f"the engine stopped answering: {error}")
     detail = (
         f"Docker {version.get('Version')} (API {version.get('ApiVersion')}) at "
         f"{client.api.base_url}, cgroup v{info.get('CgroupVersion', '?')}, "
         f"{info.get('Driver')}, {info.get('ContainersRunning', 0)} running"
     )
-    return Check("engine", True, detail)
+    return DoctorCheck("engine", True, detail)
 
 
-def _image(client: docker.DockerClient, settings: Settings) -> tuple[Check, ImageInfo | None]:
+def _image(client: docker.DockerClient, settings: Settings) -> tuple[DoctorCheck, ImageInfo | None]:
     try:
         image = check_image(client, settings)
     except BeamError as error:
-        return Check("image", False, error.message), None
+        return DoctorCheck("image", False, error.message), None
     size = image.size_bytes / (1 << 20)
     detail = f"{image.ref} is current, {size:.0f} MiB, built by {image.method}"
-    return Check("image", True, detail), image
+    return DoctorCheck("image", True, detail), image
 
 
-def _hardening(client: docker.DockerClient, settings: Settings, image: ImageInfo | None) -> Check:
+def _hardening(
+    client: docker.DockerClient, settings: Settings, image: ImageInfo | None
+) -> DoctorCheck:
     if image is None:
-        return Check("hardening", False, "needs the current image (see above)")
+        return DoctorCheck("hardening", False, "needs the current image (see above)")
     limits = settings.sandbox
     with tempfile.TemporaryDirectory(prefix="riverbeam-doctor-") as workspace:
         os.chown(workspace, limits.uid, limits.uid)
@@ -104,15 +106,15 @@ def _hardening(client: docker.DockerClient, settings: Settings, image: ImageInfo
         try:
             report, inspected = run_probe(client, image.ref, job)
         except (BeamError, RuntimeError) as error:
-            return Check("hardening", False, f"the probe container failed: {error}")
+            return DoctorCheck("hardening", False, f"the probe container failed: {error}")
     problems = _hardening_problems(inspect_flags(inspected), report, settings)
     if problems:
-        return Check("hardening", False, "; ".join(problems))
+        return DoctorCheck("hardening", False, "; ".join(problems))
     detail = (
         f"network none, read-only root, /tmp noexec, no capabilities, no-new-privileges, "
         f"uid {limits.uid}, pids {limits.pids_limit}, memory {limits.mem_limit} (no swap)"
     )
-    return Check("hardening", True, detail)
+    return DoctorCheck("hardening", True, detail)
 
 
 def _hardening_problems(
@@ -134,7 +136,7 @@ def _hardening_problems(
     return [f"{name}: not applied" for name, held in expected.items() if not held]
 
 
-def _disks(client: docker.DockerClient, settings: Settings) -> list[Check]:
+def _disks(client: docker.DockerClient, settings: Settings) -> list[DoctorCheck]:
     local = client.api.base_url.startswith("http+docker://localhost")
     docker_root = str(client.info().get("DockerRootDir", "/var/lib/docker"))
     checks = [_free("images", Path(docker_root)) if local else _remote(docker_root)]
@@ -142,7 +144,7 @@ def _disks(client: docker.DockerClient, settings: Settings) -> list[Check]:
     return checks
 
 
-def _free(name: str, path: Path) -> Check:
+def _free(name: str, path: Path) -> DoctorCheck:
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -150,8 +152,10 @@ def _free(name: str, path: Path) -> Check:
     detail = f"{path}: {free / (1 << 30):.1f} GiB free"
     if free < MIN_FREE_BYTES:
         detail += f" (below {MIN_FREE_BYTES >> 30} GiB)"
-    return Check(name, free >= MIN_FREE_BYTES, detail)
+    return DoctorCheck(name, free >= MIN_FREE_BYTES, detail)
 
 
-def _remote(docker_root: str) -> Check:
-    return Check("images", True, f"{docker_root} is on the remote engine host: check it there")
+def _remote(docker_root: str) -> DoctorCheck:
+    return DoctorCheck(
+        "images", True, f"{docker_root} is on the remote engine host: check it there"
+    )

@@ -63,7 +63,7 @@ class DiffReport(_Report):
     note: str | None
 
 
-class CommitInfo(_Report):
+class LogEntry(_Report):
     sha: str
     author: str
     date: str
@@ -76,7 +76,7 @@ class LogReport(_Report):
 
     branch: str | None
     since: ComparePoint | None
-    commits: list[CommitInfo]
+    commits: list[LogEntry]
     more: bool
 
 

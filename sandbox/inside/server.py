@@ -36,8 +36,8 @@ from bot.core.errors import BeamError
 from bot.core.identity import Identity, Trailer
 from sandbox.inside.jail import SandboxRoot
 from sandbox.inside.protocol import encode_frame, error_reply, ok_reply, ready_frame
+from sandbox.inside.sandbox_tools import call_tool
 from sandbox.inside.tool_specs import TOOL_SPECS
-from sandbox.inside.tools import call_tool
 from sandbox.inside.worktree import WorkingTree
 
 __all__ = ["ToolServer", "main", "open_tree"]

@@ -11,11 +11,11 @@ from pygit2.enums import DeltaStatus, DiffOption, SortMode
 
 from sandbox.inside.jail import SandboxRoot
 from sandbox.inside.reports import (
-    CommitInfo,
     ComparePoint,
     DiffReport,
     FileDiff,
     FileStatus,
+    LogEntry,
     LogReport,
     StageReport,
     StatusReport,
@@ -266,7 +266,7 @@ def log_report(
     return LogReport(branch=branch, since=since, commits=commits[:limit], more=len(commits) > limit)
 
 
-def _commit_info(commit: pygit2.Commit) -> CommitInfo:
+def _commit_info(commit: pygit2.Commit) -> LogEntry:
     message = commit.raw_message.decode("utf-8", "replace")
     subject, _, body = message.strip().partition("\n")
     body = body.strip()
@@ -274,7 +274,7 @@ def _commit_info(commit: pygit2.Commit) -> CommitInfo:
         body = body[:MAX_BODY_CHARS] + " [...]"
     author = commit.author
     zone = timezone(timedelta(minutes=author.offset)) if author.offset else UTC
-    return CommitInfo(
+    return LogEntry(
         sha=str(commit.id),
         author=f"{author.name} <{author.email}>",
         date=datetime.fromtimestamp(author.time, zone).isoformat(),

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from bot.api.events import MAX_CONCURRENT_READS
+from bot.api.event_routes import MAX_CONCURRENT_READS
 from bot.core.frames import frame_adapter
 from bot.store.models import JobState
 from harness.api_server import ApiServer

@@ -83,9 +83,11 @@ def test_the_hash_covers_the_sources_and_the_wheels(settings: Settings) -> None:
     plan = plan_image(settings, fetch=False)
     sources, distributions = container_closure()
     assert [relative for relative, _ in plan.sources] == [relative for relative, _ in sources]
-    assert {"sandbox/inside/server.py", "sandbox/inside/tools.py", "bot/core/errors.py"} <= {
-        relative for relative, _ in sources
-    }
+    assert {
+        "sandbox/inside/server.py",
+        "sandbox/inside/sandbox_tools.py",
+        "bot/core/errors.py",
+    } <= {relative for relative, _ in sources}
     assert "sandbox/host/container/lifecycle.py" not in {relative for relative, _ in sources}
     assert ("pygit2", pygit2.__version__) in distributions
     assert {wheel.name for wheel in plan.wheels} == {name for name, _ in distributions}

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sandbox.inside.protocol import PROTOCOL_VERSION
-from sandbox.inside.tools import TOOL_NAMES
+from sandbox.inside.sandbox_tools import TOOL_NAMES
 from tests.container.kit import make_workspace
 
 

@@ -15,7 +15,7 @@ from bot.core.input import AgentInput
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.image.build import ImageInfo
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.tools import TOOL_NAMES, call_tool, sandbox_tools
+from sandbox.inside.sandbox_tools import TOOL_NAMES, call_tool, sandbox_tools
 from sandbox.inside.worktree import WorkingTree
 from tests.container.conftest import PROTECTED
 from tests.container.kit import PAGES, Workspace, chown_tree, deadline, make_workspace, outbox_refs

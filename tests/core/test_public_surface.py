@@ -50,7 +50,7 @@ EXPECTED = {
         "TextDelta",
         "ToolCall",
     ],
-    "bot.runner": ["Decision", "Hooks", "RunState", "ToolLoopAgent"],
+    "bot.runner": ["CallDecision", "Hooks", "RunState", "ToolLoopAgent"],
     "sandbox": ["SandboxRoot", "WorkingTree", "sandbox_tools"],
     "skills": ["Skill", "builtin_skills", "load_skill", "skill_by_name"],
 }

@@ -29,7 +29,7 @@ from bot.config import Settings
 from tests.docs.blocks import Block, blocks
 
 # Names a fragment may call without importing them: the public packages.
-_PUBLIC = ("bot", "bot.runner", "bot.clients", "sandbox", "sandbox.inside.tools", "skills")
+_PUBLIC = ("bot", "bot.runner", "bot.clients", "sandbox", "sandbox.inside.sandbox_tools", "skills")
 
 _namespaces: dict[str, dict[str, object]] = {}
 _ran: dict[str, set[int]] = {}

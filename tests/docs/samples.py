@@ -22,17 +22,17 @@ import pygit2
 
 import bot.core.errors
 from bot import AgentInput, BeamError, Tool
+from bot.agents.consume.get_page import GetPageTool
+from bot.agents.consume.search import SearchTool
 from bot.agents.memory import InMemoryStore, RememberTool
 from bot.clients import OpenAiCompatible
-from bot.jobs.host_tools.pages import GetPageTool
 from bot.jobs.host_tools.review import ReviewChangeTool, ReviewCollector
-from bot.jobs.host_tools.search import SearchTool
 from bot.jobs.schedules import ScheduleRun
 from bot.store.models import JobState
 from harness.stub_model import STUB_MODEL, StubModel, completion
 from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.sandbox_tools import call_tool
 from sandbox.inside.tool_specs import TOOL_SPECS
-from sandbox.inside.tools import call_tool
 from sandbox.inside.worktree import WorkingTree
 from skills import load_skill
 from tests.docs.blocks import Block, blocks

@@ -19,7 +19,7 @@ from bot.jobs.commit_notes import MAX_SUBJECT_CHARS, parse_commit_message
 from bot.jobs.outcomes import author_outcome, commit_notes_outcome, ended_refused, pushed_sha
 from bot.jobs.parking import PushTarget, approval_for, check_still_bound
 from bot.jobs.plans import tree_plan
-from bot.runner.state import Decision, RunState
+from bot.runner.state import CallDecision, RunState
 from bot.store.models import Approval, CommitInfo, JobKind, JobRecord, JobSpec
 from harness.gitkit import commit_all, git, traversable_dir
 from harness.playbooks import FIXED_INSTALL, SEED_PAGES, seed_upstream
@@ -109,14 +109,14 @@ def test_policy_refuses_pushes_that_could_never_land(
 ) -> None:
     _commit(workspace, {"docs/install.md": FIXED_INSTALL}, "Fix")
     verdict = approval_for(_record(), _push(ref), _target(workspace))
-    assert isinstance(verdict, Decision)
+    assert isinstance(verdict, CallDecision)
     assert (verdict.approved, verdict.decided_by, verdict.call_id) == (False, "policy", "call_1")
     assert verdict.comment.startswith(f"{code}: ")
 
 
 def test_policy_refuses_a_push_with_nothing_committed(workspace: Workspace) -> None:
     verdict = approval_for(_record(), _push(), _target(workspace))
-    assert isinstance(verdict, Decision)
+    assert isinstance(verdict, CallDecision)
     assert verdict.comment.startswith("BEM-321: ")
 
 
@@ -162,7 +162,7 @@ def _record_of(
     return ToolCallRecord(id="c", name=name, arguments={}, ok=ok, result=result, error=error)
 
 
-def _state(records: list[ToolCallRecord], decisions: list[Decision]) -> RunState:
+def _state(records: list[ToolCallRecord], decisions: list[CallDecision]) -> RunState:
     return RunState(
         agent="author",
         tools=[],
@@ -175,8 +175,8 @@ def _state(records: list[ToolCallRecord], decisions: list[Decision]) -> RunState
 
 
 def test_a_run_ends_refused_only_when_no_push_followed_the_refusal() -> None:
-    refused = Decision(call_id="c", approved=False, decided_by="rev")
-    approved = Decision(call_id="c", approved=True, decided_by="rev")
+    refused = CallDecision(call_id="c", approved=False, decided_by="rev")
+    approved = CallDecision(call_id="c", approved=True, decided_by="rev")
     refusal = _record_of("git_push", ok=False, code="BEM-094")
     push = _record_of("git_push", result={"upstream": {"sha": "a" * 40}})
     assert ended_refused(_state([refusal], [refused]))

@@ -1,4 +1,5 @@
-"""What a job segment's time is logged as, and how a worker finds its sandbox image."""
+"""What a job segment costs: its time as logged, how a worker finds its sandbox image, and
+the upstream callbacks it builds (once)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,11 @@ from bot.core.errors import BeamError
 from bot.jobs import executor
 from bot.jobs.executor import ImageCheck
 from bot.jobs.timings import PREFIX, SegmentTimings
+from bot.store.models import JobKind, JobState
+from harness.playbooks import AUTHOR_REQUEST, FIXED_INSTALL
+from harness.stack import PUBLISH_REF, REPO, job_stack
 from sandbox.host.image.build import ImageInfo
+from sandbox.host.upstream.credentials import UpstreamAccess, UpstreamCallbacks
 
 
 def test_segment_timings_add_up_phases_and_log_one_json_line(
@@ -81,3 +86,46 @@ def test_the_image_is_found_once_and_then_only_looked_up(
     with pytest.raises(BeamError) as caught:
         images.current(client, settings)
     assert caught.value.code == "BEM-401" and "ref-1" in caught.value.message
+
+
+@pytest.mark.slow
+def test_the_upstream_callbacks_are_built_once_per_segment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every UpstreamCallbacks this process builds is counted, wherever it is built (the
+    # executor, the workspace, the mirror, the publish tool): a segment shares one. The
+    # relay's per-push subclass, which only collects that push's verdict, is not one.
+    built: list[str] = []
+    build = UpstreamCallbacks.__init__
+
+    def counted(self: UpstreamCallbacks, access: UpstreamAccess) -> None:
+        if type(self) is UpstreamCallbacks:
+            built.append(access.repo_name)
+        build(self, access)
+
+    monkeypatch.setattr(UpstreamCallbacks, "__init__", counted)
+    with job_stack() as stack:
+        worker = stack.worker("w")
+
+        def segments(job_id: str, *, resume: bool = False) -> JobState:
+            built.clear()
+            record = worker.resume_job(job_id) if resume else worker.run_job(job_id)
+            assert record is not None and built == [REPO], stack.log_tails()
+            return record.state
+
+        # An author job: a segment that opens a tree and parks its push, a resume that
+        # pushes through the relay.
+        author = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+        assert segments(author.id) is JobState.AWAITING_APPROVAL
+        stack.decide(author.id, approve=True)
+        assert segments(author.id, resume=True) is JobState.SUCCEEDED
+        approval = stack.store.approval(author.id)
+        assert approval is not None
+        assert stack.upstream_ref(f"riverbeam/{author.id}") == approval.commit_sha
+        # A review (one segment), and the publish of what it approved (two segments).
+        stack.push_branch("docs/fix", {"docs/install.md": FIXED_INSTALL}, "Fix the install page")
+        review = stack.submit(JobKind.REVIEW, "review-approve", branch="docs/fix")
+        assert segments(review.id) is JobState.SUCCEEDED
+        publish = stack.submit(JobKind.PUBLISH, "publish", review_job=review.id)
+        assert segments(publish.id) is JobState.AWAITING_APPROVAL
+        stack.decide(publish.id, approve=True)
+        assert segments(publish.id, resume=True) is JobState.SUCCEEDED
+        assert stack.upstream_ref(PUBLISH_REF) == stack.upstream_ref("docs/fix")

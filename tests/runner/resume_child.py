@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from bot.clients.scripted import ScriptedClient
-from bot.runner import Decision, RunState
+from bot.runner import CallDecision, RunState
 from tests.runner.kit import collect, kinds, publisher, result_of
 
 
@@ -26,7 +26,9 @@ def main(argv: list[str]) -> None:
     client = ScriptedClient([answer])
     agent = publisher(client, Path(side_effect))
     state = RunState.load(Path(state_path).read_text())
-    decision = Decision(call_id=call_id, approved=approved, comment=comment, decided_by=decided_by)
+    decision = CallDecision(
+        call_id=call_id, approved=approved, comment=comment, decided_by=decided_by
+    )
     frames = asyncio.run(collect(agent.resume(state, decision)))
     report = {
         "result": result_of(frames).model_dump(mode="json"),

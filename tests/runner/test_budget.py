@@ -14,7 +14,7 @@ from bot.clients.base import Completion, Message
 from bot.clients.scripted import ScriptedClient
 from bot.core.frames import ResultStatus, Usage
 from bot.core.tools import ToolSpec
-from bot.runner import Decision, RunState, ToolLoopAgent
+from bot.runner import CallDecision, RunState, ToolLoopAgent
 from bot.runner.budget import ContextBudget, chars_of
 from bot.runner.state import specs_digest
 from sandbox.inside.tool_specs import EARLIER_SPECS, TOOL_SPECS
@@ -170,7 +170,7 @@ async def test_a_resumed_run_sends_exactly_what_the_parked_run_would_have(
     tmp_path: Path,
 ) -> None:
     limit = budget(max_result_chars=3_000)
-    decision = Decision(call_id="c-push", approved=True, decided_by="ana")
+    decision = CallDecision(call_id="c-push", approved=True, decided_by="ana")
 
     def agent(client: ScriptedClient, with_budget: bool) -> ToolLoopAgent:
         tools = [pages_tool(), push_tool(tmp_path / "pushed")]
@@ -216,7 +216,7 @@ async def test_a_state_saved_before_budgets_and_read_file_limit_still_resumes(
 
     loaded = RunState.load(json.dumps(document))
     resumed_client = ScriptedClient(["pushed"])
-    decision = Decision(call_id="c-push", approved=True)
+    decision = CallDecision(call_id="c-push", approved=True)
     await collect(ToolLoopAgent("publisher", resumed_client, tools).resume(loaded, decision))
 
     assert loaded.status is ResultStatus.COMPLETED and loaded.budget is None
@@ -231,7 +231,7 @@ async def test_a_state_whose_tools_changed_otherwise_is_still_refused(tmp_path: 
     state.tools_digest = specs_digest([TOOL_SPECS["write_file"], tools[1].spec()])
 
     with pytest.raises(Exception, match="BEM-092"):
-        agent.resume(state, Decision(call_id="c", approved=True))
+        agent.resume(state, CallDecision(call_id="c", approved=True))
 
 
 def _fixed(value: JsonValue) -> Any:

@@ -13,7 +13,7 @@ from bot.core.errors import BeamError
 from bot.core.frames import AgentResult, DoneFrame, Frame, ResultStatus, ToolCallRecord
 from bot.core.input import AgentContext
 from bot.core.tools import ToolSpec
-from bot.runner import Decision, Hooks, RunState, ToolLoopAgent
+from bot.runner import CallDecision, Hooks, RunState, ToolLoopAgent
 from tests.runner.kit import (
     call,
     calls,
@@ -203,7 +203,7 @@ async def test_on_stop_fires_once_per_segment(tmp_path: Path) -> None:
     agent = publisher(client, tmp_path / "pushed.json", hooks=hooks)
     state = agent.start(request(), AgentContext())
     await collect(agent.run(state))
-    await collect(agent.resume(state, Decision(call_id="p1", approved=True)))
+    await collect(agent.resume(state, CallDecision(call_id="p1", approved=True)))
 
     assert stops == [("interrupted", "p1"), ("completed", None)]
 

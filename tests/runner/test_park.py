@@ -13,7 +13,7 @@ from bot.clients.scripted import ScriptedClient
 from bot.core.errors import BeamError
 from bot.core.frames import PendingCall, ResultStatus, Usage
 from bot.core.input import AgentContext
-from bot.runner import Decision, RunState, ToolLoopAgent
+from bot.runner import CallDecision, RunState, ToolLoopAgent
 from skills.loader import skill_by_name
 from tests.runner.kit import (
     FnTool,
@@ -29,7 +29,7 @@ from tests.runner.kit import (
     spec,
 )
 
-APPROVE_P1 = Decision(call_id="p1", approved=True, decided_by="alice")
+APPROVE_P1 = CallDecision(call_id="p1", approved=True, decided_by="alice")
 
 
 def two_pushes() -> ScriptedClient:
@@ -107,7 +107,7 @@ async def test_a_refusal_is_an_answer_and_the_loop_goes_on(tmp_path: Path) -> No
     agent = publisher(two_pushes(), side_effect)
     state = await parked(agent)
     await collect(agent.resume(state, APPROVE_P1))
-    refusal = Decision(call_id="p2", approved=False, comment="not b", decided_by="bob")
+    refusal = CallDecision(call_id="p2", approved=False, comment="not b", decided_by="bob")
     result = result_of(await collect(agent.resume(state, refusal)))
 
     assert json.loads(side_effect.read_text()) == {"ref": "docs/a"}, "p2 never ran"
@@ -208,7 +208,7 @@ async def test_a_decision_must_name_the_pending_call(tmp_path: Path) -> None:
     state = await parked(agent)
 
     with pytest.raises(BeamError) as caught:
-        agent.resume(state, Decision(call_id="p2", approved=True))
+        agent.resume(state, CallDecision(call_id="p2", approved=True))
     assert caught.value.code == "BEM-093"
     assert "'p1'" in caught.value.message
 
@@ -247,3 +247,25 @@ async def test_run_refuses_a_parked_or_finished_state(tmp_path: Path) -> None:
     with pytest.raises(BeamError) as caught:
         done.run(finished)
     assert caught.value.code == "BEM-098"
+
+
+async def test_a_state_parked_before_the_decision_class_was_renamed_resumes(
+    tmp_path: Path,
+) -> None:
+    # Saved by the release before ``Decision`` became ``CallDecision`` (commit 016aef0, this
+    # module's two_pushes publisher): parked on p2 after alice approved p1. A class name is
+    # no part of the document, so it loads, keeps its decision and runs on.
+    saved = (Path(__file__).parent / "parked_before_call_decision.json").read_text()
+    state = RunState.load(saved)
+    assert state.decisions == [
+        CallDecision(call_id="p1", approved=True, comment="a is fine", decided_by="alice")
+    ]
+    assert state.pending is not None and state.pending.id == "p2"
+    agent = publisher(ScriptedClient(["Done."]), tmp_path / "pushed.json")
+
+    bob = CallDecision(call_id="p2", approved=True, decided_by="bob")
+    result = result_of(await collect(agent.resume(state, bob)))
+
+    assert result.status is ResultStatus.COMPLETED and result.text == "Done."
+    assert json.loads((tmp_path / "pushed.json").read_text()) == {"ref": "docs/b"}
+    assert [d.decided_by for d in state.decisions] == ["alice", "bob"]

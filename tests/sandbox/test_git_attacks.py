@@ -32,7 +32,7 @@ from bot.core.errors import BeamError, GitError
 from sandbox.inside import repo_guard
 from sandbox.inside.jail import SandboxRoot
 from sandbox.inside.repo_guard import CANONICAL_CONFIG
-from sandbox.inside.tools import call_tool
+from sandbox.inside.sandbox_tools import call_tool
 from sandbox.inside.worktree import WorkingTree
 from tests.sandbox.git_kit import GitEnv, build_git_env, refs_of, snapshot
 

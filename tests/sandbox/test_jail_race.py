@@ -22,7 +22,7 @@ import pytest
 
 from bot.core.errors import BeamError
 from sandbox.inside.jail import SandboxRoot, _Found
-from sandbox.inside.tools import call_tool
+from sandbox.inside.sandbox_tools import call_tool
 from sandbox.inside.worktree import WorkingTree
 from tests.sandbox.git_kit import PROTECTED, GitEnv, build_git_env
 from tests.sandbox.jail_kit import OUTSIDE_SECRET, JailEnv, build_jail_env, snapshot_tree

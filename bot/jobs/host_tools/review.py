@@ -15,13 +15,13 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
+from bot.agents.tree_text import split_lines
 from bot.core.errors import BeamError
 from bot.core.input import AgentInput
 from bot.core.tools import ToolSpec, json_params, validate_arguments
-from bot.jobs.host_tools.text import split_lines
 from bot.store.models import Finding, ReviewOutcome
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.tools import decode_text
+from sandbox.inside.sandbox_tools import decode_text
 
 __all__ = ["ReviewChangeTool", "ReviewCollector", "SubmittedReview"]
 

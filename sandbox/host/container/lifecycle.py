@@ -4,8 +4,8 @@
 stdio before starting it (so not a byte of output is missed), and waits for the server's
 ready line.
 ``call`` is one request line out and one reply line back; nothing else touches the engine
-on the hot path. ``tools()`` gives the agent the nine tools with the in-process specs, each
-``invoke`` running the blocking round trip in a worker thread.
+on the hot path. ``tools()`` gives the agent the nine tools with the in-process specs, as
+``ContainerTool`` objects (``sandbox.host.container.remote_tools``) that call it.
 
 Failures end the container, never leave it behind:
 
@@ -22,7 +22,6 @@ so do the tools' own refusals (jail, git, protected refs), which come back as ``
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import threading
@@ -41,15 +40,15 @@ from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 from bot.config import SandboxLimits
 from bot.core.errors import BeamError
 from bot.core.identity import Identity, Trailer
-from bot.core.input import AgentInput
-from bot.core.tools import Tool, ToolSpec
+from bot.core.tools import Tool
 from sandbox.host.container.attach import AttachedStream, LineTooLong, StreamClosed, StreamTimeout
 from sandbox.host.container.hardening import SandboxJob, create_arguments
+from sandbox.host.container.remote_tools import ContainerTool
 from sandbox.host.engine import engine_errors
 from sandbox.inside.protocol import PROTOCOL_VERSION, encode_frame
 from sandbox.inside.tool_specs import TOOL_SPECS
 
-__all__ = ["ContainerSandbox", "ContainerTool"]
+__all__ = ["ContainerSandbox"]
 
 log = logging.getLogger(__name__)
 
@@ -326,20 +325,6 @@ class ContainerSandbox:
         if self._container_id is None:
             raise BeamError("BEM-404", "the sandbox is not running (stopped, or never started)")
         return self._container_id
-
-
-class ContainerTool:
-    """A tool whose work happens in a ``ContainerSandbox``; the spec is the in-process one."""
-
-    def __init__(self, spec: ToolSpec, sandbox: ContainerSandbox) -> None:
-        self._spec = spec
-        self._sandbox = sandbox
-
-    def spec(self) -> ToolSpec:
-        return self._spec
-
-    async def invoke(self, args: dict[str, JsonValue], input: AgentInput) -> JsonValue:
-        return await asyncio.to_thread(self._sandbox.call, self._spec.name, dict(args))
 
 
 def _reason(error: Exception) -> str:

@@ -187,7 +187,7 @@ class _PackReader:
         return b"".join(out), fed - len(inflater.unused_data) - len(inflater.unconsumed_tail)
 
 
-class _Cursor:
+class _DeltaReader:
     """Reads a delta one field at a time; running past its end is an IndexError."""
 
     def __init__(self, data: bytes) -> None:
@@ -229,7 +229,7 @@ class _Cursor:
 
 
 def _apply_delta(base: bytes, delta: bytes, room: int) -> bytes:
-    cursor = _Cursor(delta)
+    cursor = _DeltaReader(delta)
     if cursor.varint() != len(base):
         raise PackError("it holds a delta for a base of another size")
     size = cursor.varint()

@@ -245,7 +245,7 @@ def _working_files(
 
 
 @dataclass(frozen=True)
-class _Found:
+class _FoundEntry:
     kind: Literal["file", "symlink"]
     data: bytes
     executable: bool = False
@@ -257,7 +257,7 @@ class _Found:
         return int(FileMode.BLOB_EXECUTABLE if self.executable else FileMode.BLOB)
 
 
-def _on_disk(root: SandboxRoot, path: str, budget: _Budget) -> _Found | str | None:
+def _on_disk(root: SandboxRoot, path: str, budget: _Budget) -> _FoundEntry | str | None:
     """The file or link at ``path``; None when there is none; or why it is left out."""
     parts = path.split("/")
     parent = open_parent(root.path, parts, create=False)
@@ -269,7 +269,7 @@ def _on_disk(root: SandboxRoot, path: str, budget: _Budget) -> _Found | str | No
         except FileNotFoundError:
             return None
         if stat.S_ISLNK(info.st_mode):
-            return _Found("symlink", os.readlink(os.fsencode(parts[-1]), dir_fd=parent))
+            return _FoundEntry("symlink", os.readlink(os.fsencode(parts[-1]), dir_fd=parent))
     finally:
         os.close(parent)
     if stat.S_ISDIR(info.st_mode):
@@ -283,7 +283,7 @@ def _on_disk(root: SandboxRoot, path: str, budget: _Budget) -> _Found | str | No
         return None
     except BeamError as error:
         return f"the jail refuses to read it ({error.code}: {error.message})"
-    return _Found("file", data, executable=bool(info.st_mode & stat.S_IXUSR))
+    return _FoundEntry("file", data, executable=bool(info.st_mode & stat.S_IXUSR))
 
 
 def _special(mode: int) -> str:

@@ -27,7 +27,7 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 from fastapi.sse import format_sse_event
 
-from bot.api.jobs import JobId
+from bot.api.job_routes import JobId
 from bot.api.problems import problem_responses
 from bot.core.errors import BeamError
 from bot.core.frames import frame_adapter

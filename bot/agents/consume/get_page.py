@@ -14,12 +14,12 @@ from typing import Any
 
 from pydantic import JsonValue
 
+from bot.agents.tree_text import missing, split_lines
 from bot.core.errors import BeamError
 from bot.core.input import AgentInput
 from bot.core.tools import ToolSpec, json_params, validate_arguments
-from bot.jobs.host_tools.text import missing, split_lines
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.tools import decode_text
+from sandbox.inside.sandbox_tools import decode_text
 
 __all__ = ["GetPageTool", "page_title"]
 

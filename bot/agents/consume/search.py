@@ -18,12 +18,12 @@ from typing import Any
 
 from pydantic import JsonValue
 
+from bot.agents.tree_text import missing
 from bot.core.errors import BeamError
 from bot.core.input import AgentInput
 from bot.core.tools import ToolSpec, json_params, validate_arguments
-from bot.jobs.host_tools.text import missing
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.tools import decode_text
+from sandbox.inside.sandbox_tools import decode_text
 
 __all__ = ["SearchTool"]
 

@@ -89,7 +89,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def _decide(args: argparse.Namespace) -> int:
     from bot.cli.common import acting_as, console, os_account, services
-    from bot.cli.follow import finish, follow
+    from bot.cli.follow_command import finish, follow
     from bot.cli.render import FrameRenderer
     from bot.jobs.tasks import decide_job
 

@@ -1,6 +1,6 @@
 """Reading tree files as text, the same way for every host tool.
 
-Which files are text is ``sandbox.inside.tools.decode_text``, the rule of the sandbox's
+Which files are text is ``sandbox.inside.sandbox_tools.decode_text``, the rule of the sandbox's
 ``read_file``, so that a model sees one notion of "a text file"; lines end at ``\\n`` only,
 as in editors and git.
 """

@@ -1,5 +1,5 @@
 """``/v1/jobs``: submit a job, list and read jobs, cancel one. The event stream of a job is
-in ``bot.api.events``."""
+in ``bot.api.event_routes``."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, Field
 
-from bot.api.jobs import JobId
+from bot.api.job_routes import JobId
 from bot.api.problems import problem_responses
 from bot.http.deps import PrincipalDep, ServiceDep
 from bot.service.access import Principal

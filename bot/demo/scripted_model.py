@@ -1,255 +1,25 @@
-"""The demo: a sample docs repository, its configuration, and the scripted demo model.
-
-``riverbeam demo`` (``bot.cli.demo_command``) builds a bare upstream holding a small handbook whose
-install page has typos and a broken relative link, registers it in a generated
-``riverbeam.toml``, and asks an author job to fix the page.
-
-Without a model API key the workers use ``demo_model`` (``model.factory =
-"bot.demo:demo_model"``): a scripted model, a ``PlaybookClient`` with a plan for every kind
-that works through the real tools and computes its answers from what they return. Its whole
-knowledge is a list of common misspellings and the rule that a relative link must point at a
-file that exists:
-
-- author: lists the tree, reads the install page, writes it back corrected (misspellings
-  replaced word by word; a link to a missing page pointed at the closest page that exists),
-  looks at the diff, commits and pushes, which parks for approval;
-- review: reads the log, the diff, the tree and every changed file, and delivers with
-  ``review_change`` one finding per misspelling (minor) and per broken relative link
-  (major), the verdict following from them;
-- summarize and commit-notes: read the log and the diff and describe the commits, the files
-  and the fixes the diff makes;
-- publish: states what it publishes, from its brief, and calls ``publish_docset``.
-
-Nothing about the pages is hard-coded in its steps: change them and it finds what is there.
-With a key, the workers use the live model and this module only provides the repository.
-"""
+"""The scripted demo model: a ``PlaybookClient`` with a plan for every job kind, working
+through the real tools and computing its answers from what they return (see ``bot.demo``)."""
 
 from __future__ import annotations
 
-import difflib
-import json
 import posixpath
 import re
 import textwrap
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TypeVar
 
-import pygit2
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from bot.clients.base import Completion, Message, ToolCall
 from bot.clients.playbook import PlaybookClient, PlaybookStep, last_tool_result, tool_results
+from bot.demo.fixes import LINK, Fix, fix_links, fix_typos, missing_target
+from bot.demo.sample_repo import PAGE
 from bot.jobs.host_tools.review import SubmittedReview, Verdict
 from bot.store.models import Finding, JobKind, JobRecord
 from sandbox.inside.reports import DiffReport, LogReport
-
-REPO_NAME = "skiff-docs"
-PAGE = "docs/install.md"
-REQUEST = "Fix the broken links and typos on the install page"
-PUBLISH_REF = "published"
-DEMO_MODEL_FACTORY = "bot.demo:demo_model"
-SCRIPTED_LABEL = "scripted demo model — no language model is called"
-AUTHOR = pygit2.Signature("Skiff Docs Team", "docs@skiff.invalid")
-
-PAGES: dict[str, str] = {
-    "README.md": (
-        "# Skiff documentation\n\n"
-        "Skiff turns a folder of Markdown files into a small, fast static website.\n\n"
-        "- [Documentation index](docs/index.md)\n"
-        "- [Installing Skiff](docs/install.md)\n"
-        "- [Configuring a site](docs/configuration.md)\n"
-    ),
-    "docs/index.md": (
-        "# Skiff\n\n"
-        "Skiff builds a plain, fast website from a folder of Markdown pages.\n\n"
-        "1. [Installing Skiff](install.md) on Linux, macOS and Windows.\n"
-        "2. [Configuring a site](configuration.md): title, theme and navigation.\n"
-    ),
-    PAGE: (
-        "# Installing Skiff\n\n"
-        "Skiff needs Python 3.10 or newer. We recomend installing it in a virtual\n"
-        "enviroment, so that it does not interfere with other tools on your system.\n\n"
-        "## With pip\n\n"
-        "    python3 -m venv .venv\n"
-        "    . .venv/bin/activate\n"
-        "    pip install skiff\n\n"
-        "## Check teh installation\n\n"
-        "Run `skiff --version`. If it prints a version number, Skiff is installed\n"
-        "succesfully.\n\n"
-        "## Next steps\n\n"
-        "Read [configuring your site](configure.md) to set a title and a theme, or go\n"
-        "back to the [documentation index](index.md).\n"
-    ),
-    "docs/configuration.md": (
-        "# Configuring a site\n\n"
-        "Skiff reads `skiff.toml` at the root of your site:\n\n"
-        '    title = "My notes"\n'
-        '    theme = "paper"\n\n'
-        "| key | default | meaning |\n"
-        "|---|---|---|\n"
-        "| `title` | the folder name | shown in the browser tab and the header |\n"
-        "| `theme` | `plain` | `plain`, `paper` or `night` |\n"
-        "| `nav` | every page | the pages of the side bar, in order |\n"
-    ),
-}
-
-# The scripted model's whole knowledge of spelling: common misspellings, lower case.
-MISSPELLINGS: dict[str, str] = {
-    "recomend": "recommend",
-    "recieve": "receive",
-    "enviroment": "environment",
-    "teh": "the",
-    "succesfully": "successfully",
-    "seperate": "separate",
-    "dependancy": "dependency",
-    "occured": "occurred",
-    "instal": "install",
-}
-_WORD = re.compile(r"[A-Za-z]+")
-_LINK = re.compile(r"\]\((?P<target>[^)\s#]+)(?P<anchor>#[^)\s]*)?\)")
-
-
-# -- the repository ----------------------------------------------------------------------
-
-
-def create_upstream(path: Path, pages: Mapping[str, str] = PAGES) -> str:
-    """A bare repository at ``path`` whose ``main`` holds ``pages`` in one commit; its sha.
-    Built with pygit2 alone: the demo needs no git command on the machine."""
-    repo = pygit2.init_repository(str(path), bare=True, initial_head="main")
-    repo.config["core.logAllRefUpdates"] = "always"
-    tree = _tree(repo, {name: text.encode() for name, text in pages.items()})
-    commit = repo.create_commit("refs/heads/main", AUTHOR, AUTHOR, "Start the handbook", tree, [])
-    return str(commit)
-
-
-def _tree(repo: pygit2.Repository, files: Mapping[str, bytes]) -> pygit2.Oid:
-    builder = repo.TreeBuilder()
-    children: dict[str, dict[str, bytes]] = {}
-    for name, data in files.items():
-        top, _, rest = name.partition("/")
-        if rest:
-            children.setdefault(top, {})[rest] = data
-        else:
-            builder.insert(top, repo.create_blob(data), pygit2.enums.FileMode.BLOB)
-    for directory, inner in children.items():
-        builder.insert(directory, _tree(repo, inner), pygit2.enums.FileMode.TREE)
-    return builder.write()
-
-
-@dataclass(frozen=True)
-class UpstreamCommit:
-    sha: str
-    subject: str
-    author: str
-
-
-def branch_commit(upstream: Path, branch: str) -> UpstreamCommit | None:
-    """The commit ``branch`` points at in the bare ``upstream``; None without the branch."""
-    repo = pygit2.Repository(str(upstream))
-    ref = repo.references.get(f"refs/heads/{branch}")
-    if ref is None:
-        return None
-    commit = repo[ref.target]
-    assert isinstance(commit, pygit2.Commit)
-    return UpstreamCommit(
-        sha=str(commit.id),
-        subject=commit.message.split("\n", 1)[0],
-        author=f"{commit.author.name} <{commit.author.email}>",
-    )
-
-
-def config_text(
-    *, redis_url: str, upstream: Path, workspaces: Path, scripted: bool, prefix: str = "riverbeam"
-) -> str:
-    """The demo's ``riverbeam.toml``. Paths are written as TOML strings (JSON's escaping
-    is valid TOML for them)."""
-    lines = [
-        "# Written by `riverbeam demo`: the sample repository and the stack it runs on.",
-        f"redis_url = {json.dumps(redis_url)}",
-        "",
-        f"[repositories.{REPO_NAME}]",
-        f"upstream = {json.dumps(str(upstream))}",
-        "# Where a publish job puts a reviewed commit.",
-        f"publish_ref = {json.dumps(PUBLISH_REF)}",
-        "# In the demo you are the writer and the reviewer; a team keeps this off.",
-        "allow_self_approval = true",
-        "",
-        "[workspaces]",
-        f"root = {json.dumps(str(workspaces / 'workspaces'))}",
-        f"mirrors = {json.dumps(str(workspaces / 'mirrors'))}",
-        "",
-        "[jobs]",
-        f"prefix = {json.dumps(prefix)}",
-    ]
-    if scripted:
-        lines += ["", "[model]", f"# The {SCRIPTED_LABEL}.", f'factory = "{DEMO_MODEL_FACTORY}"']
-    return "\n".join(lines) + "\n"
-
-
-# -- what the scripted model knows how to fix -------------------------------------------
-
-
-@dataclass(frozen=True)
-class Fix:
-    before: str
-    after: str
-
-    def __str__(self) -> str:
-        return f"{self.before} → {self.after}"
-
-
-def fix_typos(text: str) -> tuple[str, list[Fix]]:
-    """``text`` with every known misspelling replaced, keeping a capital first letter."""
-    fixes: list[Fix] = []
-
-    def replace(match: re.Match[str]) -> str:
-        word = match.group(0)
-        right = MISSPELLINGS.get(word.lower())
-        if right is None:
-            return word
-        if word[0].isupper():
-            right = right[0].upper() + right[1:]
-        fixes.append(Fix(word, right))
-        return right
-
-    return _WORD.sub(replace, text), fixes
-
-
-def fix_links(text: str, page: str, files: Sequence[str]) -> tuple[str, list[Fix]]:
-    """``text`` (the page at ``page``) with each relative link to a missing file pointed at
-    the most similar existing file of the same directory, when one is similar enough."""
-    here = posixpath.dirname(page)
-    existing = set(files)
-    neighbours = [
-        posixpath.relpath(name, here or ".") for name in files if posixpath.dirname(name) == here
-    ]
-    fixes: list[Fix] = []
-
-    def replace(match: re.Match[str]) -> str:
-        target = match.group("target")
-        if not _missing_target(target, here, existing):
-            return match.group(0)
-        closest = difflib.get_close_matches(target, neighbours, n=1, cutoff=0.6)
-        if not closest:
-            return match.group(0)
-        fixes.append(Fix(target, closest[0]))
-        return f"]({closest[0]}{match.group('anchor') or ''})"
-
-    return _LINK.sub(replace, text), fixes
-
-
-def _missing_target(target: str, here: str, existing: set[str]) -> bool:
-    """Whether ``target``, linked from a page in directory ``here``, is a relative link to a
-    file that is not in ``existing``."""
-    if "://" in target or target.startswith(("/", "mailto:")):
-        return False
-    return posixpath.normpath(posixpath.join(here, target)) not in existing
-
-
-# -- the scripted demo model --------------------------------------------------------------
 
 
 class DemoModel(PlaybookClient):
@@ -386,8 +156,8 @@ def review_pages(pages: Mapping[str, str], files: Sequence[str]) -> SubmittedRev
                 Finding(path=path, line=number, severity="major",
                         suggestion=repointed if repointed != line else None,
                         note=f"The link to '{target}' points at a file that does not exist.")
-                for target in (match.group("target") for match in _LINK.finditer(line))
-                if _missing_target(target, here, existing)
+                for target in (match.group("target") for match in LINK.finditer(line))
+                if missing_target(target, here, existing)
             ]  # fmt: skip
     findings.sort(key=lambda finding: finding.severity != "major")
     majors = sum(finding.severity == "major" for finding in findings)
@@ -447,8 +217,8 @@ class _FileChange:
         """The misspellings the change corrects and the link targets it repoints."""
         removed, added = "\n".join(self.removed), "\n".join(self.added)
         typos = {(f.before, f.after): f for f in fix_typos(removed)[1] if f.after in added}
-        before = {m.group("target") for m in _LINK.finditer(removed)}
-        after = {m.group("target") for m in _LINK.finditer(added)}
+        before = {m.group("target") for m in LINK.finditer(removed)}
+        after = {m.group("target") for m in LINK.finditer(added)}
         pairs = zip(sorted(before - after), sorted(after - before), strict=False)
         return list(typos.values()), [Fix(old, new) for old, new in pairs]
 

@@ -124,7 +124,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def _follow(args: argparse.Namespace) -> int:
     from bot.cli.common import console, services
-    from bot.cli.follow import finish, follow
+    from bot.cli.follow_command import finish, follow
     from bot.cli.render import FrameRenderer
 
     out = console()

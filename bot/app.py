@@ -8,10 +8,10 @@ from fastapi import FastAPI
 
 from bot import web
 from bot.api import approval_routes, catalog, event_routes, health, job_routes, metrics
-from bot.api.problems import install_problem_handlers
 from bot.api.reload import tokens_reload_on_sighup
 from bot.config import Settings, load_settings
 from bot.http.limits import AuthThrottle, BodyLimit
+from bot.http.problems import install_problem_handlers
 from bot.jobs.celery_app import create_app as create_celery_app
 from bot.service.access import TokenRegistry
 from bot.service.operations import Service

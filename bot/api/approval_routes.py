@@ -8,8 +8,8 @@ from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, Field
 
 from bot.api.job_routes import JobId
-from bot.api.problems import problem_responses
 from bot.http.deps import PrincipalDep, ServiceDep
+from bot.http.problems import problem_responses
 from bot.service.access import Principal
 from bot.service.operations import Service
 from bot.service.schemas import ApprovalList, ApprovalView, Decision

@@ -28,10 +28,10 @@ from fastapi.responses import StreamingResponse
 from fastapi.sse import format_sse_event
 
 from bot.api.job_routes import JobId
-from bot.api.problems import problem_responses
 from bot.core.errors import BeamError
 from bot.core.frames import frame_adapter
 from bot.http.deps import PrincipalDep, ServiceDep
+from bot.http.problems import problem_responses
 from bot.service.access import Principal
 from bot.service.operations import Service
 from bot.store.models import JobEvent, JobState

@@ -7,9 +7,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Response
 
-from bot.api.problems import problem_responses
 from bot.core.errors import BeamError
 from bot.http.deps import PrincipalDep, ServiceDep
+from bot.http.problems import problem_responses
 from bot.service.schemas import JobPage, JobRequest, JobView
 from bot.store.listing import MAX_CURSOR_CHARS
 from bot.store.models import JobKind, JobState

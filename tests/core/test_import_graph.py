@@ -8,9 +8,14 @@ count.
 
 from __future__ import annotations
 
+import re
+import tomllib
+from pathlib import Path
+
 import grimp
 
 PACKAGES = ("bot", "sandbox", "skills")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cycles(graph: grimp.ImportGraph) -> list[tuple[str, str]]:
@@ -35,3 +40,24 @@ def test_a_cycle_hidden_inside_a_function_is_found() -> None:
     graph.add_import(importer="bot.core.errors", imported="bot.jobs.tasks")
 
     assert ("bot.core.errors", "bot.jobs.tasks") in _cycles(graph)
+
+
+def _contract_layers() -> list[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (layers,) = [
+        contract["layers"]
+        for contract in config["tool"]["importlinter"]["contracts"]
+        if contract["id"] == "layers"
+    ]
+    return [" | ".join(part.strip() for part in layer.split("|")) for layer in layers]
+
+
+def _pictured_layers() -> list[str]:
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    picture = page.split("## The layers", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    # Each line: the layer's modules, then two or more spaces, then what it is.
+    return [re.split(r"\s{2,}", line.strip(), maxsplit=1)[0] for line in picture.splitlines()]
+
+
+def test_the_architecture_page_pictures_the_layers_contract() -> None:
+    assert _pictured_layers() == _contract_layers()

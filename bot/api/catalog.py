@@ -7,8 +7,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from bot.api.problems import problem_responses
 from bot.http.deps import get_principal
+from bot.http.problems import problem_responses
 from bot.store.models import JobKind
 from skills import Skill, builtin_skills, skill_by_name
 

@@ -1,5 +1,5 @@
 """``/v1/jobs``: submit a job, list and read jobs, cancel one. The event stream of a job is
-in ``bot.api.events``."""
+in ``bot.api.events`` (framed by ``bot.http.sse``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Response
 
-from bot.api.problems import problem_responses
 from bot.core.errors import BeamError
 from bot.http.deps import PrincipalDep, ServiceDep
+from bot.http.problems import problem_responses
 from bot.jobs.store import MAX_CURSOR_CHARS
 from bot.service.schemas import JobPage, JobRequest, JobView
 from bot.store.models import JobKind, JobState

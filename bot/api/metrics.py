@@ -47,7 +47,7 @@ from fastapi import APIRouter, Request, Response
 from bot.core.errors import BeamError
 from bot.core.frames import ToolFrame
 from bot.jobs.store import JobStore
-from bot.service.operations import Service
+from bot.service.jobs import JobService
 from bot.store.models import JobKind, JobState
 
 log = logging.getLogger(__name__)
@@ -223,7 +223,7 @@ def engine_families() -> list[Family]:
 class MetricsCache:
     """The last exposition and when it was made; one refresh at a time."""
 
-    def __init__(self, service: Service, ttl_seconds: float = METRICS_TTL_SECONDS) -> None:
+    def __init__(self, service: JobService, ttl_seconds: float = METRICS_TTL_SECONDS) -> None:
         self._service = service
         self._ttl = ttl_seconds
         self._lock = asyncio.Lock()

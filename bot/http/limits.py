@@ -25,8 +25,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bot.api.problems import problem_response
 from bot.core.errors import BeamError
+from bot.http.problems import problem_response
 
 # Client addresses the throttle remembers; the quietest are forgotten first.
 MAX_TRACKED_CLIENTS = 10_000

@@ -521,14 +521,20 @@ class JobStore:
 
         return self._change_job(job_id, change)[0] is not None
 
-    def request_cancel(self, job_id: str) -> JobRecord:
-        """Ask for the job to stop. A job no worker holds (queued, parked, or running under
-        a lease that ran out) is cancelled at once, its pending approval withdrawn; a running
-        one gets ``cancel_requested`` and its worker ends it between tool calls; a final job
-        comes back unchanged. While its worker pushes upstream, BEM-512: the push cannot be
-        called back, and a cancel then would end the job saying nothing went out."""
+    def request_cancel(
+        self, job_id: str, *, authorize: Callable[[JobRecord], None] | None = None
+    ) -> JobRecord:
+        """Ask for the job to stop; ``authorize(record)`` runs first, inside the transaction,
+        and raises when the caller may not cancel it. A job no worker holds (queued, parked,
+        or running under a lease that ran out) is cancelled at once, its pending approval
+        withdrawn; a running one gets ``cancel_requested`` and its worker ends it between tool
+        calls; a final job comes back unchanged. While its worker pushes upstream, BEM-512:
+        the push cannot be called back, and a cancel then would end the job saying nothing
+        went out."""
 
         def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
+            if authorize is not None:
+                authorize(record)
             if record.state.is_final:
                 return None
             if record.state is JobState.RUNNING and _leased(record, now):
@@ -1011,23 +1017,28 @@ class JobStore:
         by: str,
         binding: DecisionBinding | None,
         comment: str = "",
-        allow_self: bool = False,
+        authorize: Callable[[JobRecord], bool] | None = None,
         os_user: str | None = None,
-    ) -> Approval:
-        """Approve or refuse the job's pending call, once. ``binding`` names the approval the
-        person looked at. In the order checked: BEM-600 when nothing waits; BEM-604 when the
-        binding is not the approval waiting (decided since, or the job parked again on
-        another change); BEM-601 when someone decided first; BEM-602 when the requester
-        approves their own job and ``allow_self`` is off (refusing it is always allowed);
-        BEM-605 for an approve that names nothing (a refuse may, since refusing releases
-        nothing). ``os_user``: the OS account behind a CLI decision, recorded beside ``by``
-        and held to the same self-approval rule."""
+    ) -> tuple[Approval, JobRecord]:
+        """Approve or refuse the job's pending call, once; returns the decision and the job
+        as the transaction read it (the one read of the job a decision makes: the resume is
+        sent from it). ``authorize(record)`` runs first, inside the transaction: it raises
+        when the caller may not decide this job, else says whether its requester may approve
+        it (without it: no). ``binding`` names the approval the person looked at. In the
+        order checked: BEM-600 when nothing waits; BEM-604 when the binding is not the
+        approval waiting (decided since, or the job parked again on another change); BEM-601
+        when someone decided first; BEM-602 when the requester approves their own job and
+        ``authorize`` does not allow it (refusing it is always allowed); BEM-605 for an
+        approve that names nothing (a refuse may, since refusing releases nothing).
+        ``os_user``: the OS account behind a CLI decision, recorded beside ``by`` and held to
+        the same self-approval rule."""
         if not by:
             raise ValueError("a decision needs the name of who made it")
         key = self._approval_key(job_id)
 
-        def body(pipe: Pipeline) -> tuple[Approval, Writes | None]:
+        def body(pipe: Pipeline) -> tuple[tuple[Approval, JobRecord], Writes | None]:
             record = self._read_job(pipe, job_id)
+            allow_self = False if authorize is None else authorize(record)
             current = self._read_approval(pipe, job_id)
             if binding is not None and current is not None and binding.approval_id != current.id:
                 raise _stale(job_id, binding, current)
@@ -1061,7 +1072,7 @@ class JobStore:
             def writes(tx: Pipeline) -> None:
                 self._queue_decided(tx, decided)
 
-            return decided, writes
+            return (decided, record), writes
 
         return self.atomic([key, self._job_key(job_id)], body)
 

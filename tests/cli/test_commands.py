@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli.common import os_account
-from bot.jobs.queues import queue_for, worker_queues
+from bot.service.queues import queue_for, worker_queues
 from bot.store.models import ApprovalState, JobKind, JobRecord, JobState
 from harness.playbooks import COMMIT_SUBJECT
 from harness.stack import REQUESTER, REVIEWER, Stack, job_stack, wait_until

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bot.jobs.queues import RESUME_JOB, queue_for, send_resume_sweep
+from bot.service.queues import RESUME_JOB, queue_for, send_resume_sweep
 from bot.store.models import JobKind, JobState
 from harness.stack import Stack, job_stack, wait_until
 from tests.faults.invariants import check_invariants

@@ -23,7 +23,6 @@ from bot.config import RepositoryConfig, Settings, WorkspaceSettings, load_setti
 from bot.core.cron import parse_cron
 from bot.core.errors import BeamError
 from bot.jobs.celery_app import create_app
-from bot.jobs.queues import DEFAULT_QUEUE, SCHEDULE_SUMMARIES
 from bot.jobs.schedules import (
     KEEP_RUNS,
     MAX_DELIVERIES,
@@ -36,6 +35,7 @@ from bot.jobs.schedules import (
     poll_delay,
 )
 from bot.jobs.store import JobStore
+from bot.service.queues import DEFAULT_QUEUE, SCHEDULE_SUMMARIES
 from bot.store.models import JobKind, JobSpec, JobState, SummaryOutcome
 from harness.gitkit import git
 from harness.playbooks import SLOW_BRANCH_PREFIX, SUMMARY_TEXT, seed_upstream

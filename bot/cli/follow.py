@@ -64,7 +64,7 @@ def follow(
         record = item.record
         if record is None:
             continue
-        person = _waits_for_a_person(service, who, record)
+        person = _waits_for_a_person(service, record)
         if stop_when_parked and person:
             return Followed(last, record)
         quiet = time.monotonic() - quiet_since > IDLE_NOTICE_SECONDS
@@ -74,7 +74,7 @@ def follow(
     raise AssertionError("a follow ends with the job's end")
 
 
-def _waits_for_a_person(service: JobService, who: Principal, record: JobRecord) -> bool:
+def _waits_for_a_person(service: JobService, record: JobRecord) -> bool:
     if record.state is not JobState.AWAITING_APPROVAL:
         return False
     approval = service.store.approval(record.id)

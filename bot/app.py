@@ -14,18 +14,22 @@ from bot.http.limits import AuthThrottle, BodyLimit
 from bot.http.problems import install_problem_handlers
 from bot.jobs.celery_app import create_app as create_celery_app
 from bot.service.access import TokenRegistry
-from bot.service.operations import Service
+from bot.service.jobs import JobService
+from bot.service.queues import TaskQueues
 from bot.store.store import JobStore
+from sandbox.host.container.reaper import reap_after_cancel
 
 
-def create_app(settings: Settings | None = None, *, service: Service | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, service: JobService | None = None) -> FastAPI:
     settings = settings or load_settings()
     if service is None:
-        service = Service(
+        store = JobStore.for_settings(settings, api=True)
+        service = JobService(
             settings=settings,
-            store=JobStore.for_settings(settings, api=True),
-            celery=api_celery(settings),
+            store=store,
+            queues=TaskQueues(api_celery(settings)),
             tokens=TokenRegistry(settings.api.tokens),
+            after_cancel=reap_after_cancel(store.deployment),
         )
     app = FastAPI(
         lifespan=tokens_reload_on_sighup(lambda: service.tokens),

@@ -57,8 +57,10 @@ from bot.config import Settings
 from bot.core.errors import BeamError
 from bot.core.frames import ToolCallRecord, ToolFrame
 from bot.jobs.celery_app import create_app
-from bot.jobs.queues import worker_queues
-from bot.jobs.tasks import JobWorker, decide_job, submit_job
+from bot.jobs.tasks import JobWorker
+from bot.service.access import Principal, TokenRegistry
+from bot.service.jobs import JobService
+from bot.service.queues import TaskQueues, worker_queues
 from bot.store.models import Approval, JobKind, JobRecord, JobSpec, JobState
 from bot.store.store import JobStore
 from harness.git_http import GitHttpServer
@@ -66,6 +68,7 @@ from harness.gitkit import commit_all, git, traversable_dir, write_files
 from harness.playbooks import seed_upstream
 from harness.redis_server import RedisServer, running_redis
 from sandbox.host.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
+from sandbox.host.container.reaper import reap_after_cancel
 from sandbox.host.engine import connect
 from sandbox.host.image.build import build_image
 
@@ -114,6 +117,17 @@ class Stack:
     redis: RedisServer
     workers: dict[str, WorkerProcess] = field(default_factory=dict)
     hosts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def service(self) -> JobService:
+        """The job service the CLI builds for these settings (an operator's, no tokens)."""
+        return JobService(
+            self.settings,
+            self.store,
+            TaskQueues(self.app),
+            TokenRegistry(()),
+            after_cancel=reap_after_cancel(self.store.deployment),
+        )
 
     # -- workers ------------------------------------------------------------------------
 
@@ -221,23 +235,24 @@ class Stack:
     def submit(self, kind: JobKind, playbook: str, *, repo: str = REPO, **fields: Any) -> JobRecord:
         metadata = {"playbook": playbook, **fields.pop("metadata", {})}
         spec = JobSpec(kind=kind, repo=repo, requested_by=REQUESTER, metadata=metadata, **fields)
-        return submit_job(self.store, spec, settings=self.settings, app=self.app)
+        return self.service.submit(Principal.operator(REQUESTER), spec)
 
     def decide(
         self, job_id: str, *, approve: bool, by: str = REVIEWER, comment: str = ""
     ) -> Approval:
         """Decide the job's current approval, as a reviewer who looked at it."""
         current = self.store.approval(job_id)
-        return decide_job(
-            self.store,
+        return self.service.decide(
+            Principal.operator(by),
             job_id,
-            approve,
-            by,
-            comment,
+            approve=approve,
+            comment=comment,
             binding=current.binding() if current is not None else None,
-            settings=self.settings,
-            app=self.app,
         )
+
+    def cancel(self, job_id: str, *, by: str = REQUESTER) -> JobRecord:
+        """Cancel the job, as its requester."""
+        return self.service.cancel(Principal.operator(by), job_id)
 
     def wait_for(self, job_id: str, *states: JobState, timeout: float = 30.0) -> JobRecord:
         """The job once it is in one of ``states``; fails with the workers' logs on timeout

@@ -11,7 +11,7 @@ from bot.api.job_routes import JobId
 from bot.http.deps import PrincipalDep, ServiceDep
 from bot.http.problems import problem_responses
 from bot.service.access import Principal
-from bot.service.operations import Service
+from bot.service.jobs import JobService
 from bot.service.schemas import ApprovalList, ApprovalView, Decision
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
@@ -94,7 +94,7 @@ def refuse(
 
 
 def _decide(
-    service: Service, who: Principal, job_id: str, decision: Decision | None, *, approve: bool
+    service: JobService, who: Principal, job_id: str, decision: Decision | None, *, approve: bool
 ) -> ApprovalView:
     decision = decision or Decision()
     decided = service.decide(

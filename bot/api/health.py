@@ -42,7 +42,7 @@ from redis.retry import Retry
 from bot.config import Settings
 from bot.core.errors import BeamError
 from bot.jobs.workers import active_queues, queues_served
-from bot.service.operations import Service
+from bot.service.jobs import JobService
 from bot.store.gateway import describe_redis
 
 router = APIRouter(tags=["operations"])
@@ -214,14 +214,14 @@ def _expected_image(request: Request, settings: Settings) -> ExpectedImage:
     return expected
 
 
-async def health(service: Service, expected: ExpectedImage) -> Health:
+async def health(service: JobService, expected: ExpectedImage) -> Health:
     served: dict[str, list[str]] = {}
     probes: dict[str, Callable[[], str]] = {
         "redis": lambda: check_redis(service.settings),
-        "broker": lambda: check_broker(service.celery),
+        "broker": lambda: check_broker(service.queues.app),
         "docker": check_docker,
         "image": lambda: check_image(expected),
-        "workers": lambda: check_workers(service.celery, served),
+        "workers": lambda: check_workers(service.queues.app, served),
     }
     results = await asyncio.gather(*(_run(probe) for probe in probes.values()))
     checks = dict(zip(probes, results, strict=True))
@@ -237,7 +237,7 @@ async def health(service: Service, expected: ExpectedImage) -> Health:
 )
 async def healthz(request: Request) -> JSONResponse:
     """200 when every check passes, 503 when one fails; the same body either way."""
-    service: Service = request.app.state.service
+    service: JobService = request.app.state.service
     answer = await health(service, _expected_image(request, service.settings))
     return JSONResponse(
         answer.model_dump(mode="json"),

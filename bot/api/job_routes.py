@@ -1,5 +1,5 @@
 """``/v1/jobs``: submit a job, list and read jobs, cancel one. The event stream of a job is
-in ``bot.api.event_routes``."""
+in ``bot.api.event_routes`` (framed by ``bot.http.event_stream``)."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from bot.core.errors import BeamError
 from bot.core.frames import ToolFrame
-from bot.service.operations import Service
+from bot.service.jobs import JobService
 from bot.store.models import JobKind, JobState
 from bot.store.store import JobStore
 
@@ -243,7 +243,7 @@ class MetricsCache:
     registry holding only the Riverbeam collector: the library's global one would add this
     process's own metrics, and several apps in one process would share it."""
 
-    def __init__(self, service: Service, ttl_seconds: float = METRICS_TTL_SECONDS) -> None:
+    def __init__(self, service: JobService, ttl_seconds: float = METRICS_TTL_SECONDS) -> None:
         self._ttl = ttl_seconds
         self._lock = asyncio.Lock()
         self._text = b""

@@ -88,25 +88,22 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _decide(args: argparse.Namespace) -> int:
-    from bot.cli.common import acting_as, console, os_account, services
+    from bot.cli.common import console, operator, os_account, services
     from bot.cli.follow_command import finish, follow
     from bot.cli.render import FrameRenderer
-    from bot.jobs.tasks import decide_job
 
     out = console()
     binding = DecisionBinding.named(args.approval, args.commit, args.digest)
+    who = operator(args.as_name)
     with services() as running:
         # Decided from here on: frames already in the stream belong to the parked segment.
         resume_from = running.store.last_event_id(args.job_id)
-        decided = decide_job(
-            running.store,
+        decided = running.service.decide(
+            who,
             args.job_id,
-            args.approve,
-            acting_as(args.as_name),
-            args.comment,
+            approve=args.approve,
+            comment=args.comment,
             binding=binding,
-            settings=running.settings,
-            app=running.app,
             os_user=os_account(),
         )
         target = f"{decided.target_ref} (commit {(decided.commit_sha or '')[:12]})"
@@ -117,4 +114,5 @@ def _decide(args: argparse.Namespace) -> int:
         if not args.follow:
             return 0
         renderer = FrameRenderer(out)
-        return finish(out, follow(running.store, args.job_id, renderer, after=resume_from))
+        followed = follow(running.service, who, args.job_id, renderer, after=resume_from)
+        return finish(out, followed)

@@ -38,7 +38,7 @@ import httpx
 from pydantic import ValidationError
 
 from bot.cli.render import tool_line
-from bot.cli.submit import metadata_pairs
+from bot.cli.submit import checked_request
 from bot.clients.sse import SseDecoder, SseError, SseEvent
 from bot.core.errors import CODES, BeamError
 from bot.core.frames import ErrorFrame, ToolFrame, frame_adapter
@@ -48,7 +48,6 @@ from bot.store.models import (
     JobState,
     ReviewOutcome,
     SummaryOutcome,
-    invalid_request,
 )
 
 TOKEN_ENV = "RIVERBEAM_TOKEN"
@@ -164,12 +163,8 @@ def job_request(args: argparse.Namespace) -> JobRequest:
         "range": getattr(args, "range", None),
         "branch": getattr(args, "branch", None),
         "base": getattr(args, "base", None),
-        "metadata": metadata_pairs(args.metadata),
     }
-    try:
-        return JobRequest(**fields)
-    except ValidationError as error:
-        raise invalid_request(error) from None
+    return checked_request(fields, args.metadata)
 
 
 def idempotency_key(given: str | None, body: JobRequest, env: Mapping[str, str]) -> str:

@@ -1,5 +1,5 @@
-"""What the job commands share: the console, the store and the Celery app of the settings,
-who is acting, and how an invalid request is reported."""
+"""What the job commands share: the console, the job service of the settings (its store and
+Celery app), who is acting, and how an invalid request is reported."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     # Celery and redis load only when a command talks to the service.
     from celery import Celery
 
+    from bot.service.access import Principal
+    from bot.service.jobs import JobService
     from bot.store.store import JobStore
 
 # Long lines (diffs, paths) stay whole when the output is a pipe or a file; a terminal
@@ -48,6 +50,15 @@ def acting_as(name: str | None) -> str:
         return "anonymous"
 
 
+def operator(name: str | None) -> Principal:
+    """The CLI's caller to the job service: ``acting_as(name)``, an admin on every
+    repository (whoever reaches the store's Redis could do as much), held to the same
+    rules as an API caller otherwise (self-approval, job states)."""
+    from bot.service.access import Principal
+
+    return Principal.operator(acting_as(name))
+
+
 def os_account() -> str:
     """The operating-system account running this process, from its real uid (not from the
     environment, which the caller controls): what the CLI records beside a claimed name."""
@@ -60,11 +71,12 @@ def os_account() -> str:
 
 @dataclass
 class Services:
-    """The store and the Celery app of one set of settings, for one command."""
+    """The job service, its store and Celery app, of one set of settings, for one command."""
 
     settings: Settings
     store: JobStore
     app: Celery
+    service: JobService
 
 
 @contextmanager
@@ -73,13 +85,24 @@ def services(settings: Settings | None = None) -> Iterator[Services]:
     is made per command, not cached, so a process that runs commands for several
     configurations (the tests, the demo) never sends to the wrong broker."""
     from bot.jobs.celery_app import create_app
+    from bot.service.access import TokenRegistry
+    from bot.service.jobs import JobService
+    from bot.service.queues import TaskQueues
     from bot.store.store import JobStore
+    from sandbox.host.container.reaper import reap_after_cancel
 
     settings = settings or load_settings()
     store = JobStore.for_settings(settings)
     app = create_app(settings)
+    service = JobService(
+        settings,
+        store,
+        TaskQueues(app),
+        TokenRegistry(settings.api.tokens),
+        after_cancel=reap_after_cancel(store.deployment),
+    )
     try:
-        yield Services(settings, store, app)
+        yield Services(settings, store, app, service)
     finally:
         app.close()
 

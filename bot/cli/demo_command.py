@@ -150,12 +150,12 @@ def _prepare(out: Console, directory: Path, redis_url: str) -> Settings:
 
 
 def _run(out: Console, settings: Settings, directory: Path, me: str, *, yes: bool) -> int:
-    from bot.cli.common import services
+    from bot.cli.common import operator, services
     from bot.cli.follow_command import follow
     from bot.cli.render import FrameRenderer
     from bot.demo import REPO_NAME, REQUEST, branch_commit
-    from bot.jobs.tasks import cancel_job, submit_job
-    from bot.store.models import JobKind, JobSpec
+    from bot.service.schemas import JobRequest
+    from bot.store.models import JobKind
 
     upstream = directory / "upstream.git"
     main_before = branch_commit(upstream, "main")
@@ -163,19 +163,20 @@ def _run(out: Console, settings: Settings, directory: Path, me: str, *, yes: boo
     renderer = FrameRenderer(out)
     with services(settings) as running:
         _step(out, "3. An author job", f"request: {REQUEST!r}")
-        spec = JobSpec(kind=JobKind.AUTHOR, repo=REPO_NAME, request=REQUEST, requested_by=me)
-        job = submit_job(running.store, spec, settings=settings, app=running.app)
+        who = operator(me)
+        request = JobRequest(kind=JobKind.AUTHOR, repo=REPO_NAME, request=REQUEST)
+        job = running.service.submit(who, request)
         out.print(f"  job {job.id} queued, requested by {me}\n")
         try:
-            followed = follow(running.store, job.id, renderer)
+            followed = follow(running.service, who, job.id, renderer)
             while followed.parked:
                 approve = _decide(out, running, job.id, me, yes=yes)
                 _step(out, "5. The job resumes", "approved" if approve else "refused")
-                followed = follow(running.store, job.id, renderer, after=followed.last_event)
+                followed = follow(running.service, who, job.id, renderer, after=followed.last_event)
         except BaseException:
             # Interrupted: the demo's job must not wait in a queue or for a decision after
             # the demo is gone.
-            cancel_job(running.store, job.id)
+            running.service.cancel(who, job.id)
             raise
         record = followed.record
     _step(out, "6. Upstream")
@@ -183,9 +184,8 @@ def _run(out: Console, settings: Settings, directory: Path, me: str, *, yes: boo
 
 
 def _decide(out: Console, running: Services, job_id: str, me: str, *, yes: bool) -> bool:
-    from bot.cli.common import os_account
+    from bot.cli.common import operator, os_account
     from bot.cli.render import show_approval
-    from bot.jobs.tasks import decide_job
 
     approval = running.store.approval(job_id)
     assert approval is not None  # the job is parked on it
@@ -201,15 +201,12 @@ def _decide(out: Console, running: Services, job_id: str, me: str, *, yes: bool)
             comment = "" if approve else Prompt.ask("Why? (the model reads this)", console=out)
         except EOFError:  # no one at the keyboard: nothing is approved by default
             approve, comment = False, "nobody answered the prompt"
-    decide_job(
-        running.store,
+    running.service.decide(
+        operator(me),
         job_id,
-        approve,
-        me,
-        comment,
+        approve=approve,
+        comment=comment,
         binding=approval.binding(),  # exactly what was shown above
-        settings=running.settings,
-        app=running.app,
         os_user=os_account(),
     )
     return approve

@@ -1,4 +1,5 @@
-"""Following a job's event stream until it ends or parks for a person."""
+"""Following a job's event stream until it ends or parks for a person: the job service's
+follow (``bot.service.follow``), printed."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from rich.console import Console
 from rich.text import Text
 
 from bot.cli.render import FrameRenderer
-from bot.store.models import ApprovalState, JobRecord, JobState
-from bot.store.store import JobStore
+from bot.service.access import Principal
+from bot.service.follow import StreamEnd
+from bot.service.jobs import JobService
+from bot.store.models import ApprovalState, JobEvent, JobRecord, JobState
 
 # How long one blocking read waits before the follower looks at the job record: a job
 # parks (or waits in its queue) without writing an event to say so.
@@ -32,7 +35,8 @@ class Followed:
 
 
 def follow(
-    store: JobStore,
+    service: JobService,
+    who: Principal,
     job_id: str,
     renderer: FrameRenderer,
     *,
@@ -42,41 +46,38 @@ def follow(
     """Print the job's frames from after event ``after`` until it ends, or until it waits
     for a decision nobody has made yet (with ``stop_when_parked``). A job whose decision is
     made but not yet applied is followed on: its resume is on the way."""
-    store.get(job_id)  # BEM-500 before waiting on a stream that will never exist
     last, quiet_since, told = after, time.monotonic(), False
-    while True:
-        events = store.read_events(job_id, after=last, block_ms=POLL_MS)
-        if events:
-            quiet_since, told = time.monotonic(), False
-        for event in events:
-            last = event.id
-            if event.end is not None:
-                renderer.end(event.end)
-                return Followed(last, store.get(job_id))
-            if event.frame is not None:
-                renderer.frame(event.frame)
-        if events:
+    # The record is looked at after every quiet read: a parked job writes no event.
+    for item in service.follow(who, job_id, after=after, wait_ms=POLL_MS, look_every=0):
+        if isinstance(item, JobEvent):
+            quiet_since, told, last = time.monotonic(), False, item.id
+            if item.end is not None:
+                renderer.end(item.end)
+                return Followed(last, service.job(who, job_id))
+            if item.frame is not None:
+                renderer.frame(item.frame)
             continue
-        record = store.get(job_id)
-        if store.read_events(job_id, after=last, count=1):
-            continue  # something arrived between the read and the look at the record
-        if record.state.is_final:
+        if isinstance(item, StreamEnd):
             # The end entry was trimmed from a capped stream or never written: say it anyway.
-            renderer.end(record.state)
-            return Followed(last, record)
-        person = _waits_for_a_person(store, record)
+            renderer.end(item.record.state)
+            return Followed(last, item.record)
+        record = item.record
+        if record is None:
+            continue
+        person = _waits_for_a_person(service, record)
         if stop_when_parked and person:
             return Followed(last, record)
         quiet = time.monotonic() - quiet_since > IDLE_NOTICE_SECONDS
         if quiet and not told and record.state is not JobState.RUNNING:
             renderer.note(_why_idle(record, waits_for_a_person=person))
             told = True
+    raise AssertionError("a follow ends with the job's end")
 
 
-def _waits_for_a_person(store: JobStore, record: JobRecord) -> bool:
+def _waits_for_a_person(service: JobService, record: JobRecord) -> bool:
     if record.state is not JobState.AWAITING_APPROVAL:
         return False
-    approval = store.approval(record.id)
+    approval = service.store.approval(record.id)
     return approval is not None and approval.state is ApprovalState.PENDING
 
 

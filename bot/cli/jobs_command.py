@@ -123,7 +123,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _follow(args: argparse.Namespace) -> int:
-    from bot.cli.common import console, services
+    from bot.cli.common import console, operator, services
     from bot.cli.follow_command import finish, follow
     from bot.cli.render import FrameRenderer
 
@@ -131,7 +131,8 @@ def _follow(args: argparse.Namespace) -> int:
     with services() as running:
         check_follow_start(running.store, args.job_id, args.after)
         followed = follow(
-            running.store,
+            running.service,
+            operator(None),
             args.job_id,
             FrameRenderer(out),
             after=args.after,
@@ -160,9 +161,8 @@ def check_follow_start(store: JobStore, job_id: str, after: str) -> None:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from bot.cli.common import console, services
+    from bot.cli.common import console, operator, services
     from bot.cli.render import state_text
-    from bot.jobs.tasks import cancel_job
 
     out = console()
     with services() as running:
@@ -170,7 +170,7 @@ def _cancel(args: argparse.Namespace) -> int:
         if before.state.is_final:
             out.print(f"job {before.id} already ended:", state_text(before.state))
             return 0
-        record = cancel_job(running.store, args.job_id)
+        record = running.service.cancel(operator(None), args.job_id)
         deadline = time.monotonic() + max(args.wait, 0.0)
         # A running job stops at its worker's next model or tool call.
         while not record.state.is_final and time.monotonic() < deadline:

@@ -204,7 +204,7 @@ class LocalStack:
             self._line("current", f"sandbox image {image.ref}")
 
     def _ensure_worker(self, nodes: list[str]) -> Starting | None:
-        from bot.jobs.queues import HOSTS_QUEUE, worker_queues
+        from bot.service.queues import HOSTS_QUEUE, worker_queues
 
         wanted = [queue for queue in worker_queues() if queue != HOSTS_QUEUE]
         mine = f"riverbeam-worker-{fingerprint(self.settings)}-"

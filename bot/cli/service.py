@@ -11,7 +11,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 def _queues(text: str) -> list[str]:
-    from bot.jobs.queues import worker_queues
+    from bot.service.queues import worker_queues
 
     known = worker_queues()
     queues = [name.strip() for name in text.split(",") if name.strip()]
@@ -57,7 +57,7 @@ def _worker(args: argparse.Namespace) -> int:
     from bot.cli.localstack import node_name
     from bot.config import load_settings
     from bot.jobs.celery_app import create_app
-    from bot.jobs.queues import worker_queues
+    from bot.service.queues import worker_queues
     from sandbox.host.engine import connect
     from sandbox.host.image.build import check_image
 

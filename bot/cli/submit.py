@@ -1,6 +1,7 @@
 """``riverbeam submit <kind> --repo NAME …``: queue a job, print its id, optionally follow it.
 
-Everything is checked before anything is stored: the kind, the fields the kind needs, the
+Everything is checked before anything is stored, as for an API request (the same
+``JobRequest``, through the job service): the kind, the fields the kind needs, the
 repository (it must be registered), so a bad request is BEM-501 and nothing is queued.
 """
 
@@ -13,7 +14,8 @@ from typing import Any
 from pydantic import JsonValue, ValidationError
 
 from bot.core.errors import JobError
-from bot.store.models import JobSpec, invalid_request
+from bot.service.schemas import JobRequest
+from bot.store.models import invalid_request
 
 
 def add_submit_command(commands: Any) -> None:
@@ -51,8 +53,8 @@ def add_submit_command(commands: Any) -> None:
     submit.set_defaults(handler=_submit)
 
 
-def job_spec(args: argparse.Namespace, requested_by: str) -> JobSpec:
-    """The spec the arguments describe; BEM-501 when it is not a valid request."""
+def job_request(args: argparse.Namespace) -> JobRequest:
+    """The request the arguments describe; BEM-501 when it is not a valid request."""
     request = args.request
     if request == "-":
         request = sys.stdin.read()
@@ -64,11 +66,15 @@ def job_spec(args: argparse.Namespace, requested_by: str) -> JobSpec:
         "branch": args.branch,
         "range": args.range,
         "review_job": args.review_job,
-        "requested_by": requested_by,
-        "metadata": metadata_pairs(args.meta),
     }
+    return checked_request(fields, args.meta)
+
+
+def checked_request(fields: dict[str, Any], meta: list[str]) -> JobRequest:
+    """The API's request for ``fields`` and the ``KEY=VALUE`` metadata pairs ``meta``;
+    BEM-501 when it is not a valid request."""
     try:
-        return JobSpec(**fields)
+        return JobRequest(**fields, metadata=metadata_pairs(meta))
     except ValidationError as error:
         raise invalid_request(error) from None
 
@@ -84,24 +90,24 @@ def metadata_pairs(pairs: list[str]) -> dict[str, JsonValue]:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from bot.cli.common import acting_as, console, scripted_model_note, services
+    from bot.cli.common import console, operator, scripted_model_note, services
     from bot.cli.follow_command import finish, follow
     from bot.cli.render import FrameRenderer
     from bot.config import load_settings
-    from bot.jobs.tasks import submit_job
 
     settings = load_settings()
-    spec = job_spec(args, acting_as(args.as_name))
+    request = job_request(args)
+    who = operator(args.as_name)
     out = console()
     note = scripted_model_note(settings)
     with services(settings) as running:
-        record = submit_job(running.store, spec, settings=settings, app=running.app)
+        record = running.service.submit(who, request)
         if not args.follow:
             if note is not None:
                 print(note, file=sys.stderr)  # standard output is the id alone
             print(record.id)
             return 0
-        out.print(f"job {record.id} queued ({spec.kind.value} on {spec.repo})")
+        out.print(f"job {record.id} queued ({request.kind.value} on {request.repo})")
         if note is not None:
             out.print(note)
-        return finish(out, follow(running.store, record.id, FrameRenderer(out)))
+        return finish(out, follow(running.service, who, record.id, FrameRenderer(out)))

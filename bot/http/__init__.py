@@ -1,2 +1,2 @@
-"""What the HTTP API and the web pages share: FastAPI dependencies and the event-stream
-response. Neither ``bot.api`` nor ``bot.web`` imports the other."""
+"""What the HTTP API and the web pages share: FastAPI dependencies, problem documents, request
+limits and the server-sent event stream. Neither ``bot.api`` nor ``bot.web`` imports the other."""

@@ -1,4 +1,4 @@
-"""FastAPI dependencies: the shared ``Service`` and the ``Principal`` behind a bearer token."""
+"""FastAPI dependencies: the shared ``JobService`` and the ``Principal`` behind a bearer token."""
 
 from __future__ import annotations
 
@@ -10,20 +10,20 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from bot.core.errors import BeamError
 from bot.http.limits import AuthThrottle, client_address
 from bot.service.access import Principal
-from bot.service.operations import Service
+from bot.service.jobs import JobService
 
 # auto_error off: a missing token is our BEM-700 problem document, not FastAPI's 403.
 _bearer = HTTPBearer(auto_error=False, description="a Riverbeam API token (rb_...)")
 
 
-def get_service(request: Request) -> Service:
-    service: Service = request.app.state.service
+def get_service(request: Request) -> JobService:
+    service: JobService = request.app.state.service
     return service
 
 
 def get_principal(
     request: Request,
-    service: Annotated[Service, Depends(get_service)],
+    service: Annotated[JobService, Depends(get_service)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     if credentials is None:
@@ -31,7 +31,7 @@ def get_principal(
     return authenticated(request, service, credentials.credentials)
 
 
-def authenticated(request: Request, service: Service, token: str) -> Principal:
+def authenticated(request: Request, service: JobService, token: str) -> Principal:
     """The holder of ``token``, checked under the client's failure allowance: a client that
     sent too many wrong tokens is refused (BEM-712) before this one is looked at."""
     throttle: AuthThrottle = request.app.state.auth_throttle
@@ -44,5 +44,5 @@ def authenticated(request: Request, service: Service, token: str) -> Principal:
         raise
 
 
-ServiceDep = Annotated[Service, Depends(get_service)]
+ServiceDep = Annotated[JobService, Depends(get_service)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

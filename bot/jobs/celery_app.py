@@ -42,7 +42,9 @@ from kombu import Exchange, Queue
 from kombu.common import Broadcast
 
 from bot.config import Settings, load_settings
-from bot.jobs.queues import (
+from bot.jobs.schedules import summary_schedules
+from bot.jobs.tasks import register
+from bot.service.queues import (
     COLLECT_WORKSPACES,
     DEFAULT_QUEUE,
     HOSTS_EXCHANGE,
@@ -53,8 +55,6 @@ from bot.jobs.queues import (
     SCHEDULE_SUMMARIES,
     queue_for,
 )
-from bot.jobs.schedules import summary_schedules
-from bot.jobs.tasks import register
 from bot.store.models import JobKind
 
 CHORE_INTERVAL_SECONDS: Final = 300.0

@@ -78,7 +78,7 @@ MAX_POLL_SECONDS: Final = 30.0
 GIVE_UP_AFTER: Final = timedelta(days=1)
 
 Submit = Callable[[JobSpec], JobRecord]
-"""``submit(spec)``: store a job and queue it (``bot.jobs.tasks.submit_job``)."""
+"""``submit(spec)``: store a job and queue it (``bot.service.jobs.JobService.submit``)."""
 
 
 def summary_schedules(settings: Settings) -> dict[str, crontab]:

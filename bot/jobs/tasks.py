@@ -1,11 +1,7 @@
-"""The job service's operations, and the Celery tasks that run them on workers.
+"""The Celery tasks that run jobs on workers.
 
-Submitting, deciding and cancelling happen wherever the CLI or the API runs:
-
-- ``submit_job``: store the job, queue ``run_job`` on the kind's queue;
-- ``decide_job``: record a person's decision, queue ``resume_job``;
-- ``cancel_job``: a queued or parked job ends at once (its approval withdrawn); a running
-  one is stopped by its worker at the next tool or model call.
+Submitting, deciding and cancelling happen wherever the CLI or the API runs, in the job
+service (``bot.service.jobs.JobService``), which queues ``run_job`` and ``resume_job``.
 
 On a worker, ``JobWorker`` holds what the tasks of one process share. Every task first
 claims its job with a compare-and-set in the store, so a duplicate or redelivered task finds
@@ -25,7 +21,6 @@ have ended, then posts their summaries. Neither waits on a worker.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
@@ -35,10 +30,11 @@ import docker
 from celery import Celery, Task
 
 from bot.config import Settings
-from bot.core import jsonlimits
-from bot.core.errors import BeamError
 from bot.jobs.executor import Executor, ImageCheck
-from bot.jobs.queues import (
+from bot.jobs.schedules import SCHEDULE_REQUESTER, ScheduleRuns, SummarySchedule, poll_delay
+from bot.service.access import Principal, TokenRegistry
+from bot.service.jobs import JobService
+from bot.service.queues import (
     COLLECT_WORKSPACES,
     DEFAULT_QUEUE,
     FINISH_SCHEDULE_RUN,
@@ -48,90 +44,17 @@ from bot.jobs.queues import (
     RESUME_JOB,
     RUN_JOB,
     SCHEDULE_SUMMARIES,
+    TaskQueues,
     send_resume,
     send_run,
 )
-from bot.jobs.schedules import ScheduleRuns, SummarySchedule, poll_delay
-from bot.store.models import Approval, DecisionBinding, JobRecord, JobSpec, JobState
+from bot.store.models import JobRecord, JobState
 from bot.store.store import JobStore
 from sandbox.host.container.reaper import reap
 from sandbox.host.engine import connect
 from sandbox.host.workspace.retention import collect_workspaces
 
 log = logging.getLogger(__name__)
-
-REAP_CONNECT_TIMEOUT = 5.0
-
-
-def submit_job(
-    store: JobStore,
-    spec: JobSpec,
-    *,
-    settings: Settings,
-    idempotency_key: str | None = None,
-    app: Celery,
-) -> JobRecord:
-    """Store a new job and queue it; a repository ``settings`` does not register is BEM-501
-    and nothing is stored. The same ``idempotency_key`` returns the job it made first; while
-    that job is still queued it is queued again, which costs nothing (a second ``run_job``
-    finds it claimed) and recovers a submit that died between the two steps."""
-    if spec.repo not in settings.repositories:
-        known = ", ".join(sorted(settings.repositories)) or "none"
-        raise BeamError(
-            "BEM-501", f"invalid job request: no repository named {spec.repo!r} (known: {known})"
-        )
-    try:
-        jsonlimits.check(spec.metadata, what="metadata", max_bytes=jsonlimits.METADATA_MAX_BYTES)
-    except jsonlimits.JsonLimitError as error:
-        raise BeamError("BEM-501", f"invalid job request: {error}") from None
-    record = store.create(spec, idempotency_key=idempotency_key)
-    if record.state is JobState.QUEUED:
-        send_run(app, record)
-    return record
-
-
-def decide_job(
-    store: JobStore,
-    job_id: str,
-    approve: bool,
-    by: str,
-    comment: str = "",
-    *,
-    binding: DecisionBinding | None,
-    settings: Settings,
-    app: Celery,
-    os_user: str | None = None,
-) -> Approval:
-    """Approve or refuse the job's parked call, the one ``binding`` names (BEM-600 to 605
-    from the store; a requester approves their own job only where the repository's
-    ``allow_self_approval`` is on), then queue the resume that applies the decision on any
-    worker. ``os_user``: the OS account behind a CLI decision, recorded beside ``by``."""
-    allow_self = settings.allows_self_approval(store.get(job_id).spec.repo)
-    decided = store.decide(
-        job_id,
-        approve=approve,
-        by=by,
-        binding=binding,
-        comment=comment,
-        allow_self=allow_self,
-        os_user=os_user,
-    )
-    send_resume(app, store.get(job_id))
-    return decided
-
-
-def cancel_job(
-    store: JobStore, job_id: str, *, docker_client: docker.DockerClient | None = None
-) -> JobRecord:
-    """Cancel the job in whatever state it is. A queued or parked job is cancelled here and
-    has no container; one found anyway (left by a worker that died) is removed when this
-    host reaches the engine, else by the reaper of the host it runs on."""
-    record = store.request_cancel(job_id)
-    if record.state is JobState.CANCELLED:
-        with contextlib.suppress(BeamError):
-            client = docker_client or connect(timeout=REAP_CONNECT_TIMEOUT)
-            reap(client, is_active=lambda other: other != job_id, deployment=store.deployment())
-    return record
 
 
 def send_finish(app: Celery, repo: str, run_id: str, *, poll: int, countdown: float) -> None:
@@ -257,9 +180,11 @@ class JobWorker:
 
     def schedule_summaries(self, repo: str, app: Celery) -> dict[str, Any]:
         """Start a scheduled run of ``repo`` (or skip it) and queue its follow-up."""
-        started = self.schedule.trigger(
-            repo, lambda spec: submit_job(self.store, spec, settings=self.settings, app=app)
+        service = JobService(
+            self.settings, self.store, TaskQueues(app), TokenRegistry(self.settings.api.tokens)
         )
+        scheduler = Principal.operator(SCHEDULE_REQUESTER)
+        started = self.schedule.trigger(repo, lambda spec: service.submit(scheduler, spec))
         if started.run is not None:
             send_finish(app, repo, started.run, poll=0, countdown=poll_delay(0))
         else:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from celery import Celery
 from kombu import Connection
 
-from bot.jobs.queues import DEFAULT_QUEUE, queue_for
+from bot.service.queues import DEFAULT_QUEUE, queue_for
 from bot.store.models import JobKind
 
 __all__ = ["active_queues", "job_queues", "queues_served"]

@@ -6,6 +6,7 @@ found by the sweep."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 from redis.client import Pipeline
@@ -139,23 +140,28 @@ class Approvals(RedisGateway):
         by: str,
         binding: DecisionBinding | None,
         comment: str = "",
-        allow_self: bool = False,
+        authorize: Callable[[JobRecord], bool] | None = None,
         os_user: str | None = None,
-    ) -> Approval:
-        """Approve or refuse the job's pending call, once. ``binding`` names the approval the
-        person looked at. In the order checked: BEM-600 when nothing waits; BEM-604 when the
-        binding is not the approval waiting (decided since, or the job parked again on
-        another change); BEM-601 when someone decided first; BEM-602 when the requester
-        approves their own job and ``allow_self`` is off (refusing it is always allowed);
-        BEM-605 for an approve that names nothing (a refuse may, since refusing releases
-        nothing). ``os_user``: the OS account behind a CLI decision, recorded beside ``by``
-        and held to the same self-approval rule."""
+    ) -> tuple[Approval, JobRecord]:
+        """Approve or refuse the job's pending call, once; returns the decision and the job
+        as the transaction read it (the one read of the job a decision makes: the resume is
+        sent from it). ``authorize(record)`` runs first, inside the transaction: it raises
+        when the caller may not decide this job, else says whether its requester may approve
+        it (without it: no). ``binding`` names the approval the person looked at. In the
+        order checked: BEM-600 when nothing waits; BEM-604 when the binding is not the
+        approval waiting (decided since, or the job parked again on another change); BEM-601
+        when someone decided first; BEM-602 when the requester approves their own job and
+        ``authorize`` does not allow it (refusing it is always allowed); BEM-605 for an
+        approve that names nothing (a refuse may, since refusing releases nothing).
+        ``os_user``: the OS account behind a CLI decision, recorded beside ``by`` and held to
+        the same self-approval rule."""
         if not by:
             raise ValueError("a decision needs the name of who made it")
         key = self.keys.approval(job_id)
 
-        def body(pipe: Pipeline) -> tuple[Approval, Writes | None]:
+        def body(pipe: Pipeline) -> tuple[tuple[Approval, JobRecord], Writes | None]:
             record = read_job(pipe, self.keys, job_id)
+            allow_self = False if authorize is None else authorize(record)
             current = read_approval(pipe, self.keys, job_id)
             if binding is not None and current is not None and binding.approval_id != current.id:
                 raise _stale(job_id, binding, current)
@@ -189,7 +195,7 @@ class Approvals(RedisGateway):
             def writes(tx: Pipeline) -> None:
                 queue_decided(tx, self.keys, decided)
 
-            return decided, writes
+            return (decided, record), writes
 
         return self.atomic([key, self.keys.job(job_id)], body)
 

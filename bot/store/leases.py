@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from bot.store.gateway import server_now, text
-from bot.store.jobs import JobRecords
+from bot.store.job_records import JobRecords
 from bot.store.models import JobRecord, JobState
 
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from bot.core.errors import BeamError
 from bot.http.deps import ServiceDep
 from bot.service.access import Principal
-from bot.service.operations import Service
+from bot.service.jobs import JobService
 from bot.service.schemas import JobRequest
 from bot.store.models import JobKind
 from bot.web.pages import see_other, visible_repos
@@ -52,7 +52,7 @@ def new_request(request: Request, visitor: VisitorDep, service: ServiceDep) -> R
 def _form(
     request: Request,
     visitor: Visitor,
-    service: Service,
+    service: JobService,
     values: dict[str, str],
     errors: dict[str, str],
     idempotency_key: str,
@@ -98,7 +98,7 @@ def submit_request(
 
 
 def check(
-    service: Service, who: Principal, values: dict[str, str]
+    service: JobService, who: Principal, values: dict[str, str]
 ) -> tuple[JobRequest | None, dict[str, str]]:
     """The request the form describes, or the problems, keyed by field ("form" for the
     rest). Nothing here queues anything."""

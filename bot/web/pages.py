@@ -1,7 +1,7 @@
 """The reviewers' pages: sign in and out, the approval queue with its decision forms, the jobs
 list with filters, and the job page whose log follows the job live.
 
-Every page calls the same operations as the API (``bot.service.operations.Service``), so roles,
+Every page calls the same operations as the API (``bot.service.jobs.JobService``), so roles,
 repository scopes and the self-approval rule hold here exactly as they do there. Handlers
 are plain functions: the store speaks blocking Redis, and FastAPI runs them in its threads.
 """
@@ -16,11 +16,11 @@ from fastapi import APIRouter, Form, Query, Request, Response
 from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
 
-from bot.api.event_routes import checked_event_id, open_event_stream
 from bot.core.errors import BeamError
 from bot.http.deps import ServiceDep, authenticated
+from bot.http.event_stream import checked_event_id, open_event_stream
 from bot.service.access import Principal, token_digest
-from bot.service.operations import Service
+from bot.service.jobs import JobService
 from bot.service.schemas import Decision
 from bot.store.listing import MAX_CURSOR_CHARS
 from bot.store.models import Approval, JobKind, JobState
@@ -38,7 +38,7 @@ E = TypeVar("E", bound=StrEnum)
 router = APIRouter(route_class=WebRoute, include_in_schema=False)
 
 
-def visible_repos(service: Service, who: Principal) -> builtins.list[str]:
+def visible_repos(service: JobService, who: Principal) -> builtins.list[str]:
     """The registered repositories the visitor's token may use."""
     return sorted(name for name in service.settings.repositories if who.sees(name))
 
@@ -154,7 +154,7 @@ def approval_queue(request: Request, visitor: VisitorDep, service: ServiceDep) -
     return page(request, "approvals.html", {"visitor": visitor, "items": items})
 
 
-def _approval_item(service: Service, visitor: Visitor, approval: Approval) -> dict[str, object]:
+def _approval_item(service: JobService, visitor: Visitor, approval: Approval) -> dict[str, object]:
     return {
         "approval": approval,
         "diff": diff_lines(approval.diff),
@@ -245,7 +245,7 @@ def my_requests(
 def _job_list(
     request: Request,
     visitor: Visitor,
-    service: Service,
+    service: JobService,
     filters: dict[str, str],
     *,
     cursor: str,

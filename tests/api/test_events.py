@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from bot.api.event_routes import MAX_CONCURRENT_READS
 from bot.core.frames import frame_adapter
+from bot.http.event_stream import MAX_CONCURRENT_READS
 from bot.store.models import JobState
 from harness.api_server import ApiServer
 from harness.stack import Stack

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -19,7 +20,8 @@ import pytest
 from bot.app import api_celery
 from bot.config import Settings
 from bot.core.errors import BeamError
-from bot.jobs.tasks import submit_job
+from bot.service.access import Principal
+from bot.service.queues import TaskQueues
 from bot.store.models import JobKind, JobSpec, JobState
 from harness.api_server import ApiServer, api_server
 from harness.stack import REPO, job_stack, wait_until
@@ -116,6 +118,7 @@ def test_the_api_publisher_gives_up_on_a_hung_broker(web: Web) -> None:
     BEM-504 after the publisher's socket timeout instead of holding the request (and a
     thread) for good, and the same Idempotency-Key queues the stored job later."""
     spec = JobSpec(kind=JobKind.SUMMARIZE, repo=REPO, branch="main", requested_by="writer")
+    writer = Principal.operator("writer")
     with socket.socket() as listener:  # accepts connections, never answers
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
@@ -125,12 +128,8 @@ def test_the_api_publisher_gives_up_on_a_hung_broker(web: Web) -> None:
 
         def submit() -> None:
             try:
-                submit_job(
-                    web.stack.store,
-                    spec,
-                    settings=web.stack.settings,
-                    app=hung,
-                    idempotency_key="hung-broker",
+                replace(web.stack.service, queues=TaskQueues(hung)).submit(
+                    writer, spec, idempotency_key="hung-broker"
                 )
             except BeamError as error:
                 outcome.append(error)
@@ -144,11 +143,5 @@ def test_the_api_publisher_gives_up_on_a_hung_broker(web: Web) -> None:
     assert not worker.is_alive(), "the publish still waits on a silent broker"
     [error] = outcome
     assert isinstance(error, BeamError) and error.code == "BEM-504"
-    again = submit_job(
-        web.stack.store,
-        spec,
-        settings=web.stack.settings,
-        app=web.stack.app,
-        idempotency_key="hung-broker",
-    )
+    again = web.stack.service.submit(writer, spec, idempotency_key="hung-broker")
     assert again.state is JobState.QUEUED and again.id in error.message

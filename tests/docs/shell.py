@@ -40,7 +40,7 @@ from pathlib import Path
 
 import httpx
 
-from bot.jobs.tasks import submit_job
+from bot.service.access import Principal
 from bot.store.models import JobKind, JobSpec, JobState
 from harness.api_server import ApiServer, api_server
 from harness.gitkit import traversable_dir
@@ -131,7 +131,7 @@ class DocsStack:
             request="Fix the broken links and typos on the install page",
             requested_by=REQUESTER,
         )
-        job = submit_job(self.stack.store, spec, settings=self.stack.settings, app=self.stack.app)
+        job = self.stack.service.submit(Principal.operator(REQUESTER), spec)
         return job.id
 
     def succeeded_job(self) -> str:

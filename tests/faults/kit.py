@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bot.jobs.queues import send_recover
+from bot.service.queues import send_recover
 from bot.store.models import Approval, JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import Stack, wait_until

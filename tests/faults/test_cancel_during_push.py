@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from bot.core.errors import JobError
-from bot.jobs.tasks import cancel_job
 from bot.store.models import JobState, PushState
 from bot.web.outcome import describe
 from harness.stack import Stack, job_stack, wait_until
@@ -37,7 +36,7 @@ def test_a_cancel_while_the_push_is_in_flight_is_refused_and_the_push_recorded(
     branch = f"riverbeam/{job.id}"
     with push_in_flight(stack, job, tmp_path / "push-in-flight", HOOK_SECONDS):
         with pytest.raises(JobError) as caught:
-            cancel_job(stack.store, job.id)
+            stack.cancel(job.id)
         assert caught.value.code == "BEM-512"
         assert "under way" in caught.value.message
         assert (approval.commit_sha or "")[:12] in caught.value.message
@@ -68,7 +67,7 @@ def test_a_cancel_after_the_push_landed_ends_the_job_saying_what_is_upstream(
         60,
         lambda: str(stack.store.get(job.id)),
     )
-    cancelled = cancel_job(stack.store, job.id)
+    cancelled = stack.cancel(job.id)
     assert cancelled.state is JobState.CANCELLED
     assert [(p.sha, p.state) for p in cancelled.pushes] == [(approval.commit_sha, PushState.LANDED)]
     assert stack.upstream_ref(branch) == approval.commit_sha

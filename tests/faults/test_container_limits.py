@@ -22,7 +22,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bot.core.frames import ToolFrame
-from bot.jobs.tasks import cancel_job
 from bot.store.models import JobKind, JobState
 from harness.gitkit import git
 from harness.playbooks import AUTHOR_REQUEST, HUGE_FILE
@@ -141,7 +140,7 @@ def test_a_fork_bomb_gets_no_more_than_the_pids_limit_and_goes_with_its_job(
     assert report["errno"] == 11  # EAGAIN: the cgroup refused the next process
     assert stack.sandbox_containers(job.id) == [container]
 
-    cancelled = cancel_job(stack.store, job.id)
+    cancelled = stack.cancel(job.id)
 
     assert cancelled.state is JobState.CANCELLED
     check_invariants(stack, [job.id])

@@ -9,14 +9,13 @@ push once, because the first resume's claim marks the decision applied.
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Iterator
 
 import pytest
 
-from bot.jobs.queues import RESUME_JOB, queue_for, send_resume_sweep
+from bot.service.queues import RESUME_JOB, queue_for, send_resume_sweep
 from bot.store.models import JobKind, JobState
+from harness.broker import queued_tasks
 from harness.stack import Stack, job_stack, wait_until
 from tests.faults.invariants import check_invariants
 from tests.faults.kit import park
@@ -40,20 +39,12 @@ def _no_worker_outlives_its_test(stack: Stack) -> Iterator[None]:
 
 
 def _resume_messages(stack: Stack, job_id: str) -> list[tuple[str, bytes]]:
-    """(queue list key, raw message) of each queued resume of the job. Kombu keeps one Redis
-    list per queue and priority step: the queue's name, then ``<name>\\x06\\x16<priority>``."""
-    client = stack.store.client
-    queue = queue_for(JobKind.AUTHOR)
-    found = []
-    for key in client.scan_iter(match=f"{queue}*"):
-        if client.type(key) != b"list":
-            continue
-        for raw in client.lrange(key, 0, -1):
-            message = json.loads(raw)
-            args, _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
-            if message["headers"]["task"] == RESUME_JOB and args == [job_id]:
-                found.append((key.decode(), raw))
-    return found
+    """(queue list key, raw message) of each queued resume of the job."""
+    return [
+        (queued.key, queued.raw)
+        for queued in queued_tasks(stack.store.client, queue_for(JobKind.AUTHOR))
+        if queued.task == RESUME_JOB and queued.args == [job_id]
+    ]
 
 
 def _park_and_decide_with_no_worker(stack: Stack) -> tuple[str, str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.jobs.queues import send_recover
+from bot.service.queues import send_recover
 from bot.store.models import ApprovalState, JobKind, JobState
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import PROJECT_ROOT, Stack, job_stack, wait_until

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from bot.jobs.tasks import cancel_job
 from bot.store.models import JobKind, JobState
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import job_stack
@@ -31,7 +30,7 @@ def test_one_deployments_reaper_leaves_another_deployments_running_sandbox_alone
         # Our reaper, and the reap of a cancel on our side, while their job runs.
         assert job.id not in ours.worker("reaper").reap_sandboxes()
         mine = ours.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
-        assert cancel_job(ours.store, mine.id).state is JobState.CANCELLED
+        assert ours.cancel(mine.id).state is JobState.CANCELLED
         assert theirs.sandbox_containers(job.id) == running
 
         theirs.wait_for(job.id, JobState.AWAITING_APPROVAL, timeout=60)

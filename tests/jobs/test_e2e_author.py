@@ -10,8 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bot.core.errors import BeamError
-from bot.jobs.queues import REAP_SANDBOXES, RESUME_JOB, RUN_JOB, queue_for, send_chore
-from bot.jobs.tasks import cancel_job
+from bot.service.queues import REAP_SANDBOXES, RESUME_JOB, RUN_JOB, queue_for, send_chore
 from bot.store.models import (
     Approval,
     ApprovalState,
@@ -209,7 +208,7 @@ def test_a_running_job_is_cancelled_between_calls_and_leaves_no_container(stack:
     job = stack.submit(JobKind.AUTHOR, "author-slow", request=AUTHOR_REQUEST)
     stack.wait_for(job.id, JobState.RUNNING)
     _wait_for_tool(stack, job.id, "list_tree")
-    asked = cancel_job(stack.store, job.id)
+    asked = stack.cancel(job.id)
     assert asked.state is JobState.RUNNING and asked.cancel_requested
     done = stack.wait_for(job.id, JobState.CANCELLED, timeout=SLOW_SECONDS + 20)
     assert done.error is not None and done.error.code == "BEM-506"
@@ -249,7 +248,7 @@ def test_a_sigterm_lets_the_running_segment_finish(stack: Stack) -> None:
 
 def test_a_parked_job_is_cancelled_at_once_and_its_approval_withdrawn(stack: Stack) -> None:
     job, _ = _park(stack)
-    done = cancel_job(stack.store, job.id)
+    done = stack.cancel(job.id)
     assert done.state is JobState.CANCELLED and done.error is not None
     assert done.error.code == "BEM-506"
     withdrawn = stack.store.approval(job.id)

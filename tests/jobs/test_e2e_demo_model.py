@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from bot.demo import DEMO_MODEL_FACTORY, DemoModel
-from bot.jobs.tasks import submit_job
+from bot.service.access import Principal
 from bot.store.models import (
     AuthorOutcome,
     CommitNotesOutcome,
@@ -48,7 +48,7 @@ def stack() -> Iterator[Stack]:
 def _submit(stack: Stack, kind: JobKind, **fields: str) -> JobRecord:
     """A job as a person submits it: no playbook, the demo model plans by its kind."""
     spec = JobSpec(kind=kind, repo=REPO, requested_by=REQUESTER, **fields)
-    return submit_job(stack.store, spec, settings=stack.settings, app=stack.app)
+    return stack.service.submit(Principal.operator(REQUESTER), spec)
 
 
 def _done(stack: Stack, job: JobRecord) -> JobRecord:

@@ -12,8 +12,7 @@ import pytest
 from bot.core.errors import BeamError
 from bot.core.frames import DoneFrame
 from bot.jobs.commit_notes import MAX_SUBJECT_CHARS
-from bot.jobs.queues import RESUME_JOB, RUN_JOB, queue_for
-from bot.jobs.tasks import cancel_job
+from bot.service.queues import RESUME_JOB, RUN_JOB, queue_for
 from bot.store.models import (
     ApprovalState,
     CommitInfo,
@@ -278,7 +277,7 @@ def test_a_queued_job_is_cancelled_and_its_message_does_nothing_later(stack: Sta
     stack.stop_worker("a")  # nobody consumes: the job stays queued
     try:
         job = stack.submit(JobKind.SUMMARIZE, "summarize", branch="docs/cancel-queued")
-        cancelled = cancel_job(stack.store, job.id)
+        cancelled = stack.cancel(job.id)
         assert cancelled.state is JobState.CANCELLED and cancelled.cancel_requested
         assert cancelled.error is not None and cancelled.error.code == "BEM-506"
     finally:
@@ -296,7 +295,7 @@ def test_a_running_job_is_cancelled_between_calls(stack: Stack) -> None:
     _fix_branch(stack, "docs/cancel-running")
     job = stack.submit(JobKind.SUMMARIZE, "summarize-slow", branch="docs/cancel-running")
     wait_until(lambda: bool(stack.tool_calls(job.id, "git_log")), 15, lambda: "no git_log call")
-    asked = cancel_job(stack.store, job.id)
+    asked = stack.cancel(job.id)
     assert asked.state is JobState.RUNNING and asked.cancel_requested
     done = stack.wait_for(job.id, JobState.CANCELLED, timeout=SLOW_SECONDS + 15)
     assert done.error is not None and done.error.code == "BEM-506"
@@ -310,7 +309,7 @@ def test_a_parked_publish_is_cancelled_and_can_no_longer_be_approved(unpublished
     review, _ = _reviewed(stack, "docs/cancel-parked")
     job = stack.submit(JobKind.PUBLISH, "publish", review_job=review.id)
     stack.wait_for(job.id, JobState.AWAITING_APPROVAL)
-    done = cancel_job(stack.store, job.id)
+    done = stack.cancel(job.id)
     assert done.state is JobState.CANCELLED
     withdrawn = stack.store.approval(job.id)
     assert withdrawn is not None and withdrawn.state is ApprovalState.WITHDRAWN
@@ -325,7 +324,7 @@ def test_cancelling_a_finished_job_changes_nothing(stack: Stack) -> None:
     _fix_branch(stack, "docs/cancel-final")
     job = stack.submit(JobKind.SUMMARIZE, "summarize", branch="docs/cancel-final")
     done = _succeeded(stack, job)
-    assert cancel_job(stack.store, job.id) == done
+    assert stack.cancel(job.id) == done
     assert stack.store.get(job.id) == done
     assert stack.sandbox_containers(job.id) == []
 
@@ -380,4 +379,4 @@ def test_a_decided_push_is_served_before_jobs_that_have_not_started(stack: Stack
         started = stack.store.read_events(job.id, count=1)[0].id
         assert int(started.split("-")[0]) >= done.updated_at.timestamp() * 1000 - 1
         assert first.attempt == 1
-        cancel_job(stack.store, job.id)
+        stack.cancel(job.id)

@@ -17,7 +17,8 @@ from bot.core.input import AgentInput
 from bot.core.tools import ToolSpec
 from bot.jobs.celery_app import celery_config
 from bot.jobs.model_client import model_client_for
-from bot.jobs.queues import (
+from bot.jobs.relayed_push import ApprovedPush, Relay, RelayedPush
+from bot.service.queues import (
     COLLECT_WORKSPACES,
     HOSTS_EXCHANGE,
     HOSTS_QUEUE,
@@ -27,7 +28,6 @@ from bot.jobs.queues import (
     queue_for,
     worker_queues,
 )
-from bot.jobs.relayed_push import ApprovedPush, Relay, RelayedPush
 from bot.store.models import JobKind, JobRecord, JobSpec
 from sandbox.host.relay import RelayResult
 from sandbox.inside.tool_specs import TOOL_SPECS

@@ -23,7 +23,6 @@ from bot.config import RepositoryConfig, Settings, WorkspaceSettings, load_setti
 from bot.core.cron import parse_cron
 from bot.core.errors import BeamError
 from bot.jobs.celery_app import create_app
-from bot.jobs.queues import DEFAULT_QUEUE, SCHEDULE_SUMMARIES
 from bot.jobs.schedules import (
     KEEP_RUNS,
     MAX_DELIVERIES,
@@ -35,6 +34,7 @@ from bot.jobs.schedules import (
     active_branches,
     poll_delay,
 )
+from bot.service.queues import DEFAULT_QUEUE, SCHEDULE_SUMMARIES
 from bot.store.models import JobKind, JobSpec, JobState, SummaryOutcome
 from bot.store.store import JobStore
 from harness.gitkit import git

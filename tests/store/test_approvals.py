@@ -26,7 +26,7 @@ def test_an_approval_is_decided_once_and_kept_in_history(store: JobStore) -> Non
     assert opened is not None and opened.state is ApprovalState.PENDING
     decided = store.decide(
         record.id, binding=seen(store, record.id), approve=True, by="bob", comment="looks right"
-    )
+    )[0]
     assert decided.state is ApprovalState.APPROVED
     assert (decided.decided_by, decided.comment) == ("bob", "looks right")
     assert decided.decided_at is not None
@@ -43,7 +43,7 @@ def test_a_refusal_is_recorded_too(store: JobStore) -> None:
     record = parked(store)
     refused = store.decide(
         record.id, binding=seen(store, record.id), approve=False, by="bob", comment="wrong page"
-    )
+    )[0]
     assert refused.state is ApprovalState.REFUSED
     claimed = store.claim_resume(record.id, worker="w2", lease_seconds=30)
     assert claimed is not None and claimed[1] == refused.model_copy(update={"applied": True})
@@ -51,7 +51,7 @@ def test_a_refusal_is_recorded_too(store: JobStore) -> None:
 
 def test_no_approval_waiting_is_bem_600(store: JobStore) -> None:
     record = store.create(author())
-    assert code_of(lambda: store.decide(record.id, binding=None, approve=False, by="bob")) == (
+    assert code_of(lambda: store.decide(record.id, binding=None, approve=False, by="bob")[0]) == (
         "BEM-600"
     )
     # Opened but not parked yet (the worker is between the two writes): not decidable.
@@ -69,13 +69,17 @@ def test_the_requester_cannot_approve_their_own_job_unless_allowed(store: JobSto
     assert caught.value.code == "BEM-602"
     assert (
         store.decide(
-            record.id, binding=seen(store, record.id), approve=True, by="alice", allow_self=True
-        ).decided_by
+            record.id,
+            binding=seen(store, record.id),
+            approve=True,
+            by="alice",
+            authorize=lambda record: True,
+        )[0].decided_by
         == "alice"
     )
     other = parked(store)
     assert (
-        store.decide(other.id, binding=seen(store, other.id), approve=False, by="alice").state
+        store.decide(other.id, binding=seen(store, other.id), approve=False, by="alice")[0].state
         is ApprovalState.REFUSED
     )
 
@@ -86,7 +90,7 @@ def test_concurrent_decisions_exactly_one_lands(store: JobStore) -> None:
         10,
         lambda i: store.decide(
             record.id, binding=seen(store, record.id), approve=i % 2 == 0, by=f"r{i}"
-        ),
+        )[0],
     )
     landed = [result for result in results if isinstance(result, Approval)]
     assert len(landed) == 1
@@ -247,7 +251,7 @@ def test_a_decision_naming_the_waiting_approval_with_another_commit_or_digest_is
     typed = DecisionBinding(
         approval_id="ap1", commit_sha=("A" * 40), diff_digest="SHA256:" + "D" * 64
     )
-    assert store.decide(record.id, binding=typed, approve=True, by="bob").state is (
+    assert store.decide(record.id, binding=typed, approve=True, by="bob")[0].state is (
         ApprovalState.APPROVED
     )
 
@@ -259,7 +263,7 @@ def test_an_approve_must_name_what_it_approves_and_a_refuse_need_not(store: JobS
     assert caught.value.code == "BEM-605"
     untouched = store.approval(record.id)
     assert untouched is not None and untouched.state is ApprovalState.PENDING
-    refused = store.decide(record.id, binding=None, approve=False, by="bob", comment="no")
+    refused = store.decide(record.id, binding=None, approve=False, by="bob", comment="no")[0]
     assert refused.state is ApprovalState.REFUSED
 
 
@@ -327,7 +331,7 @@ def test_an_approval_and_job_stored_by_the_previous_release_are_decided_and_resu
     stored = store.approval(job_id)
     assert stored is not None and stored.binding() == shown
     assert store.get(job_id).pushes == []
-    decided = store.decide(job_id, binding=shown, approve=True, by="bob")
+    decided = store.decide(job_id, binding=shown, approve=True, by="bob")[0]
     assert decided.state is ApprovalState.APPROVED and decided.decided_by_os_user is None
     claimed = store.claim_resume(job_id, worker="w1", lease_seconds=30)
     assert claimed is not None and claimed[1].applied
@@ -344,7 +348,7 @@ def test_a_cli_decision_records_the_os_account_and_it_too_may_not_approve_its_ow
     assert caught.value.code == "BEM-602"
     decided = store.decide(
         record.id, binding=seen(store, record.id), approve=True, by="bob", os_user="carol"
-    )
+    )[0]
     assert (decided.decided_by, decided.decided_by_os_user) == ("bob", "carol")
     assert decided.decider == "bob (OS user carol)"
     assert store.approval_history(record.id)[0].decided_by_os_user == "carol"

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import pytest
 import redis
 
-from bot.jobs.queues import send_recover, send_resume_sweep
 from bot.runner.state import RunState
+from bot.service.queues import send_recover, send_resume_sweep
 from bot.store.models import ApprovalState, JobState
 from harness.api_server import api_server
 from harness.playbooks import AUTHOR_REQUEST, FIXED_INSTALL

@@ -26,7 +26,7 @@ from bot.demo import demo_model
 from bot.jobs import queues
 from bot.jobs.celery_app import create_app
 from bot.jobs.model_client import load_factory
-from bot.jobs.queues import DEFAULT_QUEUE, HOSTS_EXCHANGE, HOSTS_QUEUE, queue_for, worker_queues
+from bot.service.queues import DEFAULT_QUEUE, HOSTS_EXCHANGE, HOSTS_QUEUE, queue_for, worker_queues
 from bot.store.models import Approval, JobKind, JobSpec, JobState
 from bot.store.store import JobStore
 from harness.redis_server import RedisServer, running_redis
@@ -197,7 +197,7 @@ def test_redis_keys(redis_server: RedisServer) -> None:
     store.transition(
         job, JobState.AWAITING_APPROVAL, from_states={JobState.RUNNING}, approval_id="ap1"
     )
-    store.decide(job, approve=True, by="b", binding=approval.binding(), allow_self=False)
+    store.decide(job, approve=True, by="b", binding=approval.binding())
     store.deployment()
     look()
     # A new key may be added (the previous release never reads it); none may go or move.

@@ -9,7 +9,7 @@ import re
 import httpx
 import pytest
 
-from bot.jobs.tasks import decide_job
+from bot.service.access import Principal
 from bot.store.models import Approval, ApprovalState, JobKind, JobSpec, JobState
 from harness.api_server import api_server
 from harness.stack import REPO, REQUESTER, REVIEWER, wait_until
@@ -235,15 +235,12 @@ def test_a_decision_made_at_the_cli_shows_the_claimed_name_and_the_os_account(we
     job = web.park(REQUESTER)
     current = web.stack.store.approval(job.id)
     assert current is not None
-    decide_job(
-        web.stack.store,
+    web.stack.service.decide(
+        Principal.operator("claimed-reviewer"),
         job.id,
-        False,
-        "claimed-reviewer",
-        "Not like this",
+        approve=False,
+        comment="Not like this",
         binding=current.binding(),
-        settings=web.stack.settings,
-        app=web.stack.app,
         os_user="ops-account",
     )
     web.stack.wait_for(job.id, JobState.REFUSED, timeout=90)

@@ -15,6 +15,7 @@ once its deadline passed, when no deployment still needs it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from datetime import UTC, datetime
 import docker
 from docker.errors import NotFound
 
+from bot.core.errors import BeamError
 from sandbox.host.container.hardening import (
     DEADLINE_LABEL,
     DEPLOYMENT_LABEL,
@@ -29,11 +31,13 @@ from sandbox.host.container.hardening import (
     ROLE_LABEL,
     ROLE_SANDBOX,
 )
-from sandbox.host.engine import engine_errors
+from sandbox.host.engine import connect, engine_errors
 
-__all__ = ["reap"]
+__all__ = ["reap", "reap_after_cancel"]
 
 log = logging.getLogger(__name__)
+
+REAP_CONNECT_TIMEOUT = 5.0
 
 
 def reap(
@@ -70,6 +74,22 @@ def reap(
         log.info("reaped sandbox container %s of job %s: %s", container["Id"][:12], job_id, reason)
         removed.append(job_id)
     return removed
+
+
+def reap_after_cancel(
+    deployment: Callable[[], str], *, docker_client: docker.DockerClient | None = None
+) -> Callable[[str], None]:
+    """What the job service runs after a cancel ended a job at once (``after_cancel``): such
+    a job has no container, but one left by a worker that died is removed when this host
+    reaches the engine, else by the reaper of the host it runs on. ``deployment`` is asked
+    only then (it reads the store)."""
+
+    def after_cancel(job_id: str) -> None:
+        with contextlib.suppress(BeamError):
+            client = docker_client or connect(timeout=REAP_CONNECT_TIMEOUT)
+            reap(client, is_active=lambda other: other != job_id, deployment=deployment())
+
+    return after_cancel
 
 
 def _reason(

@@ -3,11 +3,13 @@ priorities, and the sends of the beat's and the host chores.
 
 These are stored contracts: messages already queued by the previous release name these
 tasks and queues, so none may change. ``bot.jobs.celery_app`` builds the Celery app around
-them; this module imports no task code, so whoever only sends needs nothing more.
+them; this module imports no task code, so whoever only sends (the job service, through
+``TaskQueues``) needs nothing more.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from celery import Celery
@@ -80,6 +82,19 @@ def send_run(app: Celery, record: JobRecord) -> None:
 def send_resume(app: Celery, record: JobRecord) -> None:
     """Queue the resume of a parked job whose decision is stored."""
     _send(app, RESUME_JOB, record, priority=RESUME_PRIORITY)
+
+
+@dataclass(frozen=True)
+class TaskQueues:
+    """What the job service sends on: the first run and the resume of a job, on ``app``."""
+
+    app: Celery
+
+    def send_run(self, record: JobRecord) -> None:
+        send_run(self.app, record)
+
+    def send_resume(self, record: JobRecord) -> None:
+        send_resume(self.app, record)
 
 
 def _send(app: Celery, task: str, record: JobRecord, *, priority: int) -> None:

@@ -195,14 +195,20 @@ class JobRecords(RedisGateway):
 
         return self.atomic([job_key, approval_key], body)
 
-    def request_cancel(self, job_id: str) -> JobRecord:
-        """Ask for the job to stop. A job no worker holds (queued, parked, or running under
-        a lease that ran out) is cancelled at once, its pending approval withdrawn; a running
-        one gets ``cancel_requested`` and its worker ends it between tool calls; a final job
-        comes back unchanged. While its worker pushes upstream, BEM-512: the push cannot be
-        called back, and a cancel then would end the job saying nothing went out."""
+    def request_cancel(
+        self, job_id: str, *, authorize: Callable[[JobRecord], None] | None = None
+    ) -> JobRecord:
+        """Ask for the job to stop; ``authorize(record)`` runs first, inside the transaction,
+        and raises when the caller may not cancel it. A job no worker holds (queued, parked,
+        or running under a lease that ran out) is cancelled at once, its pending approval
+        withdrawn; a running one gets ``cancel_requested`` and its worker ends it between tool
+        calls; a final job comes back unchanged. While its worker pushes upstream, BEM-512:
+        the push cannot be called back, and a cancel then would end the job saying nothing
+        went out."""
 
         def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
+            if authorize is not None:
+                authorize(record)
             if record.state.is_final:
                 return None
             if record.state is JobState.RUNNING and _leased(record, now):

@@ -1,0 +1,36 @@
+"""A job parked on an approval without running anything: the store writes the executor
+makes when a push needs a person (claim, open the approval, park), for tests of what comes
+after (deciding, cancelling) that need no worker, container or model."""
+
+from __future__ import annotations
+
+from bot.store.models import Approval, JobSpec, JobState
+from bot.store.store import JobStore
+
+
+def park(store: JobStore, spec: JobSpec, *, worker: str = "parking@test") -> Approval:
+    """Store a job for ``spec`` and park it on a pending push approval; the approval."""
+    record = store.create(spec)
+    assert store.claim(record.id, worker=worker, lease_seconds=30) is not None
+    approval = Approval(
+        id=f"ap-{record.id}",
+        job_id=record.id,
+        repo=spec.repo,
+        requested_by=spec.requested_by,
+        call_id="call-1",
+        tool="git_push",
+        arguments={"branch": f"riverbeam/{record.id}"},
+        commit_sha="a" * 40,
+        target_ref=f"riverbeam/{record.id}",
+        diff_digest="d" * 64,
+        diff="--- a/install.md\n+++ b/install.md\n",
+    )
+    store.open_approval(approval)
+    moved = store.transition(
+        record.id,
+        JobState.AWAITING_APPROVAL,
+        from_states={JobState.RUNNING},
+        approval_id=approval.id,
+    )
+    assert moved is not None
+    return approval

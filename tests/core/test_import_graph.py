@@ -8,6 +8,7 @@ count.
 
 from __future__ import annotations
 
+import importlib
 import re
 import tomllib
 from pathlib import Path
@@ -61,3 +62,27 @@ def _pictured_layers() -> list[str]:
 
 def test_the_architecture_page_pictures_the_layers_contract() -> None:
     assert _pictured_layers() == _contract_layers()
+
+
+def test_every_module_the_architecture_page_names_exists() -> None:
+    # The last section names the old paths on purpose.
+    page = (ROOT / "docs" / "architecture.md").read_text().split("## What the restructuring")[0]
+    page = re.sub(r"\]\([^)]*\)", "]", page)  # link targets are pages, not modules
+    named = set(re.findall(r"\b((?:bot|sandbox)(?:\.[a-z_]+)+(?:\.[A-Z]\w*(?:\.\w+)?)?)", page))
+    missing = []
+    for name in sorted(named):
+        parts = name.split(".")
+        # The longest importable prefix, then attributes down the rest.
+        for cut in range(len(parts), 0, -1):
+            try:
+                found: object = importlib.import_module(".".join(parts[:cut]))
+            except ModuleNotFoundError:
+                continue
+            for attribute in parts[cut:]:
+                found = getattr(found, attribute, None)
+            if found is None:
+                missing.append(name)
+            break
+        else:
+            missing.append(name)
+    assert len(named) > 20 and missing == []

@@ -17,15 +17,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import redis
 
 from bench import percentile
+from bench.metrics_bench import park, timed
 from bot.jobs.lease import LeaseKeeper, StopCheck
-from bot.store.models import Approval, JobKind, JobResult, JobSpec, JobState
+from bot.store.models import JobKind, JobResult, JobSpec
 from bot.store.store import JobStore
 from harness.redis_server import redis_server
 
@@ -48,26 +48,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         def record() -> None:
             assert not store.get(job_id).cancel_requested
 
+        checks = options.checks
+
+        def many(check: Callable[[], None]) -> Callable[[], object]:
+            return lambda: [check() for _ in range(checks)]
+
         rows = [
-            _time(client, "cancel flag: EXISTS (StopCheck.check)", options, flag),
-            _time(client, "baseline: the whole record, GET + parse", options, record),
+            timed(client, "cancel flag: EXISTS (StopCheck.check)", options.runs, many(flag)),
+            timed(client, "baseline: the whole record, GET + parse", options.runs, many(record)),
         ]
     print(
         f"cancel_check_bench: a resumed job whose record is {record_bytes / 1024:.1f} KiB, "
         f"{options.checks} checks a round, {options.runs} rounds"
     )
     print(f"{'':<42} {'median/check':>14}  {'slowest':>10}  {'sent/check':>11}")
-    for label, seconds, sent in rows:
-        per_check = [s / options.checks * 1e6 for s in seconds]
+    for row in rows:
+        per_check = [seconds / checks * 1e6 for seconds in row.seconds]
         print(
-            f"{label:<42} {statistics.median(per_check):>11.1f} µs  "
-            f"{percentile(per_check, 1.0):>7.1f} µs  {sent:>9.0f} B"
+            f"{row.label:<42} {statistics.median(per_check):>11.1f} µs  "
+            f"{percentile(per_check, 1.0):>7.1f} µs  {row.bytes_out / checks:>9.0f} B"
         )
-    (_, flag_s, flag_b), (_, record_s, record_b) = rows
-    ratio = statistics.median(record_s) / max(statistics.median(flag_s), 1e-12)
+    on_flag, on_record = (statistics.median(row.seconds) for row in rows)
+    ratio = on_record / max(on_flag, 1e-12)
     print(
-        f"the record read takes {ratio:.1f}x the time and {record_b / max(flag_b, 1):.0f}x "
-        "the bytes of the flag (target: the flag's cost independent of the record's size)"
+        f"the record read takes {ratio:.1f}x the time and "
+        f"{rows[1].bytes_out / max(rows[0].bytes_out, 1):.0f}x the bytes of the flag "
+        "(target: the flag's cost independent of the record's size)"
     )
     return 0
 
@@ -83,51 +89,11 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 def resumed_job(store: JobStore, result_bytes: int) -> str:
     """An author job that parked with a result of ``result_bytes``, was approved, and was
     claimed by its resume: running, with the record a resumed job has."""
-    record = store.create(JobSpec(kind=JobKind.AUTHOR, repo="docs", request="fix the page"))
-    store.claim(record.id, worker="bench", lease_seconds=600)
-    approval = Approval(
-        id="ap-1",
-        job_id=record.id,
-        repo="docs",
-        requested_by=record.spec.requested_by,
-        call_id="call-1",
-        tool="git_push",
-        arguments={},
-        commit_sha="a" * 40,
-        target_ref=f"riverbeam/{record.id}",
-        diff_digest="d" * 64,
-        diff="+x\n",
-    )
-    store.open_approval(approval)
-    store.transition(
-        record.id,
-        JobState.AWAITING_APPROVAL,
-        from_states={JobState.RUNNING},
-        approval_id=approval.id,
-        result=JobResult(text="x" * result_bytes),
-    )
-    store.decide(record.id, approve=True, by="reviewer", binding=approval.binding())
-    store.claim_resume(record.id, worker="bench", lease_seconds=600)
-    return record.id
-
-
-def _time(
-    client: redis.Redis, label: str, options: argparse.Namespace, check: Callable[[], None]
-) -> tuple[str, list[float], float]:
-    check()  # warm: connections, imports
-    sent = _bytes_out(client)
-    seconds = []
-    for _ in range(options.runs):
-        started = time.perf_counter()
-        for _ in range(options.checks):
-            check()
-        seconds.append(time.perf_counter() - started)
-    # Our own INFO call is a few KiB of the total: small beside what is measured.
-    return label, seconds, (_bytes_out(client) - sent) / (options.runs * options.checks)
-
-
-def _bytes_out(client: redis.Redis) -> int:
-    return int(client.info("stats")["total_net_output_bytes"])
+    spec = JobSpec(kind=JobKind.AUTHOR, repo="docs", request="fix the page")
+    approval = park(store, spec, "+x\n", result=JobResult(text="x" * result_bytes))
+    store.decide(approval.job_id, approve=True, by="reviewer", binding=approval.binding())
+    store.claim_resume(approval.job_id, worker="bench", lease_seconds=600)
+    return approval.job_id
 
 
 if __name__ == "__main__":

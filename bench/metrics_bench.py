@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import redis
 from prometheus_client import CollectorRegistry, generate_latest
@@ -74,28 +75,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         large = JobStore.from_url(url, prefix=PREFIX)
         small = JobStore.from_url(url, prefix=f"{PREFIX}-small")
         client = redis.Redis.from_url(url)
-        empty = _time(client, "approvals, empty store", runs, lambda: _approvals(large))
+        empty = timed(client, "approvals, empty store", runs, lambda: _approvals(large))
         started = time.monotonic()
         park_many(large, count, options.diff_kib * 1024)
         parked_in = time.monotonic() - started
         park_many(small, count, SMALL_DIFF_BYTES)
         timings = [
             empty,
-            _time(client, f"approvals, {count} of 1 KiB", runs, lambda: _approvals(small)),
-            _time(
+            timed(client, f"approvals, {count} of 1 KiB", runs, lambda: _approvals(small)),
+            timed(
                 client,
                 f"approvals, {count} of {options.diff_kib} KiB",
                 runs,
                 lambda: _approvals(large),
             ),
-            _time(
+            timed(
                 client,
                 f"baseline: full read, {count} of {options.diff_kib} KiB",
                 options.baseline_runs,
                 lambda: _full_read(large),
             ),
-            _time(client, "whole store part of a scrape, large", runs, lambda: _scrape(large)),
-            _time(client, "the same, rendered", runs, _rendered(large)),
+            timed(client, "whole store part of a scrape, large", runs, lambda: _scrape(large)),
+            timed(client, "the same, rendered", runs, _rendered(large)),
         ]
         memory = int(client.info("memory")["used_memory"])
     print(
@@ -125,33 +126,39 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def park_many(store: JobStore, count: int, diff_bytes: int) -> None:
-    """``count`` author jobs parked on a pending approval with a diff of ``diff_bytes``, the
-    way the executor parks them (claim, open the approval, move to awaiting_approval)."""
+    """``count`` author jobs parked on a pending approval with a diff of ``diff_bytes``."""
     diff = ("+" + "x" * 99 + "\n") * (diff_bytes // 101)
     for number in range(count):
-        spec = JobSpec(kind=JobKind.AUTHOR, repo="docs", request=f"fix page {number}")
-        record = store.create(spec)
-        store.claim(record.id, worker="bench", lease_seconds=600)
-        approval = Approval(
-            id=f"ap-{record.id}",
-            job_id=record.id,
-            repo="docs",
-            requested_by=record.spec.requested_by,
-            call_id="call-1",
-            tool="git_push",
-            arguments={},
-            commit_sha="a" * 40,
-            target_ref=f"riverbeam/{record.id}",
-            diff_digest="d" * 64,
-            diff=diff,
-        )
-        store.open_approval(approval)
-        store.transition(
-            record.id,
-            JobState.AWAITING_APPROVAL,
-            from_states={JobState.RUNNING},
-            approval_id=approval.id,
-        )
+        park(store, JobSpec(kind=JobKind.AUTHOR, repo="docs", request=f"fix page {number}"), diff)
+
+
+def park(store: JobStore, spec: JobSpec, diff: str, **changes: Any) -> Approval:
+    """A job parked on a pending approval of ``diff``, the way the executor parks it (claim,
+    open the approval, move to awaiting_approval with ``changes``); its approval."""
+    record = store.create(spec)
+    store.claim(record.id, worker="bench", lease_seconds=600)
+    approval = Approval(
+        id=f"ap-{record.id}",
+        job_id=record.id,
+        repo=spec.repo,
+        requested_by=record.spec.requested_by,
+        call_id="call-1",
+        tool="git_push",
+        arguments={},
+        commit_sha="a" * 40,
+        target_ref=f"riverbeam/{record.id}",
+        diff_digest="d" * 64,
+        diff=diff,
+    )
+    store.open_approval(approval)
+    store.transition(
+        record.id,
+        JobState.AWAITING_APPROVAL,
+        from_states={JobState.RUNNING},
+        approval_id=approval.id,
+        **changes,
+    )
+    return approval
 
 
 def _scrape(store: JobStore) -> object:
@@ -180,7 +187,7 @@ def _full_read(store: JobStore) -> tuple[int, float]:
     return len(pending), max(ages, default=0.0)
 
 
-def _time(client: redis.Redis, label: str, runs: int, work: Callable[[], object]) -> Timing:
+def timed(client: redis.Redis, label: str, runs: int, work: Callable[[], object]) -> Timing:
     work()  # warm: connections, imports
     sent = _bytes_out(client)
     seconds = []

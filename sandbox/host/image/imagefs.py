@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["APP_DIR", "KEPT_PROGRAMS", "SITE_DIR", "finish", "prune"]
+__all__ = ["APP_DIR", "KEPT_PROGRAMS", "SITE_DIR", "add_account", "finish", "prune"]
 
 APP_DIR = "/opt/riverbeam/app"
 SITE_DIR = "/opt/riverbeam/site"
@@ -120,14 +120,16 @@ def _remove(path: Path) -> bool:
 
 
 def _write_accounts(root: Path, uid: int) -> None:
+    add_account(root, "root", 0, "/root")
+    add_account(root, "sandbox", uid, "/tmp")
+
+
+def add_account(root: Path, name: str, uid: int, home: str) -> None:
+    """A user ``name`` with its own group, both ``uid``, and no login shell."""
     etc = root / "etc"
     etc.mkdir(parents=True, exist_ok=True)
-    _set_line(etc / "passwd", "root:", "root:x:0:0:root:/root:/nonexistent")
-    _set_line(
-        etc / "passwd", "sandbox:", f"sandbox:x:{uid}:{uid}:Riverbeam sandbox:/tmp:/nonexistent"
-    )
-    _set_line(etc / "group", "root:", "root:x:0:")
-    _set_line(etc / "group", "sandbox:", f"sandbox:x:{uid}:")
+    _set_line(etc / "passwd", f"{name}:", f"{name}:x:{uid}:{uid}:{name}:{home}:/nonexistent")
+    _set_line(etc / "group", f"{name}:", f"{name}:x:{uid}:")
 
 
 def _set_line(path: Path, prefix: str, line: str) -> None:

@@ -21,6 +21,7 @@ from bot.cli.approvals import add_approvals_commands
 from bot.cli.ci import add_ci_commands
 from bot.cli.demo_command import add_demo_command
 from bot.cli.failures import EXIT_BROKEN_PIPE, report_unexpected
+from bot.cli.healthcheck import add_healthcheck_commands
 from bot.cli.images import add_image_commands
 from bot.cli.jobs import add_jobs_commands
 from bot.cli.model import add_model_commands
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_skills_commands(commands)
     add_sandbox_commands(commands)
     add_image_commands(commands)
+    add_healthcheck_commands(commands)
     add_model_commands(commands)
     return parser
 

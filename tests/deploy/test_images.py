@@ -101,3 +101,10 @@ def test_the_redis_image_runs_redis_as_its_own_user(
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert done.stdout.strip() == f"{REDIS_UID}:{REDIS_UID}"
+    # Redis's own programs only: no shell, no Perl.
+    for program in ("sh", "perl", "apt-get"):
+        shell = subprocess.run(
+            ["docker", "run", "--rm", "--network", "none", redis, program, "--version"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert shell.returncode != 0, program

@@ -73,15 +73,16 @@ def finish(root: Path, *, site_packages: str, uid: int) -> list[str]:
     return prune(root)
 
 
-def prune(root: Path) -> list[str]:
-    """Remove every program but Python, and the package managers' files."""
+def prune(root: Path, keep: frozenset[str] = KEPT_PROGRAMS) -> list[str]:
+    """Remove every program but those named in ``keep`` (Python), and the package managers'
+    files."""
     removed: list[str] = []
     for directory in _PROGRAM_DIRS:
         path = root / directory
         if path.is_symlink() or not path.is_dir():
             continue  # merged /usr: /bin -> usr/bin is pruned through its target
         for entry in sorted(path.iterdir()):
-            if entry.name not in KEPT_PROGRAMS:
+            if entry.name not in keep:
                 _remove(entry)
                 removed.append(str(entry.relative_to(root)))
     for name in _DROPPED:
@@ -93,19 +94,20 @@ def prune(root: Path) -> list[str]:
         for name in _DROPPED_PYTHON:
             if _remove(python_lib / name):
                 removed.append(str((python_lib / name).relative_to(root)))
-    _drop_exec_bits(root)
+    _drop_exec_bits(root, keep)
     return removed
 
 
-def _drop_exec_bits(root: Path) -> None:
-    """Leave Python the only file with an execute bit (shared libraries aside): standard
-    library modules ship as executable scripts, which the kernel would run by their shebang."""
+def _drop_exec_bits(root: Path, keep: frozenset[str]) -> None:
+    """Leave the kept programs the only files with an execute bit (shared libraries aside):
+    standard library modules ship as executable scripts, which the kernel would run by their
+    shebang."""
     for top, _, files in os.walk(root):
         for name in files:
             path = Path(top, name)
             mode = path.lstat().st_mode
             runnable = stat.S_ISREG(mode) and mode & 0o111
-            if runnable and name not in KEPT_PROGRAMS and ".so" not in name:
+            if runnable and name not in keep and ".so" not in name:
                 path.chmod(stat.S_IMODE(mode) & ~0o111)
 
 

@@ -40,7 +40,7 @@ from bot.config import Settings
 from bot.core.errors import BeamError
 from sandbox.host.engine import engine_errors
 from sandbox.host.image.build import ImageInfo, cache_dir, image_info, plan_image
-from sandbox.host.image.imagefs import APP_DIR, SITE_DIR, add_account, finish
+from sandbox.host.image.imagefs import APP_DIR, SITE_DIR, add_account, finish, prune
 from sandbox.host.image.recipe import (
     CONTENT_LABEL,
     DEBIAN_SUITE,
@@ -74,6 +74,8 @@ REDIS_REPOSITORY = "riverbeam-redis"
 SERVICE_UID = 10000  # docker/Dockerfile's riverbeam user too
 REDIS_UID = 10002
 REDIS_PACKAGES = ("redis-server",)
+# redis-server is a link to redis-check-rdb; redis-check-aof repairs a damaged AOF.
+REDIS_PROGRAMS = frozenset({"redis-server", "redis-check-rdb", "redis-check-aof", "redis-cli"})
 SERVICE_HOME = "/var/lib/riverbeam"
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 _PROJECT_PACKAGES = ("bot", "sandbox", "skills")
@@ -295,14 +297,10 @@ def _build_redis(
         )
         add_account(root, "root", 0, "/root")
         add_account(root, "redis", REDIS_UID, "/data")
-        for name in (
-            "usr/share/doc",
-            "usr/share/man",
-            "usr/share/locale",
-            "var/lib/dpkg",
-            "var/lib/apt",
-        ):
-            shutil.rmtree(root / name, ignore_errors=True)
+        # Only Redis's programs stay: no shell, and none of the Perl adduser pulled in.
+        prune(root, keep=REDIS_PROGRAMS)
+        for library in root.glob("usr/lib/*/libperl.so*"):
+            library.unlink()
         data = root / "data"
         data.mkdir()
         data.chmod(0o700)

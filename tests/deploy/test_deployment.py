@@ -97,6 +97,18 @@ def test_an_author_job_parks_and_its_approval_pushes_over_smart_http(
     assert basic(UPSTREAM_USER, deployment.upstream_token) in deployment.git.seen_authorizations
 
 
+def test_every_health_check_passes(deployment: Deployment) -> None:
+    checked = [deployment.containers(service)[0] for service in ("redis", "api", "worker")]
+    deadline = time.monotonic() + JOB_SECONDS
+    states: list[str] = []
+    while time.monotonic() < deadline:
+        states = [_inspect(container)["State"]["Health"]["Status"] for container in checked]
+        if states == ["healthy"] * 3:
+            break
+        time.sleep(2)
+    assert states == ["healthy"] * 3
+
+
 def test_only_the_worker_holds_the_engine_socket_and_the_upstream_token(
     deployment: Deployment,
 ) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from bot.config import Settings
 from bot.demo import PAGE, REPO_NAME, REQUEST, branch_commit
 from harness.git_http import basic
 from tests.deploy.conftest import UPSTREAM_USER, Deployment, _timed
@@ -93,6 +94,11 @@ def test_an_author_job_parks_and_its_approval_pushes_over_smart_http(
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "recomend" not in pushed and "recommend" in pushed
+    # The worker (root in its container) handed the job's tree to the sandbox uid on the
+    # host's filesystem, at the host path the engine mounted into the sandbox.
+    workspaces = deployment.directory / "data" / "workspaces"
+    owners = {path.stat().st_uid for path in workspaces.rglob("*") if job_id in str(path)}
+    assert Settings().sandbox.uid in owners
     # Over HTTP with the worker's token: the server saw it, and it lives in the worker only.
     assert basic(UPSTREAM_USER, deployment.upstream_token) in deployment.git.seen_authorizations
 

@@ -338,6 +338,11 @@ class ApiSettings(BaseModel):
     trusted_proxies: tuple[str, ...] = Field(
         default=(), description="proxy addresses whose X-Forwarded-For/-Proto are believed"
     )
+    health_engine: bool = Field(
+        default=True,
+        description="/healthz checks the Docker engine and sandbox image here; false where "
+        "the API has no engine (the compose deployment: only the worker has the socket)",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> ApiSettings:

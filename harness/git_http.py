@@ -47,8 +47,8 @@ def basic(username: str, token: str) -> str:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, root: Path, authorization: str | None) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, root: Path, authorization: str | None, host: str) -> None:
+        super().__init__((host, 0), _Handler)
         self.root = root
         self.authorization = authorization
         self.seen_authorizations: list[str] = []
@@ -163,12 +163,18 @@ class GitHttpServer:
     """Serves the repositories under ``root``; use as a context manager.
 
     ``authorization``: the exact ``Authorization`` header every request must carry (see
-    ``basic``); ``None`` serves everyone. ``tls``: serve HTTPS with this certificate."""
+    ``basic``); ``None`` serves everyone. ``tls``: serve HTTPS with this certificate.
+    ``host``: the address to listen on (a Docker bridge's gateway lets containers reach it)."""
 
     def __init__(
-        self, root: Path, *, authorization: str | None = None, tls: TlsFiles | None = None
+        self,
+        root: Path,
+        *,
+        authorization: str | None = None,
+        tls: TlsFiles | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
-        self._server = _Server(root, authorization)
+        self._server = _Server(root, authorization, host)
         self._scheme = "http"
         if tls is not None:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -14,6 +14,9 @@ probe answers within ``CHECK_TIMEOUT_SECONDS`` (plus a little) whatever hangs:
 - ``workers``: every job queue has a worker that answers on the broker's control channel
   within ``WORKERS_PING_SECONDS`` (the body lists, per queue, the workers that answered).
 
+With ``api.health_engine = false`` (an API that has no Docker engine, as in the compose
+deployment) ``docker`` and ``image`` are not checked: the workers check them at start.
+
 200 when every check passes, 503 when one fails; the body is the same ``Health`` document
 either way, naming each check, its status, a detail, and the BEM code of a failure. No token
 is needed: a load balancer or an orchestrator probes it. The answer names hosts and ports
@@ -65,7 +68,9 @@ class Check(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok", "failing"] = Field(description="ok when every check is ok")
-    checks: dict[str, Check] = Field(description="redis, broker, docker, image, workers")
+    checks: dict[str, Check] = Field(
+        description="redis, broker, workers, and docker and image unless api.health_engine is false"
+    )
     workers: dict[str, list[str]] = Field(
         default_factory=dict,
         description="each job queue and the workers that answered a ping consuming it",
@@ -219,10 +224,12 @@ async def health(service: JobService, expected: ExpectedImage) -> Health:
     probes: dict[str, Callable[[], str]] = {
         "redis": lambda: check_redis(service.settings),
         "broker": lambda: check_broker(service.queues.app),
-        "docker": check_docker,
-        "image": lambda: check_image(expected),
         "workers": lambda: check_workers(service.queues.app, served),
     }
+    if service.settings.api.health_engine:
+        # An API without the engine (only the workers have it) leaves these to the workers,
+        # which refuse to start without the sandbox image.
+        probes |= {"docker": check_docker, "image": lambda: check_image(expected)}
     results = await asyncio.gather(*(_run(probe) for probe in probes.values()))
     checks = dict(zip(probes, results, strict=True))
     ok = all(check.status == "ok" for check in checks.values())

@@ -21,6 +21,8 @@ from bot.cli.approvals_command import add_approvals_commands
 from bot.cli.ci import add_ci_commands
 from bot.cli.demo_command import add_demo_command
 from bot.cli.failures import EXIT_BROKEN_PIPE, report_unexpected
+from bot.cli.healthcheck import add_healthcheck_commands
+from bot.cli.images import add_image_commands
 from bot.cli.jobs_command import add_jobs_commands
 from bot.cli.model import add_model_commands
 from bot.cli.repos import add_repos_commands
@@ -66,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_repos_commands(commands)
     add_skills_commands(commands)
     add_sandbox_commands(commands)
+    add_image_commands(commands)
+    add_healthcheck_commands(commands)
     add_model_commands(commands)
     return parser
 

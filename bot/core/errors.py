@@ -212,6 +212,8 @@ _TABLE = [
     Code("BEM-406", ContainerError, "a tool server message is over the size cap"),
     Code("BEM-407", ContainerError, "the tool server broke the protocol"),
     Code("BEM-408", ContainerError, "building the sandbox image failed"),
+    Code("BEM-409", ContainerError, "building the service or Redis image failed"),
+    Code("BEM-410", ContainerError, "no worker on this host answered a health-check ping"),
     Code("BEM-500", JobError, "no job with this id"),
     Code("BEM-501", JobError, "the job request is invalid"),
     Code("BEM-502", JobError, "the job's saved state is missing or cannot resume"),

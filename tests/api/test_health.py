@@ -78,6 +78,19 @@ async def test_a_missing_image_is_503_naming_the_image_check(stack: Stack) -> No
     assert "riverbeam sandbox build" in body["checks"]["image"]["detail"]
 
 
+async def test_an_api_without_the_engine_leaves_the_engine_checks_to_the_workers(
+    stack: Stack,
+) -> None:
+    # The compose deployment's API: no socket, and a sandbox image it could not see anyway.
+    sandbox = stack.settings.sandbox.model_copy(update={"image": "riverbeam-sandbox-absent"})
+    api = stack.settings.api.model_copy(update={"health_engine": False})
+    status, body = await _probe(stack.settings.model_copy(update={"sandbox": sandbox, "api": api}))
+
+    assert status == 200, body
+    assert set(body["checks"]) == CHECKS - {"docker", "image"}
+    assert set(body["workers"]) == set(job_queues())
+
+
 async def test_an_unreachable_redis_is_503_naming_redis_and_the_broker(stack: Stack) -> None:
     port = free_port()
     status, body = await _probe(

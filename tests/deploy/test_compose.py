@@ -125,3 +125,32 @@ def test_the_project_is_riverbeam_whatever_the_folder_and_the_backup_names_its_v
     operations = (ROOT / "docs" / "operations.md").read_text()
     backup = operations[operations.index("## Backups of job history") :]
     assert re.findall(r"-v (\S+):/data ", backup) == ["riverbeam_redis-data"]
+
+
+def test_health_checks_secrets_and_data_follow_the_deployed_shape(config: dict[str, Any]) -> None:
+    services = config["services"]
+    assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+    assert "/healthz" in " ".join(services["api"]["healthcheck"]["test"])
+    assert services["worker"]["healthcheck"]["test"] == [
+        "CMD",
+        "riverbeam",
+        "healthcheck",
+        "worker",
+    ]
+    for name in ("api", "worker", "beat"):
+        assert services[name]["depends_on"] == {"redis": {"condition": "service_healthy"}}
+    # The API has no engine: its /healthz leaves the engine and image to the worker.
+    assert services["api"]["environment"]["RIVERBEAM_API__HEALTH_ENGINE"] == "false"
+    # Upstream tokens reach the worker only, as a file.
+    holders = {name for name, service in services.items() if service.get("secrets")}
+    assert holders == {"worker"}
+    assert [secret["source"] for secret in services["worker"]["secrets"]] == ["upstream-token"]
+
+
+def test_the_data_directory_is_mounted_at_its_own_path_wherever_it_is() -> None:
+    elsewhere = "/srv/riverbeam-data"
+    environment = {**os.environ, "REDIS_PASSWORD": PASSWORD, "RIVERBEAM_DATA": elsewhere}
+    done = _compose_config(environment)
+    assert done.returncode == 0, done.stderr
+    worker = yaml.safe_load(done.stdout)["services"]["worker"]
+    assert f"{elsewhere}:{elsewhere}:rw" in worker["volumes"]

@@ -52,7 +52,9 @@ __all__ = [
     "ImagePlan",
     "Wheel",
     "build_image",
+    "cache_dir",
     "check_image",
+    "image_info",
     "plan_image",
 ]
 
@@ -285,10 +287,14 @@ def _method(client: docker.DockerClient, limits: SandboxLimits) -> Method:
 
 
 def _info(plan: ImagePlan, image: Image, *, built: bool) -> ImageInfo:
+    return image_info(plan.ref, plan.content_hash, image, built=built)
+
+
+def image_info(ref: str, content_hash: str, image: Image, *, built: bool) -> ImageInfo:
     labels = image.labels or {}
     return ImageInfo(
-        ref=plan.ref,
-        content_hash=plan.content_hash,
+        ref=ref,
+        content_hash=content_hash,
         image_id=str(image.id),
         size_bytes=int(image.attrs.get("Size", 0)),
         method=str(labels.get(METHOD_LABEL, "unknown")),

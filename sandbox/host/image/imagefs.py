@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["APP_DIR", "KEPT_PROGRAMS", "SITE_DIR", "finish", "prune"]
+__all__ = ["APP_DIR", "KEPT_PROGRAMS", "SITE_DIR", "add_account", "finish", "prune"]
 
 APP_DIR = "/opt/riverbeam/app"
 SITE_DIR = "/opt/riverbeam/site"
@@ -73,15 +73,16 @@ def finish(root: Path, *, site_packages: str, uid: int) -> list[str]:
     return prune(root)
 
 
-def prune(root: Path) -> list[str]:
-    """Remove every program but Python, and the package managers' files."""
+def prune(root: Path, keep: frozenset[str] = KEPT_PROGRAMS) -> list[str]:
+    """Remove every program but those named in ``keep`` (Python), and the package managers'
+    files."""
     removed: list[str] = []
     for directory in _PROGRAM_DIRS:
         path = root / directory
         if path.is_symlink() or not path.is_dir():
             continue  # merged /usr: /bin -> usr/bin is pruned through its target
         for entry in sorted(path.iterdir()):
-            if entry.name not in KEPT_PROGRAMS:
+            if entry.name not in keep:
                 _remove(entry)
                 removed.append(str(entry.relative_to(root)))
     for name in _DROPPED:
@@ -93,19 +94,20 @@ def prune(root: Path) -> list[str]:
         for name in _DROPPED_PYTHON:
             if _remove(python_lib / name):
                 removed.append(str((python_lib / name).relative_to(root)))
-    _drop_exec_bits(root)
+    _drop_exec_bits(root, keep)
     return removed
 
 
-def _drop_exec_bits(root: Path) -> None:
-    """Leave Python the only file with an execute bit (shared libraries aside): standard
-    library modules ship as executable scripts, which the kernel would run by their shebang."""
+def _drop_exec_bits(root: Path, keep: frozenset[str]) -> None:
+    """Leave the kept programs the only files with an execute bit (shared libraries aside):
+    standard library modules ship as executable scripts, which the kernel would run by their
+    shebang."""
     for top, _, files in os.walk(root):
         for name in files:
             path = Path(top, name)
             mode = path.lstat().st_mode
             runnable = stat.S_ISREG(mode) and mode & 0o111
-            if runnable and name not in KEPT_PROGRAMS and ".so" not in name:
+            if runnable and name not in keep and ".so" not in name:
                 path.chmod(stat.S_IMODE(mode) & ~0o111)
 
 
@@ -120,14 +122,16 @@ def _remove(path: Path) -> bool:
 
 
 def _write_accounts(root: Path, uid: int) -> None:
+    add_account(root, "root", 0, "/root")
+    add_account(root, "sandbox", uid, "/tmp")
+
+
+def add_account(root: Path, name: str, uid: int, home: str) -> None:
+    """A user ``name`` with its own group, both ``uid``, and no login shell."""
     etc = root / "etc"
     etc.mkdir(parents=True, exist_ok=True)
-    _set_line(etc / "passwd", "root:", "root:x:0:0:root:/root:/nonexistent")
-    _set_line(
-        etc / "passwd", "sandbox:", f"sandbox:x:{uid}:{uid}:Riverbeam sandbox:/tmp:/nonexistent"
-    )
-    _set_line(etc / "group", "root:", "root:x:0:")
-    _set_line(etc / "group", "sandbox:", f"sandbox:x:{uid}:")
+    _set_line(etc / "passwd", f"{name}:", f"{name}:x:{uid}:{uid}:{name}:{home}:/nonexistent")
+    _set_line(etc / "group", f"{name}:", f"{name}:x:{uid}:")
 
 
 def _set_line(path: Path, prefix: str, line: str) -> None:

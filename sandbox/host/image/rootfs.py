@@ -39,7 +39,17 @@ from sandbox.host.image.recipe import (
     ImagePlan,
 )
 
-__all__ = ["DEBIAN_PACKAGES", "build_from_rootfs", "entrypoint"]
+__all__ = [
+    "DEBIAN_PACKAGES",
+    "DEBIAN_SITE_PACKAGES",
+    "PYTHON",
+    "base_tarball",
+    "build_from_rootfs",
+    "byte_compile",
+    "entrypoint",
+    "import_tree",
+    "run_step",
+]
 
 DEBIAN_PACKAGES = (f"python{PYTHON_VERSION}-minimal", f"libpython{PYTHON_VERSION}-stdlib")
 DEBIAN_SITE_PACKAGES = "/usr/lib/python3/dist-packages"
@@ -65,35 +75,48 @@ def build_from_rootfs(
     cached tree."""
     if os.geteuid() != 0:
         raise BeamError("BEM-408", "the registry-free build runs mmdebstrap and chroot as root")
-    base = _base_tarball(cache / "rootfs", limits.debian_mirror, refresh=refresh)
+    base = base_tarball(cache / "rootfs", limits.debian_mirror, DEBIAN_PACKAGES, refresh=refresh)
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="riverbeam-image-", dir=cache) as scratch:
         root = Path(scratch) / "root"
         root.mkdir()
-        _run(["tar", "--numeric-owner", "-xpf", str(base), "-C", str(root)], "unpacking")
+        run_step(["tar", "--numeric-owner", "-xpf", str(base), "-C", str(root)], "unpacking")
         _install_wheels(root, plan)
         _copy_sources(root, plan)
         finish(root, site_packages=DEBIAN_SITE_PACKAGES, uid=plan.uid)
         (root / "usr/bin/python3").symlink_to(f"python{PYTHON_VERSION}")
-        _compile(root)
-        image_tar = Path(scratch) / "image.tar"
-        _run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(image_tar), "."], "packing")
-        _import(client, image_tar, plan)
+        byte_compile(root, [f"/usr/lib/python{PYTHON_VERSION}", APP_DIR, SITE_DIR])
+        changes = [
+            f"USER {plan.uid}:{plan.uid}",
+            "WORKDIR /workspace",
+            "ENV PATH=/usr/bin",
+            f"ENTRYPOINT {json.dumps(entrypoint('/usr/bin/python3'))}",
+            f"LABEL {CONTENT_LABEL}={plan.content_hash} {METHOD_LABEL}=rootfs",
+        ]
+        import_tree(client, root, plan.ref, changes)
 
 
-def _base_tarball(directory: Path, mirror: str, *, refresh: bool) -> Path:
-    """The unpacked Debian packages, cached by recipe."""
-    recipe = f"{DEBIAN_SUITE} extract {' '.join(DEBIAN_PACKAGES)} {os.uname().machine}"
+def base_tarball(
+    directory: Path,
+    mirror: str,
+    packages: tuple[str, ...],
+    *,
+    refresh: bool,
+    code: str = "BEM-408",
+) -> Path:
+    """The unpacked Debian ``packages`` (and what they depend on), cached by recipe: the
+    service image asks for the sandbox's set and so shares its tarball."""
+    recipe = f"{DEBIAN_SUITE} extract {' '.join(packages)} {os.uname().machine}"
     key = hashlib.sha256(recipe.encode()).hexdigest()[:16]
     tarball = directory / f"debian-{key}.tar"
     if tarball.exists() and not refresh:
         return tarball
     if shutil.which("mmdebstrap") is None:
-        raise BeamError("BEM-408", "mmdebstrap is not installed (apt-get install mmdebstrap)")
+        raise BeamError(code, "mmdebstrap is not installed (apt-get install mmdebstrap)")
     directory.mkdir(parents=True, exist_ok=True)
     partial = tarball.with_suffix(".partial.tar")
     command = ["mmdebstrap", "--quiet", "--variant=extract", "--mode=root", "--format=tar"]
-    command += [f"--include={','.join(DEBIAN_PACKAGES)}", DEBIAN_SUITE, str(partial)]
+    command += [f"--include={','.join(packages)}", DEBIAN_SUITE, str(partial)]
     # Security fixes come from the -security suite, which deb.debian.org serves beside the
     # main archive; a configured mirror must do the same.
     command += [
@@ -101,7 +124,7 @@ def _base_tarball(directory: Path, mirror: str, *, refresh: bool) -> Path:
         f"deb {mirror} {DEBIAN_SUITE}-updates main",
         f"deb {mirror}-security {DEBIAN_SUITE}-security main",
     ]
-    _run(command, "mmdebstrap")
+    run_step(command, "mmdebstrap", code=code)
     partial.rename(tarball)
     return tarball
 
@@ -115,7 +138,7 @@ def _install_wheels(root: Path, plan: ImagePlan) -> None:
     command += ["--implementation", "cp", "--abi", "cp311", "--abi", "abi3", "--abi", "none"]
     command += [f"--platform={tag}" for tag in _platform_tags(plan)]
     command += [str(wheel.path) for wheel in plan.wheels]
-    _run(command, "pip install")
+    run_step(command, "pip install")
 
 
 def _platform_tags(plan: ImagePlan) -> list[str]:
@@ -134,31 +157,41 @@ def _copy_sources(root: Path, plan: ImagePlan) -> None:
         destination.chmod(0o644)
 
 
-def _compile(root: Path) -> None:
-    targets = [f"/usr/lib/python{PYTHON_VERSION}", APP_DIR, SITE_DIR]
+def byte_compile(root: Path, targets: list[str], *, code: str = "BEM-408") -> None:
     chroot = shutil.which("chroot") or "/usr/sbin/chroot"
     command = [chroot, str(root), PYTHON, "-I", "-m", "compileall", "-q"]
     command += ["--invalidation-mode", "unchecked-hash", *targets]
-    _run(command, "byte-compiling", env={"PATH": "/usr/bin"})
+    run_step(command, "byte-compiling", env={"PATH": "/usr/bin"}, code=code)
 
 
-def _import(client: docker.DockerClient, image_tar: Path, plan: ImagePlan) -> None:
-    changes = [
-        f"USER {plan.uid}:{plan.uid}",
-        "WORKDIR /workspace",
-        "ENV PATH=/usr/bin",
-        f"ENTRYPOINT {json.dumps(entrypoint('/usr/bin/python3'))}",
-        f"LABEL {CONTENT_LABEL}={plan.content_hash} {METHOD_LABEL}=rootfs",
-    ]
-    repository, tag = plan.ref.split(":")
-    with engine_errors("BEM-408", "importing the sandbox image"):
+def import_tree(
+    client: docker.DockerClient,
+    root: Path,
+    ref: str,
+    changes: list[str],
+    *,
+    code: str = "BEM-408",
+) -> None:
+    """Pack the finished tree ``root`` and load it into the engine as ``ref``, with the
+    Dockerfile-style ``changes`` (user, entrypoint, labels)."""
+    image_tar = root.parent / "image.tar"
+    run_step(
+        ["tar", "--numeric-owner", "-C", str(root), "-cf", str(image_tar), "."],
+        "packing",
+        code=code,
+    )
+    repository, tag = ref.rsplit(":", 1)
+    with engine_errors(code, f"importing the image {ref}"):
         client.api.import_image_from_file(
             str(image_tar), repository=repository, tag=tag, changes=changes
         )
 
 
-def _run(command: list[str], step: str, env: dict[str, str] | None = None) -> None:
+def run_step(
+    command: list[str], step: str, env: dict[str, str] | None = None, *, code: str = "BEM-408"
+) -> None:
     completed = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if completed.returncode != 0:
         detail = "\n".join(completed.stderr.strip().splitlines()[-5:]) or "no output"
-        raise BeamError("BEM-408", f"building the sandbox image: {step} failed: {detail}")
+        what = "the sandbox image" if code == "BEM-408" else "a service image"
+        raise BeamError(code, f"building {what}: {step} failed: {detail}")

@@ -54,7 +54,12 @@ def test_reap_removes_finished_unknown_and_overdue_jobs_and_keeps_active_ones(
     # Containers of other jobs on this engine are none of this test's business: active.
     removed = reap(docker_client, lambda job: job in active or not job.startswith("reap-"))
 
-    assert sorted(removed) == ["reap-finished", "reap-overdue", "reap-unknown"]
+    # Another test's container past its deadline may go too: only these jobs are asserted.
+    assert sorted(job for job in removed if job.startswith("reap-")) == [
+        "reap-finished",
+        "reap-overdue",
+        "reap-unknown",
+    ]
     assert {job: container_exists(docker_client, str(cid)) for job, cid in ids.items()} == {
         "reap-running": True,
         "reap-finished": False,

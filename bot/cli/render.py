@@ -12,7 +12,6 @@ from typing import Any
 
 from pydantic import JsonValue
 from rich.console import Console
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
@@ -27,6 +26,7 @@ from bot.core.frames import (
     ToolCallRecord,
     ToolFrame,
 )
+from bot.review.words import WordChange, word_changes
 from bot.store.models import DIGEST_PREFIX, Approval, ApprovalState, JobRecord, JobState
 
 STATE_STYLES: dict[JobState, str] = {
@@ -374,18 +374,51 @@ def decision_flags(approval: Approval) -> str:
     return flags
 
 
+DIFF_STYLES = {"+": "green", "-": "red", "@": "magenta"}
+WORD_STYLES = {"old": "bold white on red", "new": "bold white on green"}
+KIND_WORDS = {
+    "whitespace": "spacing only",
+    "rewrap": "rewrapped only (the same words)",
+    "too_long": "too long to compare word by word",
+}
+
+
 def print_diff(out: Console, diff: str) -> None:
-    width = max((len(line) for line in diff.splitlines()), default=1)
-    syntax = Syntax(
-        diff.rstrip("\n"),
-        "diff",
-        theme="ansi_dark",
-        background_color="default",
-        code_width=width,
-        word_wrap=False,
-    )
-    # Not cropped to the terminal: a diff line cut short would misstate the change.
-    out.print(syntax, crop=False, soft_wrap=True)
+    """The diff, one line each, with the words a changed pair changed highlighted. Styles
+    only: piped, the text is exactly the diff (the console drops colour off a terminal)."""
+    changes = word_changes(diff)
+    marks = {line.diff_line: line for change in changes for line in change.lines}
+    for index, line in enumerate(diff.splitlines()):
+        header = line.startswith(("diff --git ", "--- ", "+++ ", "index "))
+        style = "bold" if header else DIFF_STYLES.get(line[:1], "")
+        text = Text(line[:1] if index in marks else line, style=style)
+        if index in marks:
+            changed = marks[index]
+            for segment in changed.segments:
+                word_style = WORD_STYLES[changed.side] if segment.mark == "changed" else style
+                text.append(segment.text, style=word_style)
+        # Not cropped to the terminal: a diff line cut short would misstate the change.
+        out.print(text, crop=False, soft_wrap=True)
+    if changes:
+        out.print(Text("\nword changes", style="bold"))
+        for change in changes:
+            out.print(word_change_line(change), crop=False, soft_wrap=True)
+
+
+def word_change_line(change: WordChange) -> Text:
+    """``path:line  [-old-] {+new+}``, git's plain word-diff marks, readable without colour."""
+    text = Text(f"  {change.path}:{change.new_start}  ")
+    if change.kind != "words":
+        return text.append(KIND_WORDS[change.kind], style="italic")
+    for side, opening, closing in (("old", "[-", "-]"), ("new", "{+", "+}")):
+        for line in change.lines:
+            for segment in line.segments:
+                if line.side == side and segment.mark == "changed":
+                    text.append(
+                        f"{opening}{segment.text}{closing}", style=DIFF_STYLES["+-"[side == "old"]]
+                    )
+                    text.append(" ")
+    return text
 
 
 def approvals_table(approvals: list[Approval]) -> Table:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from bot.core.frames import ErrorInfo
 from bot.core.jsonlimits import RequestMetadata
+from bot.review.words import WordChange, word_changes
 from bot.store.models import (
     MAX_REQUEST_CHARS,
     Approval,
@@ -176,10 +177,15 @@ class ApprovalView(BaseModel):
     )
     decided_at: datetime | None
     comment: str
+    word_changes: list[WordChange] = Field(
+        description="each run of removed lines with the added lines replacing it, the words "
+        "that changed marked; computed from `diff` when read, never stored"
+    )
 
     @classmethod
     def of(cls, approval: Approval) -> ApprovalView:
-        return cls.model_validate(approval.model_dump(exclude={"call_id", "applied"}))
+        shown = approval.model_dump(exclude={"call_id", "applied"})
+        return cls.model_validate({**shown, "word_changes": word_changes(approval.diff)})
 
 
 class ApprovalList(BaseModel):

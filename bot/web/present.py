@@ -24,6 +24,7 @@ from bot.core.frames import (
     ThinkingFrame,
     ToolFrame,
 )
+from bot.review.words import Mark, Segment, folded_words, word_changes
 from bot.store.models import JobEvent
 
 MAX_ARGUMENT_CHARS = 300
@@ -31,15 +32,45 @@ MAX_ARGUMENT_CHARS = 300
 DiffKind = Literal["file", "hunk", "add", "del", "ctx"]
 
 
+NOTES = {
+    "whitespace": "spacing only: the same words on the same lines",
+    "rewrap": "rewrapped only: the same words, broken into lines differently",
+    "too_long": "too long to compare word by word",
+}
+
+
+class Stretch(BaseModel):
+    text: str
+    mark: Mark
+    words: int = 0  # how many words a folded stretch holds, as its summary says
+
+    @classmethod
+    def of(cls, segment: Segment) -> Stretch:
+        words = folded_words(segment.text) if segment.mark == "folded" else 0
+        return cls(text=segment.text, mark=segment.mark, words=words)
+
+
 class DiffLine(BaseModel):
     kind: DiffKind
     text: str
+    # A changed line of a removed/added pair, in stretches (its words marked), and the note
+    # that opens a pair whose words did not change.
+    segments: list[Stretch] = []
+    note: str = ""
 
 
 def diff_lines(diff: str) -> list[DiffLine]:
-    """A unified diff, each line classed: file headers, hunk headers, added, removed, context."""
+    """A unified diff, each line classed: file headers, hunk headers, added, removed, context;
+    the lines of each changed pair carry their words marked."""
+    marks: dict[int, list[Stretch]] = {}
+    notes: dict[int, str] = {}
+    for change in word_changes(diff):
+        for line in change.lines:
+            marks[line.diff_line] = [Stretch.of(segment) for segment in line.segments]
+        if change.kind in NOTES:
+            notes[change.lines[0].diff_line] = NOTES[change.kind]
     lines = []
-    for text in diff.splitlines():
+    for index, text in enumerate(diff.splitlines()):
         kind: DiffKind = "ctx"
         if text.startswith(("diff --git ", "+++ ", "--- ", "index ", "new file", "deleted file")):
             kind = "file"
@@ -49,7 +80,9 @@ def diff_lines(diff: str) -> list[DiffLine]:
             kind = "add"
         elif text.startswith("-"):
             kind = "del"
-        lines.append(DiffLine(kind=kind, text=text))
+        lines.append(
+            DiffLine(kind=kind, text=text, segments=marks.get(index, []), note=notes.get(index, ""))
+        )
     return lines
 
 

@@ -26,6 +26,7 @@ from bot.core.frames import (
     ToolCallRecord,
     ToolFrame,
 )
+from bot.review.links import LinkReport
 from bot.review.words import WordChange, word_changes
 from bot.store.models import DIGEST_PREFIX, Approval, ApprovalState, JobRecord, JobState
 
@@ -354,6 +355,8 @@ def show_approval(out: Console, approval: Approval, *, commands: bool = True) ->
     if approval.diff:
         out.print(Text("\ndiff", style="bold"))
         print_diff(out, approval.diff)
+    if approval.links is not None:
+        print_links(out, approval.links)
     if commands and approval.state is ApprovalState.PENDING:
         named = decision_flags(approval)
         out.print(Text("\ndecide this approval (and no other)", style="bold"))
@@ -419,6 +422,25 @@ def word_change_line(change: WordChange) -> Text:
                     )
                     text.append(" ")
     return text
+
+
+def print_links(out: Console, report: LinkReport) -> None:
+    """The changed pages' broken links, each with page and line; external ones listed."""
+    if not report.pages and not report.skipped:
+        return
+    out.print(Text(f"\nlinks ({len(report.pages)} changed pages checked)", style="bold"))
+    for broken in report.broken:
+        where = f"  {broken.page}:{broken.line}  {broken.target}  "
+        out.print(Text(where).append(broken.reason, style="red"), crop=False, soft_wrap=True)
+    if not report.broken:
+        out.print(Text("  every relative link and image resolves", style="green"))
+    for external in report.external:
+        line = f"  {external.page}:{external.line}  {external.url}  (external, not checked)"
+        out.print(line, crop=False, soft_wrap=True)
+    for page in report.skipped:
+        out.print(f"  {page}  not checked: over the size cap, or past the page limit")
+    if report.cut:
+        out.print("  more links than the lists keep: only the first are shown")
 
 
 def approvals_table(approvals: list[Approval]) -> Table:

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pygit2
-from pygit2.enums import DiffStatsFormat, SortMode
+from pygit2.enums import DeltaStatus, DiffStatsFormat, SortMode
 
 from bot.core.errors import BeamError
+from bot.review.links import LinkReport, check_links, is_markdown
 from bot.store.models import CommitInfo
 from sandbox.host.workspace.outbox import outbox_branch, untrusted_odb
 
@@ -55,9 +56,7 @@ def read_objects_change(
     objects: Path, base_sha: str, head_sha: str, *, max_chars: int
 ) -> BranchChange:
     """``read_change`` on any object directory (a bare mirror's ``objects``, say)."""
-    view = pygit2.Repository()
-    view.set_odb(untrusted_odb(objects))
-    base, head = _commit(view, base_sha), _commit(view, head_sha)
+    view, base, head = _open(objects, base_sha, head_sha)
     diff = base.tree.diff_to_tree(head.tree)
     diff.find_similar()
     patch = diff.patch or ""
@@ -74,6 +73,27 @@ def read_objects_change(
         digest=hashlib.sha256(patch.encode()).hexdigest(),
         truncated=truncated,
     )
+
+
+def read_page_links(objects: Path, base_sha: str, head_sha: str) -> LinkReport:
+    """The links of the Markdown pages ``base..head`` adds or changes, checked against
+    ``head``'s tree (``bot.review.links``)."""
+    _, base, head = _open(objects, base_sha, head_sha)
+    diff = base.tree.diff_to_tree(head.tree)
+    pages = [
+        delta.new_file.path
+        for delta in diff.deltas
+        if delta.status != DeltaStatus.DELETED and is_markdown(delta.new_file.path)
+    ]
+    return check_links(head.tree, pages)
+
+
+def _open(
+    objects: Path, base_sha: str, head_sha: str
+) -> tuple[pygit2.Repository, pygit2.Commit, pygit2.Commit]:
+    view = pygit2.Repository()
+    view.set_odb(untrusted_odb(objects))
+    return view, _commit(view, base_sha), _commit(view, head_sha)
 
 
 def _commit(view: pygit2.Repository, sha: str) -> pygit2.Commit:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from bot.core.frames import ErrorInfo
 from bot.core.jsonlimits import RequestMetadata
+from bot.review.links import LinkReport
 from bot.review.words import WordChange, word_changes
 from bot.store.models import (
     MAX_REQUEST_CHARS,
@@ -177,6 +178,11 @@ class ApprovalView(BaseModel):
     )
     decided_at: datetime | None
     comment: str
+    links: LinkReport | None = Field(
+        description="the changed Markdown pages' relative links and images checked against "
+        "the commit (broken ones with page and line), and their external links, listed and "
+        "never fetched; null for an approval opened before links were checked"
+    )
     word_changes: list[WordChange] = Field(
         description="each run of removed lines with the added lines replacing it, the words "
         "that changed marked; computed from `diff` when read, never stored"

@@ -24,6 +24,7 @@ from bot.config import REPOSITORY_NAME
 from bot.core.errors import ApprovalError, JobError
 from bot.core.frames import ErrorInfo, Frame, Usage
 from bot.core.jobids import JOB_ID_PATTERN
+from bot.review.links import LinkReport
 
 
 def utcnow() -> datetime:
@@ -407,6 +408,11 @@ class Approval(BaseModel):
     diff_digest: str = ""
     diff_stat: str = ""
     diff: str = Field(default="", description="the diff that would land, capped")
+    # Checked when the approval opened, where the commit's objects are; None for an approval
+    # opened by a release before the check (it loads as "not checked").
+    links: LinkReport | None = Field(
+        default=None, description="the changed Markdown pages' links, checked against the commit"
+    )
     created_at: datetime = Field(default_factory=utcnow)
     state: ApprovalState = ApprovalState.PENDING
     decided_by: str | None = None

@@ -1,6 +1,6 @@
 """``riverbeam approvals show`` marks the words a changed pair changed: in colour on a
 terminal, and with git's plain word-diff marks in a "word changes" list either way; piped,
-the diff itself prints exactly as it is."""
+the diff itself prints exactly as it is. Below, the changed pages' broken links, page and line."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import io
 from rich.console import Console
 
 from bot.cli.render import show_approval
+from bot.review.links import BrokenLink, ExternalLink, LinkReport
 from bot.store.models import Approval
 
 DIFF = (
@@ -51,3 +52,17 @@ def test_on_a_terminal_the_changed_words_are_highlighted() -> None:
     # The changed word has a style of its own, apart from the rest of its line.
     assert "\x1b[1;37;41minstaler\x1b[0m" in text
     assert "\x1b[1;37;42minstaller\x1b[0m" in text
+
+
+def test_the_broken_links_are_listed_with_page_and_line() -> None:
+    report = LinkReport(
+        pages=["docs/a.md"],
+        broken=[BrokenLink(page="docs/a.md", line=3, target="gone.md", reason="not there")],
+        external=[ExternalLink(page="docs/a.md", line=5, url="https://example.com")],
+    )
+    buffer = io.StringIO()
+    out = Console(file=buffer, width=120, highlight=False, markup=False)
+    show_approval(out, approval().model_copy(update={"links": report}), commands=False)
+    text = buffer.getvalue()
+    assert "links (1 changed pages checked)\n  docs/a.md:3  gone.md  not there\n" in text
+    assert "  docs/a.md:5  https://example.com  (external, not checked)\n" in text

@@ -1,12 +1,16 @@
 """A docs change read as prose, on the real API server: the approval page and the job page
 mark the words a changed line pair changed, name spacing-only and rewrap-only pairs, fold
-long unchanged stretches, and the API's approval document carries the same word changes."""
+long unchanged stretches, and list the changed pages' broken links with page and line; the
+API's approval document carries the same word changes and link report."""
 
 from __future__ import annotations
+
+import json
 
 import httpx
 import pytest
 
+from bot.review.links import BrokenLink, ExternalLink, LinkReport
 from bot.store.models import Approval, JobKind, JobSpec
 from harness.stack import REPO, REQUESTER, REVIEWER
 from tests.web.kit import Web, sign_in
@@ -32,6 +36,20 @@ DIFF = (
 )
 
 
+REPORT = LinkReport(
+    pages=["docs/install.md"],
+    broken=[
+        BrokenLink(
+            page="docs/install.md",
+            line=7,
+            target="<b>gone</b>.md",
+            reason="docs/<b>gone</b>.md is not in the commit",
+        )
+    ],
+    external=[ExternalLink(page="docs/install.md", line=9, url="https://example.com/x")],
+)
+
+
 @pytest.fixture(scope="module")
 def prose_job(web: Web) -> str:
     """A job parked on a prose change. It is stored, never queued."""
@@ -51,6 +69,7 @@ def prose_job(web: Web) -> str:
             target_ref=f"riverbeam/{record.id}",
             diff_stat=" docs/install.md | 9 ++++-----",
             diff=DIFF,
+            links=REPORT,
         )
     )
     return record.id
@@ -95,3 +114,67 @@ def test_the_api_document_carries_the_word_changes(web: Web, prose_job: str) -> 
     listed = httpx.get(f"{web.url}/v1/approvals", headers=web.api.auth(REVIEWER)).json()
     [mine] = [a for a in listed["items"] if a["job_id"] == prose_job]
     assert mine["word_changes"] == changes
+
+
+def test_the_pages_list_each_broken_link_with_page_and_line(web: Web, prose_job: str) -> None:
+    with sign_in(web, REVIEWER) as client:
+        pages = [client.get("/approvals").text, client.get(f"/jobs/{prose_job}").text]
+    for page in pages:
+        assert '<h3 class="links-bad">1 broken link</h3>' in page
+        assert (
+            "<li><code>docs/install.md</code> line 7: <code>&lt;b&gt;gone&lt;/b&gt;.md</code>: "
+            "docs/&lt;b&gt;gone&lt;/b&gt;.md is not in the commit</li>"
+        ) in page
+        # External links are text, never a link the page would follow or fetch.
+        assert "<summary>1 external link (listed, not checked)</summary>" in page
+        assert "<code>https://example.com/x</code>" in page
+        assert 'href="https://example.com/x"' not in page
+
+
+def test_a_parked_push_checks_its_pages_links_against_its_commit(web: Web) -> None:
+    """The real flow: the author job fixes docs/install.md's link and parks; the approval
+    carries the check of that page against the commit it would push."""
+    parked = web.park(REQUESTER).id
+    reply = httpx.get(f"{web.url}/v1/approvals/{parked}", headers=web.api.auth(REVIEWER))
+    links = reply.json()["current"]["links"]
+    assert links == {
+        "pages": ["docs/install.md"],
+        "broken": [],
+        "external": [],
+        "skipped": [],
+        "cut": False,
+    }
+    with sign_in(web, REVIEWER) as client:
+        page = client.get(f"/jobs/{parked}").text
+    assert "Every relative link and image of the 1 changed page resolves in the commit." in page
+
+
+def test_an_approval_from_the_previous_release_loads_and_says_links_were_not_checked(
+    web: Web,
+) -> None:
+    store = web.stack.store
+    record = store.create(
+        JobSpec(kind=JobKind.AUTHOR, repo=REPO, request="Old", requested_by=REQUESTER)
+    )
+    approval = Approval(
+        id=f"{record.id}-approval",
+        job_id=record.id,
+        repo=REPO,
+        requested_by=REQUESTER,
+        call_id="call-1",
+        tool="git_push",
+        arguments={},
+        diff=DIFF,
+    )
+    store.open_approval(approval)
+    # The document as the previous release stored it: no "links" field at all.
+    document = approval.model_dump(mode="json")
+    del document["links"]
+    store.client.set(store.keys.approval(record.id), json.dumps(document))
+    loaded = store.approval(record.id)
+    assert loaded is not None and loaded.links is None
+    with sign_in(web, REVIEWER) as client:
+        page = client.get(f"/jobs/{record.id}").text
+    assert "Links were not checked: this approval was opened by an earlier release." in page
+    reply = httpx.get(f"{web.url}/v1/approvals/{record.id}", headers=web.api.auth(REVIEWER))
+    assert reply.json()["current"]["links"] is None

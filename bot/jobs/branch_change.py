@@ -19,6 +19,7 @@ from pygit2.enums import DeltaStatus, DiffStatsFormat, SortMode
 
 from bot.core.errors import BeamError
 from bot.review.links import LinkReport, check_links, is_markdown
+from bot.review.preview import PageSource, page_sources
 from bot.store.models import CommitInfo
 from sandbox.host.workspace.outbox import outbox_branch, untrusted_odb
 
@@ -75,9 +76,17 @@ def read_objects_change(
     )
 
 
-def read_page_links(objects: Path, base_sha: str, head_sha: str) -> LinkReport:
-    """The links of the Markdown pages ``base..head`` adds or changes, checked against
-    ``head``'s tree (``bot.review.links``)."""
+@dataclass(frozen=True)
+class ChangedPages:
+    """The Markdown pages ``base..head`` adds or changes: their links checked against
+    ``head``'s tree (``bot.review.links``) and their text before and after, for the
+    preview (``bot.review.preview``)."""
+
+    links: LinkReport
+    sources: list[PageSource]
+
+
+def read_pages(objects: Path, base_sha: str, head_sha: str) -> ChangedPages:
     _, base, head = _open(objects, base_sha, head_sha)
     diff = base.tree.diff_to_tree(head.tree)
     pages = [
@@ -85,7 +94,9 @@ def read_page_links(objects: Path, base_sha: str, head_sha: str) -> LinkReport:
         for delta in diff.deltas
         if delta.status != DeltaStatus.DELETED and is_markdown(delta.new_file.path)
     ]
-    return check_links(head.tree, pages)
+    return ChangedPages(
+        links=check_links(head.tree, pages), sources=page_sources(base.tree, head.tree, pages)
+    )
 
 
 def _open(

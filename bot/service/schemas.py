@@ -190,7 +190,8 @@ class ApprovalView(BaseModel):
 
     @classmethod
     def of(cls, approval: Approval) -> ApprovalView:
-        shown = approval.model_dump(exclude={"call_id", "applied"})
+        # The pages' sources stay out: a reviewer reads them rendered on the job page.
+        shown = approval.model_dump(exclude={"call_id", "applied", "pages"})
         return cls.model_validate({**shown, "word_changes": word_changes(approval.diff)})
 
 

@@ -12,7 +12,8 @@ import json
 from collections.abc import Iterable
 from typing import Literal
 
-from pydantic import BaseModel
+from markupsafe import Markup
+from pydantic import BaseModel, ConfigDict
 
 from bot.core.frames import (
     ChunkFrame,
@@ -24,6 +25,7 @@ from bot.core.frames import (
     ThinkingFrame,
     ToolFrame,
 )
+from bot.review.preview import PageSource, render_page
 from bot.review.words import Mark, Segment, folded_words, word_changes
 from bot.store.models import JobEvent
 
@@ -84,6 +86,43 @@ def diff_lines(diff: str) -> list[DiffLine]:
             DiffLine(kind=kind, text=text, segments=marks.get(index, []), note=notes.get(index, ""))
         )
     return lines
+
+
+class PreviewBlock(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    html: Markup
+    changed: bool
+
+
+class PreviewSide(BaseModel):
+    blocks: list[PreviewBlock]
+    note: str
+
+
+class Preview(BaseModel):
+    path: str
+    before: PreviewSide
+    after: PreviewSide
+    note: str
+
+
+def previews(sources: list[PageSource]) -> list[Preview]:
+    """Each changed page rendered before and after. The ONE place the pages mark anything
+    safe: ``bot.review.preview`` renders links and images inert and nh3 sanitises every
+    block with an allowlist of formatting elements, so the HTML holds nothing that acts."""
+    shown = []
+    for source in sources:
+        page = render_page(source)
+        sides = [
+            PreviewSide(
+                blocks=[PreviewBlock(html=Markup(b.html), changed=b.changed) for b in side.blocks],
+                note=side.note,
+            )
+            for side in (page.before, page.after)
+        ]
+        shown.append(Preview(path=page.path, before=sides[0], after=sides[1], note=page.note))
+    return shown
 
 
 class FrameLine(BaseModel):

@@ -1,11 +1,11 @@
 """The change's links, checked against the commit that would land, in a real git tree read
-the way the host reads a job's tree (``read_page_links``: an untrusted object database)."""
+the way the host reads a job's tree (``read_pages``: an untrusted object database)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bot.jobs.branch_change import read_page_links
+from bot.jobs.branch_change import read_pages
 from bot.review.links import MAX_LISTED, LinkReport, anchors_of, links_of, slugify
 from harness.gitkit import commit_all, git, write_files
 
@@ -68,7 +68,7 @@ def test_broken_links_are_found_with_page_and_line(tmp_path: Path) -> None:
             "docs/my page.md": "# Mine\n",
         },
     )
-    report = read_page_links(objects, base, head)
+    report = read_pages(objects, base, head).links
     # Every changed Markdown page, and only those (the picture is no page).
     assert report.pages == ["docs/install.md", "docs/my page.md"]
     broken = [(b.page, b.line, b.target) for b in report.broken]
@@ -106,7 +106,7 @@ def test_an_unchanged_page_and_a_deleted_page_are_not_checked(tmp_path: Path) ->
     (work / "b.md").unlink()
     write_files(work, {"c.txt": "not markdown [z](gone.md)\n"})
     head = commit_all(work, "change")
-    report = read_page_links(work / ".git" / "objects", base, head)
+    report = read_pages(work / ".git" / "objects", base, head).links
     assert report == LinkReport()
 
 
@@ -126,12 +126,12 @@ def test_ten_thousand_links_are_listed_within_the_cap(tmp_path: Path) -> None:
     page = "".join(f"[l{i}](missing-{i}.md) [e{i}](https://example.com/{i})\n" for i in range(5000))
     assert len(links_of(page)) == 10_000
     objects, base, head = repo_with_change(tmp_path, {"many.md": page})
-    report = read_page_links(objects, base, head)
+    report = read_pages(objects, base, head).links
     assert len(report.broken) == len(report.external) == MAX_LISTED
     assert report.cut
 
 
 def test_a_page_over_the_size_cap_is_named_not_read(tmp_path: Path) -> None:
     objects, base, head = repo_with_change(tmp_path, {"huge.md": "[x](gone.md)\n" * 100_000})
-    report = read_page_links(objects, base, head)
+    report = read_pages(objects, base, head).links
     assert report.skipped == ["huge.md"] and report.broken == []

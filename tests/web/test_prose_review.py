@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from bot.review.links import BrokenLink, ExternalLink, LinkReport
+from bot.review.preview import PageSource
 from bot.store.models import Approval, JobKind, JobSpec
 from harness.stack import REPO, REQUESTER, REVIEWER
 from tests.web.kit import Web, sign_in
@@ -36,6 +37,12 @@ DIFF = (
 )
 
 
+BEFORE = "# Install\n\nRun the instaler.\n\n| A | B |\n|---|---|\n| 1 | 2 |\n"
+AFTER = (
+    "# Install\n\nRun the installer.\n\n| A | B |\n|---|---|\n| 1 | 2 |\n\n"
+    '<script>alert("x")</script>\n\n[bad](javascript:alert(1)) [guide](guide.md)\n\n'
+    "![pixel](http://evil.example/p.png)\n"
+)
 REPORT = LinkReport(
     pages=["docs/install.md"],
     broken=[
@@ -70,6 +77,12 @@ def prose_job(web: Web) -> str:
             diff_stat=" docs/install.md | 9 ++++-----",
             diff=DIFF,
             links=REPORT,
+            pages=[
+                PageSource(path="docs/install.md", before=BEFORE, after=AFTER),
+                PageSource(
+                    path="docs/huge.md", note="over the preview cap of 256 KiB: read the diff"
+                ),
+            ],
         )
     )
     return record.id
@@ -178,3 +191,36 @@ def test_an_approval_from_the_previous_release_loads_and_says_links_were_not_che
     assert "Links were not checked: this approval was opened by an earlier release." in page
     reply = httpx.get(f"{web.url}/v1/approvals/{record.id}", headers=web.api.auth(REVIEWER))
     assert reply.json()["current"]["links"] is None
+
+
+def test_the_job_page_renders_each_changed_page_before_and_after(web: Web, prose_job: str) -> None:
+    with sign_in(web, REVIEWER) as client:
+        page = client.get(f"/jobs/{prose_job}").text
+        queue = client.get("/approvals").text
+    assert (
+        f'<a href="/jobs/{prose_job}#preview">Rendered preview of the 2 changed pages</a>' in queue
+    )
+    start = page.index('<section class="previews" id="preview">')
+    preview = page[start : page.index("</section>", start)]
+    assert (
+        '<div class="pv-side pv-before">' in preview and '<div class="pv-side pv-after">' in preview
+    )
+    assert '<div class="pv-block pv-changed"><p>Run the instaler.</p>' in preview
+    assert '<div class="pv-block pv-changed"><p>Run the installer.</p>' in preview
+    assert '<div class="pv-block"><h1>Install</h1>' in preview
+    assert "<table>" in preview
+    # Hostile content: text, inert links, no image, no script.
+    assert '<p>&lt;script&gt;alert("x")&lt;/script&gt;</p>' in preview
+    assert "<p>[bad](javascript:alert(1)) " in preview
+    assert "<script" not in preview and "<img" not in preview and "<a " not in preview
+    assert '<span class="pv-link">guide</span><span class="pv-href"> (guide.md)</span>' in preview
+    assert '<span class="pv-img">image: pixel (http://evil.example/p.png)</span>' in preview
+    assert "Not previewed: over the preview cap of 256 KiB: read the diff." in preview
+
+
+def test_a_real_parked_push_carries_its_pages_for_the_preview(web: Web) -> None:
+    parked = web.park(REQUESTER).id
+    with sign_in(web, REVIEWER) as client:
+        page = client.get(f"/jobs/{parked}").text
+    assert '<div class="pv-block pv-changed"><p>Instal the tool with pip:</p>' in page
+    assert '<div class="pv-block pv-changed"><p>Install the tool with pip:</p>' in page

@@ -57,9 +57,8 @@ REPORT = LinkReport(
 )
 
 
-@pytest.fixture(scope="module")
-def prose_job(web: Web) -> str:
-    """A job parked on a prose change. It is stored, never queued."""
+def store_prose_change(web: Web) -> str:
+    """A job parked on a prose change: stored, never queued. Its id."""
     store = web.stack.store
     record = store.create(
         JobSpec(kind=JobKind.AUTHOR, repo=REPO, request="Fix typos", requested_by=REQUESTER)
@@ -86,6 +85,11 @@ def prose_job(web: Web) -> str:
         )
     )
     return record.id
+
+
+@pytest.fixture(scope="module")
+def prose_job(web: Web) -> str:
+    return store_prose_change(web)
 
 
 def test_the_pages_mark_the_changed_words(web: Web, prose_job: str) -> None:

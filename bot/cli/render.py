@@ -27,7 +27,7 @@ from bot.core.frames import (
     ToolFrame,
 )
 from bot.review.links import LinkReport
-from bot.review.words import WordChange, word_changes
+from bot.review.words import WordChange, line_kinds, word_changes
 from bot.store.models import DIGEST_PREFIX, Approval, ApprovalState, JobRecord, JobState
 
 STATE_STYLES: dict[JobState, str] = {
@@ -377,7 +377,7 @@ def decision_flags(approval: Approval) -> str:
     return flags
 
 
-DIFF_STYLES = {"+": "green", "-": "red", "@": "magenta"}
+DIFF_STYLES = {"file": "bold", "hunk": "magenta", "add": "green", "del": "red", "ctx": ""}
 WORD_STYLES = {"old": "bold white on red", "new": "bold white on green"}
 KIND_WORDS = {
     "whitespace": "spacing only",
@@ -391,9 +391,9 @@ def print_diff(out: Console, diff: str) -> None:
     only: piped, the text is exactly the diff (the console drops colour off a terminal)."""
     changes = word_changes(diff)
     marks = {line.diff_line: line for change in changes for line in change.lines}
-    for index, line in enumerate(diff.splitlines()):
-        header = line.startswith(("diff --git ", "--- ", "+++ ", "index "))
-        style = "bold" if header else DIFF_STYLES.get(line[:1], "")
+    lines = diff.splitlines()
+    for index, (line, kind) in enumerate(zip(lines, line_kinds(lines), strict=True)):
+        style = DIFF_STYLES[kind]
         text = Text(line[:1] if index in marks else line, style=style)
         if index in marks:
             changed = marks[index]
@@ -413,13 +413,11 @@ def word_change_line(change: WordChange) -> Text:
     text = Text(f"  {change.path}:{change.new_start}  ")
     if change.kind != "words":
         return text.append(KIND_WORDS[change.kind], style="italic")
-    for side, opening, closing in (("old", "[-", "-]"), ("new", "{+", "+}")):
+    for side, opening, closing, kind in (("old", "[-", "-]", "del"), ("new", "{+", "+}", "add")):
         for line in change.lines:
             for segment in line.segments:
                 if line.side == side and segment.mark == "changed":
-                    text.append(
-                        f"{opening}{segment.text}{closing}", style=DIFF_STYLES["+-"[side == "old"]]
-                    )
+                    text.append(f"{opening}{segment.text}{closing}", style=DIFF_STYLES[kind])
                     text.append(" ")
     return text
 

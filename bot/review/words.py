@@ -29,8 +29,10 @@ MAX_BLOCK_WORDS = 4000
 
 ChangeKind = Literal["words", "whitespace", "rewrap", "too_long"]
 Mark = Literal["same", "changed", "folded"]
+LineKind = Literal["file", "hunk", "add", "del", "ctx"]
 
 _TOKEN = re.compile(r"\S+|\s+")
+_HEADERS = ("diff --git ", "+++ ", "--- ", "index ", "new file", "deleted file")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
@@ -63,6 +65,31 @@ class WordChange(BaseModel):
     lines: list[ChangedLine]
 
 
+def line_kinds(lines: list[str]) -> list[LineKind]:
+    """What each line of a unified diff is. Inside a hunk (as many lines as its header
+    counts) a line is content whatever it starts with: a removed "-- note" reads "--- note",
+    and is no file header."""
+    kinds: list[LineKind] = []
+    old_left = new_left = 0
+    for line in lines:
+        kind: LineKind = "ctx"
+        if old_left <= 0 and new_left <= 0:
+            if match := _HUNK.match(line):
+                kind = "hunk"
+                old_left = 1 if match[2] is None else int(match[2])
+                new_left = 1 if match[4] is None else int(match[4])
+            elif line.startswith(_HEADERS):
+                kind = "file"
+        elif line.startswith("-"):
+            kind, old_left = "del", old_left - 1
+        elif line.startswith("+"):
+            kind, new_left = "add", new_left - 1
+        elif not line.startswith("\\"):  # "\ No newline at end of file" counts for nothing
+            old_left, new_left = old_left - 1, new_left - 1
+        kinds.append(kind)
+    return kinds
+
+
 def word_changes(diff: str) -> list[WordChange]:
     """Every changed line pair of ``diff`` (a unified diff, git's form), words marked."""
     changes: list[WordChange] = []
@@ -77,33 +104,25 @@ def word_changes(diff: str) -> list[WordChange]:
         removed.clear()
         added.clear()
 
-    old_left = new_left = 0  # lines the current hunk still holds, by its header
-    for index, line in enumerate(diff.splitlines()):
-        if old_left <= 0 and new_left <= 0:
-            # Between hunks: headers. Inside one, a line is content whatever it starts with
-            # (a removed "-- note" reads "--- note").
-            flush()
-            if line.startswith("+++ "):
-                name = line[4:]
-                path = name[2:] if name.startswith("b/") else name
-            elif match := _HUNK.match(line):
-                old_no, new_no = int(match[1]), int(match[3])
-                old_left = 1 if match[2] is None else int(match[2])
-                new_left = 1 if match[4] is None else int(match[4])
-        elif line.startswith("-"):
+    lines = diff.splitlines()
+    for index, (line, kind) in enumerate(zip(lines, line_kinds(lines), strict=True)):
+        if kind == "del":
             if added:  # a removal after additions starts a new pair
                 flush()
             removed.append((index, old_no, line[1:]))
-            old_no, old_left = old_no + 1, old_left - 1
-        elif line.startswith("+"):
+            old_no += 1
+        elif kind == "add":
             added.append((index, new_no, line[1:]))
-            new_no, new_left = new_no + 1, new_left - 1
-        elif line.startswith("\\"):
-            continue  # "\ No newline at end of file"
-        else:
+            new_no += 1
+        elif not line.startswith("\\"):
             flush()
-            old_no, new_no = old_no + 1, new_no + 1
-            old_left, new_left = old_left - 1, new_left - 1
+            if kind == "hunk" and (match := _HUNK.match(line)):
+                old_no, new_no = int(match[1]), int(match[3])
+            elif kind == "file" and line.startswith("+++ "):
+                name = line[4:]
+                path = name[2:] if name.startswith("b/") else name
+            else:
+                old_no, new_no = old_no + 1, new_no + 1
     flush()
     return changes
 

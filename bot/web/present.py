@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Literal
 
 from markupsafe import Markup
 from pydantic import BaseModel, ConfigDict
@@ -26,13 +25,10 @@ from bot.core.frames import (
     ToolFrame,
 )
 from bot.review.preview import PageSource, render_page
-from bot.review.words import Mark, Segment, folded_words, word_changes
+from bot.review.words import LineKind, Mark, Segment, folded_words, line_kinds, word_changes
 from bot.store.models import JobEvent
 
 MAX_ARGUMENT_CHARS = 300
-
-DiffKind = Literal["file", "hunk", "add", "del", "ctx"]
-
 
 NOTES = {
     "whitespace": "spacing only: the same words on the same lines",
@@ -53,7 +49,7 @@ class Stretch(BaseModel):
 
 
 class DiffLine(BaseModel):
-    kind: DiffKind
+    kind: LineKind
     text: str
     # A changed line of a removed/added pair, in stretches (its words marked), and the note
     # that opens a pair whose words did not change.
@@ -71,21 +67,11 @@ def diff_lines(diff: str) -> list[DiffLine]:
             marks[line.diff_line] = [Stretch.of(segment) for segment in line.segments]
         if change.kind in NOTES:
             notes[change.lines[0].diff_line] = NOTES[change.kind]
-    lines = []
-    for index, text in enumerate(diff.splitlines()):
-        kind: DiffKind = "ctx"
-        if text.startswith(("diff --git ", "+++ ", "--- ", "index ", "new file", "deleted file")):
-            kind = "file"
-        elif text.startswith("@@"):
-            kind = "hunk"
-        elif text.startswith("+"):
-            kind = "add"
-        elif text.startswith("-"):
-            kind = "del"
-        lines.append(
-            DiffLine(kind=kind, text=text, segments=marks.get(index, []), note=notes.get(index, ""))
-        )
-    return lines
+    texts = diff.splitlines()
+    return [
+        DiffLine(kind=kind, text=text, segments=marks.get(index, []), note=notes.get(index, ""))
+        for index, (text, kind) in enumerate(zip(texts, line_kinds(texts), strict=True))
+    ]
 
 
 class PreviewBlock(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from bot.review.words import FOLD_WORDS, WordChange, folded_words, word_changes
+from bot.review.words import FOLD_WORDS, WordChange, folded_words, line_kinds, word_changes
 
 
 def git_diff(tmp_path: Path, before: str, after: str, name: str = "docs/page.md") -> str:
@@ -153,3 +153,12 @@ def test_a_missing_newline_at_the_end_is_not_a_line(tmp_path: Path) -> None:
     [change] = word_changes(git_diff(tmp_path, "one two", "one three"))
     assert marked(change, "old") == ["two"]
     assert marked(change, "new") == ["three"]
+
+
+def test_every_line_is_classed_by_the_hunk_it_is_in(tmp_path: Path) -> None:
+    diff = git_diff(tmp_path, "intro\n-- old\n++ kept\nend", "intro\n-- new\n++ kept\nend")
+    lines = diff.splitlines()
+    kinds = dict(zip(lines, line_kinds(lines), strict=True))
+    assert kinds["--- a/docs/page.md"] == "file" and kinds["+++ b/docs/page.md"] == "file"
+    assert kinds["--- old"] == "del" and kinds["+-- new"] == "add"
+    assert kinds[" ++ kept"] == "ctx" and kinds["\\ No newline at end of file"] == "ctx"

@@ -5,7 +5,14 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from bot.review.words import FOLD_WORDS, WordChange, folded_words, line_kinds, word_changes
+from bot.review.words import (
+    FOLD_WORDS,
+    MAX_COMPARISONS,
+    WordChange,
+    folded_words,
+    line_kinds,
+    word_changes,
+)
 
 
 def git_diff(tmp_path: Path, before: str, after: str, name: str = "docs/page.md") -> str:
@@ -162,3 +169,17 @@ def test_every_line_is_classed_by_the_hunk_it_is_in(tmp_path: Path) -> None:
     assert kinds["--- a/docs/page.md"] == "file" and kinds["+++ b/docs/page.md"] == "file"
     assert kinds["--- old"] == "del" and kinds["+-- new"] == "add"
     assert kinds[" ++ kept"] == "ctx" and kinds["\\ No newline at end of file"] == "ctx"
+
+
+def test_the_comparisons_one_diff_may_cost_are_bounded(tmp_path: Path) -> None:
+    """Each pair costs old words × new words; once the budget is spent, the pairs left are
+    not compared word by word (repetitive text is a word diff's worst case)."""
+    side = 1000  # one pair costs a quarter of the budget
+    assert side * side * 4 == MAX_COMPARISONS
+    paragraphs_before = [" ".join(["a", "b"] * (side // 2)) for _ in range(6)]
+    paragraphs_after = [" ".join(["b", "a"] * (side // 2)) for _ in range(6)]
+    diff = git_diff(
+        tmp_path, "\n\nkeep\n\n".join(paragraphs_before), "\n\nkeep\n\n".join(paragraphs_after)
+    )
+    kinds = [change.kind for change in word_changes(diff)]
+    assert kinds == ["words"] * 4 + ["too_long"] * 2

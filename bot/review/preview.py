@@ -39,6 +39,9 @@ from bot.review.links import parser
 
 MAX_PREVIEW_BYTES = 262_144
 MAX_PREVIEW_TOTAL = 1_048_576
+# Lines compared (old × new) to find the changed blocks of a page; past it, everything
+# between the lines both sides share at their start and end counts as changed.
+MAX_LINE_COMPARISONS = 4_000_000
 
 ALLOWED_TAGS = {
     "p", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol", "li", "blockquote", "pre", "code",
@@ -197,14 +200,26 @@ def _top_level(tokens: list[Token]) -> list[tuple[int, int]]:
 
 
 def _changed_lines(old: str, new: str) -> tuple[set[int], set[int]]:
-    """The 0-based lines of each side the change removed or added."""
+    """The 0-based lines of each side the change removed or added. The lines both sides
+    open and end with are the same; what lies between is compared line by line when that
+    costs at most ``MAX_LINE_COMPARISONS``, else all of it counts as changed."""
     a, b = old.splitlines(), new.splitlines()
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    middle_a, middle_b = a[head : len(a) - tail], b[head : len(b) - tail]
+    if len(middle_a) * len(middle_b) > MAX_LINE_COMPARISONS:
+        return set(range(head, len(a) - tail)), set(range(head, len(b) - tail))
     old_changed: set[int] = set()
     new_changed: set[int] = set()
-    for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+    matcher = SequenceMatcher(None, middle_a, middle_b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag != "equal":
-            old_changed.update(range(i1, i2))
-            new_changed.update(range(j1, j2))
+            old_changed.update(range(head + i1, head + i2))
+            new_changed.update(range(head + j1, head + j2))
     return old_changed, new_changed
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from bot.jobs.branch_change import read_pages
 from bot.review.preview import (
     ALLOWED_TAGS,
+    MAX_LINE_COMPARISONS,
     MAX_PREVIEW_BYTES,
     PageSource,
     RenderedSide,
@@ -220,3 +221,18 @@ def test_parking_captures_each_changed_pages_text_within_the_caps(tmp_path: Path
         PageSource(path="new.md", before=None, after="# New\n"),
     ]
     assert isinstance(pygit2.Repository(str(work)).head.target, pygit2.Oid)
+
+
+def test_finding_the_changed_blocks_is_bounded() -> None:
+    """A page whose every line repeats (the line matcher's worst case): the lines both sides
+    share at the start and the end are unchanged, and past the comparison budget everything
+    between them counts as changed."""
+    before = "\n\n".join(["a", "b"] * 2500) + "\n\nsame end\n"
+    after = "\n\n".join(["b", "a"] * 2500) + "\n\nsame end\n"
+    assert len(before.splitlines()) ** 2 > MAX_LINE_COMPARISONS
+    page = render_page(PageSource(path="p.md", before=before, after=after))
+    assert [b.changed for b in page.after.blocks] == [True] * 5000 + [False]
+    one_line = render_page(
+        PageSource(path="p.md", before=before, after=before.replace("same end", "new end"))
+    )
+    assert [b.changed for b in one_line.after.blocks] == [False] * 5000 + [True]

@@ -13,7 +13,9 @@ Markdown parser finds (inline, reference-style, in tables; never in code) is sor
 * any other scheme (``javascript:``, ``data:``, ``file:``) is broken: no docs page needs it.
 
 The tree is read as data (the caller hands in a ``pygit2.Tree`` opened on an untrusted object
-database); pages and targets over ``MAX_PAGE_BYTES`` are not parsed, and the lists are cut at
+database); pages and targets over ``MAX_PAGE_BYTES`` are not parsed, nor any once
+``MAX_PARSED_BYTES`` were parsed in all (a page past it is skipped, an anchor into a target
+past it is taken as found), and the lists are cut at
 ``MAX_LISTED`` so the report stays small enough to keep beside the approval.
 """
 
@@ -31,6 +33,7 @@ from markdown_it.token import Token
 from pydantic import BaseModel, Field
 
 MAX_PAGE_BYTES = 1_048_576
+MAX_PARSED_BYTES = 8_388_608
 MAX_PAGES = 100
 MAX_LISTED = 200
 MARKDOWN_SUFFIXES = (".md", ".markdown")
@@ -60,7 +63,9 @@ class LinkReport(BaseModel):
     broken: list[BrokenLink] = []
     external: list[ExternalLink] = Field(default=[], description="listed, never fetched")
     skipped: list[str] = Field(
-        default=[], description="changed pages not checked: over the size cap, or too many"
+        default=[],
+        description="changed pages not checked: over the size cap, past the bytes parsed in "
+        "all, or too many",
     )
     cut: bool = Field(default=False, description="more links than the lists keep")
 
@@ -142,6 +147,7 @@ class _Checker:
     def __init__(self, tree: pygit2.Tree) -> None:
         self._tree = tree
         self._anchors: dict[str, set[str] | None] = {}
+        self._budget = MAX_PARSED_BYTES
 
     def entry(self, path: str) -> pygit2.Object | None:
         try:
@@ -152,8 +158,9 @@ class _Checker:
     def text(self, path: str) -> str | None:
         """A page's text, or None when it is not a file or is over the size cap."""
         entry = self.entry(path)
-        if not isinstance(entry, pygit2.Blob) or entry.size > MAX_PAGE_BYTES:
+        if not isinstance(entry, pygit2.Blob) or entry.size > min(MAX_PAGE_BYTES, self._budget):
             return None
+        self._budget -= entry.size
         return entry.data.decode("utf-8", errors="replace")
 
     def anchors(self, path: str) -> set[str] | None:

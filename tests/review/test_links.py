@@ -6,7 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from bot.jobs.branch_change import read_pages
-from bot.review.links import MAX_LISTED, LinkReport, anchors_of, links_of, slugify
+from bot.review.links import (
+    MAX_LISTED,
+    MAX_PARSED_BYTES,
+    LinkReport,
+    anchors_of,
+    links_of,
+    slugify,
+)
 from harness.gitkit import commit_all, git, write_files
 
 GUIDE = """# Guide
@@ -135,3 +142,14 @@ def test_a_page_over_the_size_cap_is_named_not_read(tmp_path: Path) -> None:
     objects, base, head = repo_with_change(tmp_path, {"huge.md": "[x](gone.md)\n" * 100_000})
     report = read_pages(objects, base, head).links
     assert report.skipped == ["huge.md"] and report.broken == []
+
+
+def test_the_bytes_parsed_in_all_are_bounded(tmp_path: Path) -> None:
+    """Nine pages of 1,000,000 bytes: eight are parsed (8 MB of the 8 MiB budget), the ninth
+    is named as not checked."""
+    page = "word " * 200_000
+    assert len(page) == 1_000_000 and 8 * len(page) <= MAX_PARSED_BYTES < 9 * len(page)
+    objects, base, head = repo_with_change(tmp_path, {f"p{i}.md": page for i in range(9)})
+    report = read_pages(objects, base, head).links
+    assert report.pages == [f"p{i}.md" for i in range(8)]
+    assert report.skipped == ["p8.md"]

@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "metrics_bench": ([], ["--approvals", "100", "--runs", "5", "--baseline-runs", "1"]),
     "loop_bench": ([], ["--runs", "2", "--rounds", "20"]),
     "cancel_check_bench": ([], ["--checks", "200", "--runs", "3"]),
+    "preview_bench": ([], ["--runs", "2"]),
 }
 
 

@@ -142,6 +142,9 @@ class RepositoryConfig(BaseModel):
     default_branch: BranchName = "main"
     publish_ref: BranchName | None = Field(default=None, description="branch a publish job moves")
     docs_build_webhook: HttpUrl | None = None
+    approval_webhook: HttpUrl | None = Field(
+        default=None, description="URL POSTed when a job parks on a push, waiting for a person"
+    )
     summary_schedule: str | None = Field(default=None, description="cron expression")
     summary_webhook: HttpUrl | None = Field(default=None, description="where summaries are posted")
     allow_self_approval: bool = False

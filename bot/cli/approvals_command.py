@@ -74,6 +74,7 @@ def _list(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from bot.cli.common import console, services
     from bot.cli.render import show_approval
+    from bot.review.words import word_changes
 
     with services() as running:
         running.store.get(args.job_id)  # BEM-500 for an unknown job
@@ -81,7 +82,10 @@ def _show(args: argparse.Namespace) -> int:
     if approval is None:
         raise ApprovalError("BEM-600", f"job {args.job_id} has no approval")
     if args.json:
-        print(json.dumps(approval.model_dump(mode="json"), indent=2))
+        document = approval.model_dump(mode="json")
+        # As the API shows it too: computed from the diff, never stored.
+        document["word_changes"] = [c.model_dump(mode="json") for c in word_changes(approval.diff)]
+        print(json.dumps(document, indent=2))
         return 0
     show_approval(console(), approval)
     return 0

@@ -12,7 +12,6 @@ from typing import Any
 
 from pydantic import JsonValue
 from rich.console import Console
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
@@ -27,6 +26,8 @@ from bot.core.frames import (
     ToolCallRecord,
     ToolFrame,
 )
+from bot.review.links import LinkReport
+from bot.review.words import WordChange, line_kinds, word_changes
 from bot.store.models import DIGEST_PREFIX, Approval, ApprovalState, JobRecord, JobState
 
 STATE_STYLES: dict[JobState, str] = {
@@ -354,6 +355,8 @@ def show_approval(out: Console, approval: Approval, *, commands: bool = True) ->
     if approval.diff:
         out.print(Text("\ndiff", style="bold"))
         print_diff(out, approval.diff)
+    if approval.links is not None:
+        print_links(out, approval.links)
     if commands and approval.state is ApprovalState.PENDING:
         named = decision_flags(approval)
         out.print(Text("\ndecide this approval (and no other)", style="bold"))
@@ -374,18 +377,68 @@ def decision_flags(approval: Approval) -> str:
     return flags
 
 
+DIFF_STYLES = {"file": "bold", "hunk": "magenta", "add": "green", "del": "red", "ctx": ""}
+WORD_STYLES = {"old": "bold white on red", "new": "bold white on green"}
+KIND_WORDS = {
+    "whitespace": "spacing only",
+    "rewrap": "rewrapped only (the same words)",
+    "too_long": "too long to compare word by word",
+}
+
+
 def print_diff(out: Console, diff: str) -> None:
-    width = max((len(line) for line in diff.splitlines()), default=1)
-    syntax = Syntax(
-        diff.rstrip("\n"),
-        "diff",
-        theme="ansi_dark",
-        background_color="default",
-        code_width=width,
-        word_wrap=False,
-    )
-    # Not cropped to the terminal: a diff line cut short would misstate the change.
-    out.print(syntax, crop=False, soft_wrap=True)
+    """The diff, one line each, with the words a changed pair changed highlighted. Styles
+    only: piped, the text is exactly the diff (the console drops colour off a terminal)."""
+    changes = word_changes(diff)
+    marks = {line.diff_line: line for change in changes for line in change.lines}
+    lines = diff.splitlines()
+    for index, (line, kind) in enumerate(zip(lines, line_kinds(lines), strict=True)):
+        style = DIFF_STYLES[kind]
+        text = Text(line[:1] if index in marks else line, style=style)
+        if index in marks:
+            changed = marks[index]
+            for segment in changed.segments:
+                word_style = WORD_STYLES[changed.side] if segment.mark == "changed" else style
+                text.append(segment.text, style=word_style)
+        # Not cropped to the terminal: a diff line cut short would misstate the change.
+        out.print(text, crop=False, soft_wrap=True)
+    if changes:
+        out.print(Text("\nword changes", style="bold"))
+        for change in changes:
+            out.print(word_change_line(change), crop=False, soft_wrap=True)
+
+
+def word_change_line(change: WordChange) -> Text:
+    """``path:line  [-old-] {+new+}``, git's plain word-diff marks, readable without colour."""
+    text = Text(f"  {change.path}:{change.new_start}  ")
+    if change.kind != "words":
+        return text.append(KIND_WORDS[change.kind], style="italic")
+    for side, opening, closing, kind in (("old", "[-", "-]", "del"), ("new", "{+", "+}", "add")):
+        for line in change.lines:
+            for segment in line.segments:
+                if line.side == side and segment.mark == "changed":
+                    text.append(f"{opening}{segment.text}{closing}", style=DIFF_STYLES[kind])
+                    text.append(" ")
+    return text
+
+
+def print_links(out: Console, report: LinkReport) -> None:
+    """The changed pages' broken links, each with page and line; external ones listed."""
+    if not report.pages and not report.skipped:
+        return
+    out.print(Text(f"\nlinks ({len(report.pages)} changed pages checked)", style="bold"))
+    for broken in report.broken:
+        where = f"  {broken.page}:{broken.line}  {broken.target}  "
+        out.print(Text(where).append(broken.reason, style="red"), crop=False, soft_wrap=True)
+    if not report.broken:
+        out.print(Text("  every relative link and image resolves", style="green"))
+    for external in report.external:
+        line = f"  {external.page}:{external.line}  {external.url}  (external, not checked)"
+        out.print(line, crop=False, soft_wrap=True)
+    for page in report.skipped:
+        out.print(f"  {page}  not checked: over the size cap, or past the page limit")
+    if report.cut:
+        out.print("  more links than the lists keep: only the first are shown")
 
 
 def approvals_table(approvals: list[Approval]) -> Table:

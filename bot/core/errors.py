@@ -203,6 +203,7 @@ _TABLE = [
     Code("BEM-361", RelayError, "the publish ref is not configured or is protected"),
     Code("BEM-362", RelayError, "the docs-build webhook failed"),
     Code("BEM-363", RelayError, "the reviewed commit is no longer upstream"),
+    Code("BEM-370", JobError, "the parked-push webhook failed"),
     Code("BEM-400", ContainerError, "the Docker engine is unreachable"),
     Code("BEM-401", ContainerError, "the sandbox image is missing or stale"),
     Code("BEM-402", ContainerError, "the sandbox container failed to start or become ready"),

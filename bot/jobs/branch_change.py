@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pygit2
-from pygit2.enums import DiffStatsFormat, SortMode
+from pygit2.enums import DeltaStatus, DiffStatsFormat, SortMode
 
 from bot.core.errors import BeamError
+from bot.review.links import LinkReport, check_links, is_markdown
+from bot.review.preview import PageSource, page_sources
 from bot.store.models import CommitInfo
 from sandbox.host.workspace.outbox import outbox_branch, untrusted_odb
 
@@ -55,9 +57,7 @@ def read_objects_change(
     objects: Path, base_sha: str, head_sha: str, *, max_chars: int
 ) -> BranchChange:
     """``read_change`` on any object directory (a bare mirror's ``objects``, say)."""
-    view = pygit2.Repository()
-    view.set_odb(untrusted_odb(objects))
-    base, head = _commit(view, base_sha), _commit(view, head_sha)
+    view, base, head = _open(objects, base_sha, head_sha)
     diff = base.tree.diff_to_tree(head.tree)
     diff.find_similar()
     patch = diff.patch or ""
@@ -74,6 +74,37 @@ def read_objects_change(
         digest=hashlib.sha256(patch.encode()).hexdigest(),
         truncated=truncated,
     )
+
+
+@dataclass(frozen=True)
+class ChangedPages:
+    """The Markdown pages ``base..head`` adds or changes: their links checked against
+    ``head``'s tree (``bot.review.links``) and their text before and after, for the
+    preview (``bot.review.preview``)."""
+
+    links: LinkReport
+    sources: list[PageSource]
+
+
+def read_pages(objects: Path, base_sha: str, head_sha: str) -> ChangedPages:
+    _, base, head = _open(objects, base_sha, head_sha)
+    diff = base.tree.diff_to_tree(head.tree)
+    pages = [
+        delta.new_file.path
+        for delta in diff.deltas
+        if delta.status != DeltaStatus.DELETED and is_markdown(delta.new_file.path)
+    ]
+    return ChangedPages(
+        links=check_links(head.tree, pages), sources=page_sources(base.tree, head.tree, pages)
+    )
+
+
+def _open(
+    objects: Path, base_sha: str, head_sha: str
+) -> tuple[pygit2.Repository, pygit2.Commit, pygit2.Commit]:
+    view = pygit2.Repository()
+    view.set_odb(untrusted_odb(objects))
+    return view, _commit(view, base_sha), _commit(view, head_sha)
 
 
 def _commit(view: pygit2.Repository, sha: str) -> pygit2.Commit:

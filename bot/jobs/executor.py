@@ -50,6 +50,7 @@ from bot.core.frames import ChunkFrame, DoneFrame, ErrorInfo, Frame, ResultStatu
 from bot.core.identity import Trailer
 from bot.core.input import AgentContext, AgentInput
 from bot.core.tools import ToolSpec
+from bot.jobs.announce import announce_parked
 from bot.jobs.branch_change import branch_tip
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.lease import LeaseKeeper, StopCheck
@@ -540,6 +541,9 @@ class Executor:
         if parked is None:
             return None
         segment.parked = True
+        if segment.repo is not None and segment.repo.approval_webhook is not None:
+            timeout = self._settings.jobs.webhook_timeout_seconds
+            announce_parked(str(segment.repo.approval_webhook), opened, timeout=timeout)
         if parked.cancel_requested:
             # Cancelled while it parked: nobody holds it now, so the cancel lands at once.
             return store.request_cancel(job_id)

@@ -20,7 +20,14 @@ from pathlib import Path
 
 from bot.core.errors import BeamError
 from bot.core.frames import PendingCall
-from bot.jobs.branch_change import BranchChange, branch_tip, read_change, read_objects_change
+from bot.jobs.branch_change import (
+    BranchChange,
+    ChangedPages,
+    branch_tip,
+    read_change,
+    read_objects_change,
+    read_pages,
+)
 from bot.jobs.host_tools.publish import PublishDocsetTool, PublishPlan
 from bot.runner.state import CallDecision
 from bot.store.models import Approval, JobRecord
@@ -105,6 +112,7 @@ def _bind_push(approval: Approval, pending: PendingCall, target: PushTarget) -> 
             "commit_sha": tip,
             "target_ref": name,
             "base_sha": target.base_sha,
+            **_pages(read_pages(workspace.tree / ".git" / "objects", target.base_sha, tip)),
             **_shown(change, target.diff_max_chars),
         }
     )
@@ -122,7 +130,12 @@ def _bind_publish(approval: Approval, target: PublishTarget) -> Approval:
     change = read_objects_change(
         target.mirror / "objects", current, plan.sha, max_chars=target.diff_max_chars
     )
-    return bound.model_copy(update=_shown(change, target.diff_max_chars))
+    pages = _pages(read_pages(target.mirror / "objects", current, plan.sha))
+    return bound.model_copy(update={**pages, **_shown(change, target.diff_max_chars)})
+
+
+def _pages(pages: ChangedPages) -> dict[str, object]:
+    return {"links": pages.links, "pages": pages.sources}
 
 
 def _shown(change: BranchChange, max_chars: int) -> dict[str, str]:

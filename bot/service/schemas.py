@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from bot.core.frames import ErrorInfo
 from bot.core.jsonlimits import RequestMetadata
+from bot.review.links import LinkReport
+from bot.review.words import WordChange, word_changes
 from bot.store.models import (
     MAX_REQUEST_CHARS,
     Approval,
@@ -176,10 +178,21 @@ class ApprovalView(BaseModel):
     )
     decided_at: datetime | None
     comment: str
+    links: LinkReport | None = Field(
+        description="the changed Markdown pages' relative links and images checked against "
+        "the commit (broken ones with page and line), and their external links, listed and "
+        "never fetched; null for an approval opened before links were checked"
+    )
+    word_changes: list[WordChange] = Field(
+        description="each run of removed lines with the added lines replacing it, the words "
+        "that changed marked; computed from `diff` when read, never stored"
+    )
 
     @classmethod
     def of(cls, approval: Approval) -> ApprovalView:
-        return cls.model_validate(approval.model_dump(exclude={"call_id", "applied"}))
+        # The pages' sources stay out: a reviewer reads them rendered on the job page.
+        shown = approval.model_dump(exclude={"call_id", "applied", "pages"})
+        return cls.model_validate({**shown, "word_changes": word_changes(approval.diff)})
 
 
 class ApprovalList(BaseModel):

@@ -24,6 +24,8 @@ from bot.config import REPOSITORY_NAME
 from bot.core.errors import ApprovalError, JobError
 from bot.core.frames import ErrorInfo, Frame, Usage
 from bot.core.jobids import JOB_ID_PATTERN
+from bot.review.links import LinkReport
+from bot.review.preview import PageSource
 
 
 def utcnow() -> datetime:
@@ -407,6 +409,16 @@ class Approval(BaseModel):
     diff_digest: str = ""
     diff_stat: str = ""
     diff: str = Field(default="", description="the diff that would land, capped")
+    # Checked when the approval opened, where the commit's objects are; None for an approval
+    # opened by a release before the check (it loads as "not checked").
+    links: LinkReport | None = Field(
+        default=None, description="the changed Markdown pages' links, checked against the commit"
+    )
+    # The changed pages' text before and after, for the rendered preview (rendered when shown,
+    # so a sanitiser fix reaches approvals already waiting); None before the preview existed.
+    pages: list[PageSource] | None = Field(
+        default=None, description="the changed Markdown pages, before and after, capped"
+    )
     created_at: datetime = Field(default_factory=utcnow)
     state: ApprovalState = ApprovalState.PENDING
     decided_by: str | None = None

@@ -25,7 +25,7 @@ from bot.service.schemas import Decision
 from bot.store.listing import MAX_CURSOR_CHARS
 from bot.store.models import Approval, JobKind, JobState
 from bot.web.outcome import describe
-from bot.web.present import diff_lines, frame_lines
+from bot.web.present import diff_lines, frame_lines, previews
 from bot.web.rendering import WebRoute, page, safe_next
 from bot.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE, SIGN_IN_SECONDS, new_secret
 from bot.web.visitors import FormVisitorDep, SessionsDep, Visitor, VisitorDep, same_secret
@@ -291,6 +291,7 @@ def job_page(request: Request, job_id: str, visitor: VisitorDep, service: Servic
         "outcome": describe(record, approval),
         "approval": approval,
         "diff": diff_lines(approval.diff) if approval is not None else [],
+        "previews": previews(approval.pages or []) if approval is not None else [],
         "decide": service.may_decide(visitor.who, approval) if approval else "decided",
         "lines": frame_lines(events),
         "last_event_id": events[-1].id if events else "0",

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Literal
 
-from pydantic import BaseModel
+from markupsafe import Markup
+from pydantic import BaseModel, ConfigDict
 
 from bot.core.frames import (
     ChunkFrame,
@@ -24,33 +24,91 @@ from bot.core.frames import (
     ThinkingFrame,
     ToolFrame,
 )
+from bot.review.preview import PageSource, render_page
+from bot.review.words import LineKind, Mark, Segment, folded_words, line_kinds, word_changes
 from bot.store.models import JobEvent
 
 MAX_ARGUMENT_CHARS = 300
 
-DiffKind = Literal["file", "hunk", "add", "del", "ctx"]
+NOTES = {
+    "whitespace": "spacing only: the same words on the same lines",
+    "rewrap": "rewrapped only: the same words, broken into lines differently",
+    "too_long": "too long to compare word by word",
+}
+
+
+class Stretch(BaseModel):
+    text: str
+    mark: Mark
+    words: int = 0  # how many words a folded stretch holds, as its summary says
+
+    @classmethod
+    def of(cls, segment: Segment) -> Stretch:
+        words = folded_words(segment.text) if segment.mark == "folded" else 0
+        return cls(text=segment.text, mark=segment.mark, words=words)
 
 
 class DiffLine(BaseModel):
-    kind: DiffKind
+    kind: LineKind
     text: str
+    # A changed line of a removed/added pair, in stretches (its words marked), and the note
+    # that opens a pair whose words did not change.
+    segments: list[Stretch] = []
+    note: str = ""
 
 
 def diff_lines(diff: str) -> list[DiffLine]:
-    """A unified diff, each line classed: file headers, hunk headers, added, removed, context."""
-    lines = []
-    for text in diff.splitlines():
-        kind: DiffKind = "ctx"
-        if text.startswith(("diff --git ", "+++ ", "--- ", "index ", "new file", "deleted file")):
-            kind = "file"
-        elif text.startswith("@@"):
-            kind = "hunk"
-        elif text.startswith("+"):
-            kind = "add"
-        elif text.startswith("-"):
-            kind = "del"
-        lines.append(DiffLine(kind=kind, text=text))
-    return lines
+    """A unified diff, each line classed: file headers, hunk headers, added, removed, context;
+    the lines of each changed pair carry their words marked."""
+    marks: dict[int, list[Stretch]] = {}
+    notes: dict[int, str] = {}
+    for change in word_changes(diff):
+        for line in change.lines:
+            marks[line.diff_line] = [Stretch.of(segment) for segment in line.segments]
+        if change.kind in NOTES:
+            notes[change.lines[0].diff_line] = NOTES[change.kind]
+    texts = diff.splitlines()
+    return [
+        DiffLine(kind=kind, text=text, segments=marks.get(index, []), note=notes.get(index, ""))
+        for index, (text, kind) in enumerate(zip(texts, line_kinds(texts), strict=True))
+    ]
+
+
+class PreviewBlock(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    html: Markup
+    changed: bool
+
+
+class PreviewSide(BaseModel):
+    blocks: list[PreviewBlock]
+    note: str
+
+
+class Preview(BaseModel):
+    path: str
+    before: PreviewSide
+    after: PreviewSide
+    note: str
+
+
+def previews(sources: list[PageSource]) -> list[Preview]:
+    """Each changed page rendered before and after. The ONE place the pages mark anything
+    safe: ``bot.review.preview`` renders links and images inert and nh3 sanitises every
+    block with an allowlist of formatting elements, so the HTML holds nothing that acts."""
+    shown = []
+    for source in sources:
+        page = render_page(source)
+        sides = [
+            PreviewSide(
+                blocks=[PreviewBlock(html=Markup(b.html), changed=b.changed) for b in side.blocks],
+                note=side.note,
+            )
+            for side in (page.before, page.after)
+        ]
+        shown.append(Preview(path=page.path, before=sides[0], after=sides[1], note=page.note))
+    return shown
 
 
 class FrameLine(BaseModel):

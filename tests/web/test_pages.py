@@ -350,8 +350,9 @@ def test_hostile_text_in_requests_and_diffs_renders_as_text(web: Web, hostile: s
     for page in pages:
         assert "<script>alert" not in page and "<img src=x" not in page
         assert "&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt;" in page
-    assert '<span class="d-add">+&lt;script&gt;' in pages[0]
-    assert '<span class="d-del">-old</span>' in pages[0]
+    # "-old" and the hostile line are a changed pair: every word of it is marked.
+    assert '<span class="d-add d-words">+<mark class="w-add">&lt;script&gt;' in pages[0]
+    assert '<span class="d-del d-words">-<mark class="w-del">old</mark></span>' in pages[0]
     assert '<span class="d-file">+++ b/x.md</span>' in pages[0]
 
 

@@ -4,7 +4,7 @@ after (deciding, cancelling) that need no worker, container or model."""
 
 from __future__ import annotations
 
-from bot.store.models import Approval, JobSpec, JobState
+from bot.store.models import Approval, JobRecord, JobSpec, JobState
 from bot.store.store import JobStore
 
 
@@ -12,11 +12,18 @@ def park(store: JobStore, spec: JobSpec, *, worker: str = "parking@test") -> App
     """Store a job for ``spec`` and park it on a pending push approval; the approval."""
     record = store.create(spec)
     assert store.claim(record.id, worker=worker, lease_seconds=30) is not None
-    approval = Approval(
-        id=f"ap-{record.id}",
+    approval = pending_for(record, f"ap-{record.id}")
+    park_on(store, approval)
+    return approval
+
+
+def pending_for(record: JobRecord, approval_id: str = "ap1") -> Approval:
+    """A pending approval of a push of ``record``'s branch, as the executor opens one."""
+    return Approval(
+        id=approval_id,
         job_id=record.id,
-        repo=spec.repo,
-        requested_by=spec.requested_by,
+        repo=record.spec.repo,
+        requested_by=record.spec.requested_by,
         call_id="call-1",
         tool="git_push",
         arguments={"branch": f"riverbeam/{record.id}"},
@@ -25,12 +32,16 @@ def park(store: JobStore, spec: JobSpec, *, worker: str = "parking@test") -> App
         diff_digest="d" * 64,
         diff="--- a/install.md\n+++ b/install.md\n",
     )
+
+
+def park_on(store: JobStore, approval: Approval) -> JobRecord:
+    """The running job opens ``approval`` and parks on it."""
     store.open_approval(approval)
     moved = store.transition(
-        record.id,
+        approval.job_id,
         JobState.AWAITING_APPROVAL,
         from_states={JobState.RUNNING},
         approval_id=approval.id,
     )
     assert moved is not None
-    return approval
+    return moved

@@ -7,7 +7,6 @@ import argparse
 import json
 from typing import Any
 
-from bot.core.errors import ApprovalError
 from bot.store.models import DecisionBinding
 
 
@@ -54,11 +53,11 @@ def add_approvals_commands(commands: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from bot.cli.common import console, services
+    from bot.cli.common import console, operator, services
     from bot.cli.render import approvals_table
 
     with services() as running:
-        pending = running.store.pending_approvals(repo=args.repo)
+        pending = running.service.approvals(operator(None), repo=args.repo)
     if args.json:
         for approval in pending:
             print(approval.model_dump_json())
@@ -72,15 +71,12 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from bot.cli.common import console, services
+    from bot.cli.common import console, operator, services
     from bot.cli.render import show_approval
     from bot.review.words import word_changes
 
     with services() as running:
-        running.store.get(args.job_id)  # BEM-500 for an unknown job
-        approval = running.store.approval(args.job_id)
-    if approval is None:
-        raise ApprovalError("BEM-600", f"job {args.job_id} has no approval")
+        approval = running.service.approval(operator(None), args.job_id)
     if args.json:
         document = approval.model_dump(mode="json")
         # As the API shows it too: computed from the diff, never stored.

@@ -79,7 +79,7 @@ def _choice(enum: type[JobState] | type[JobKind], value: str | None, what: str) 
 
 
 def _list(args: argparse.Namespace) -> int:
-    from bot.cli.common import console, services
+    from bot.cli.common import console, operator, services
     from bot.cli.render import jobs_table
 
     state = _choice(JobState, args.state, "state")
@@ -87,9 +87,15 @@ def _list(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise JobError("BEM-501", "--limit must be at least 1")
     with services() as running:
-        records, more = running.store.list(
-            state=state, kind=kind, repo=args.repo, requested_by=args.by, limit=args.limit
+        found = running.service.jobs(
+            operator(None),
+            state=state,
+            kind=kind,
+            repo=args.repo,
+            requested_by=args.by,
+            limit=args.limit,
         )
+    records, more = found.records, found.next_cursor
     if args.json:
         for record in records:
             print(record.model_dump_json())
@@ -105,12 +111,12 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from bot.cli.common import console, services
+    from bot.cli.common import console, operator, services
     from bot.cli.render import show_job
 
     with services() as running:
-        record = running.store.get(args.job_id)
-        approval = running.store.approval(args.job_id)
+        record = running.service.job(operator(None), args.job_id)
+        approval = running.store.approval(record.id)
     if args.json:
         shown = {
             "job": record.model_dump(mode="json"),

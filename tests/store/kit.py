@@ -16,8 +16,9 @@ from redis.client import Pipeline
 
 from bot.core.errors import BeamError
 from bot.store.gateway import Writes
-from bot.store.models import Approval, DecisionBinding, JobKind, JobRecord, JobSpec, JobState
+from bot.store.models import DecisionBinding, JobKind, JobRecord, JobSpec
 from bot.store.store import JobStore
+from harness.parking import park_on, pending_for
 
 T = TypeVar("T")
 
@@ -33,22 +34,6 @@ def author(request: str = "fix the install page", **kw: Any) -> JobSpec:
     return JobSpec(kind=JobKind.AUTHOR, repo="docs", request=request, **kw)
 
 
-def pending_for(record: JobRecord, approval_id: str = "ap1") -> Approval:
-    return Approval(
-        id=approval_id,
-        job_id=record.id,
-        repo=record.spec.repo,
-        requested_by=record.spec.requested_by,
-        call_id="call-1",
-        tool="git_push",
-        arguments={"branch": f"riverbeam/{record.id}"},
-        commit_sha="a" * 40,
-        target_ref=f"riverbeam/{record.id}",
-        diff_digest="d" * 64,
-        diff="--- a/install.md\n+++ b/install.md\n",
-    )
-
-
 def seen(store: JobStore, job_id: str) -> DecisionBinding | None:
     """What a reviewer looking at the job's approval now would name in a decision."""
     current = store.approval(job_id)
@@ -60,19 +45,6 @@ def parked(store: JobStore, spec: JobSpec | None = None, approval_id: str = "ap1
     record = store.create(spec or author())
     assert store.claim(record.id, worker="w1", lease_seconds=30) is not None
     return park_on(store, pending_for(record, approval_id))
-
-
-def park_on(store: JobStore, approval: Approval) -> JobRecord:
-    """The running job opens ``approval`` and parks on it."""
-    store.open_approval(approval)
-    moved = store.transition(
-        approval.job_id,
-        JobState.AWAITING_APPROVAL,
-        from_states={JobState.RUNNING},
-        approval_id=approval.id,
-    )
-    assert moved is not None
-    return moved
 
 
 def race(count: int, work: Callable[[int], T]) -> list[T | BeamError]:

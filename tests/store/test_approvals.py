@@ -14,8 +14,9 @@ import redis
 from bot.core.errors import ApprovalError
 from bot.store.models import Approval, ApprovalState, DecisionBinding, JobKind, JobRecord, JobSpec
 from bot.store.store import JobStore
+from harness.parking import park_on, pending_for
 from harness.redis_server import RedisServer
-from tests.store.kit import author, code_of, open_store, park_on, parked, pending_for, race, seen
+from tests.store.kit import author, code_of, open_store, parked, race, seen
 
 # approvals --------------------------------------------------------------------------------
 

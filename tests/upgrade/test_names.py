@@ -23,9 +23,9 @@ from celery import Celery
 from bot.config import RepositoryConfig, Settings, WorkspaceSettings
 from bot.core.frames import ChunkFrame
 from bot.demo import demo_model
-from bot.jobs import queues
 from bot.jobs.celery_app import create_app
 from bot.jobs.model_client import load_factory
+from bot.service import queues
 from bot.service.queues import DEFAULT_QUEUE, HOSTS_EXCHANGE, HOSTS_QUEUE, queue_for, worker_queues
 from bot.store.models import Approval, JobKind, JobSpec, JobState
 from bot.store.store import JobStore

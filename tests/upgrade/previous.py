@@ -29,7 +29,9 @@ from pathlib import Path
 
 from harness.stack import IMAGE_VARIABLE, PROJECT_ROOT, clean_environment
 
-TAG = "pre-restructure"
+TAG = "dad8858d78873468e677c95170b267f2ccdb91be"
+"""The release before the restructuring (tagged ``pre-restructure``), by commit: a clone
+of main has the commit whether or not it fetched the tag."""
 MODEL_FACTORY = "tests.support.playbooks:for_job"
 """The scripted model of the old tree's tests: the same playbooks as ``harness.playbooks``,
 under the old path."""
@@ -108,7 +110,7 @@ def unpack(base: Path, image: str) -> Previous:
         check=False,
     )
     assert archive.returncode == 0, (
-        f"git archive {TAG} failed (fetch the tag: git fetch --tags):\n{archive.stderr.decode()}"
+        f"git archive {TAG} failed (a shallow clone lacks it: git fetch --unshallow):\n{archive.stderr.decode()}"
     )
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as unpacked:
         unpacked.extractall(tree, filter="tar")

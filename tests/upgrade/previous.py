@@ -110,7 +110,8 @@ def unpack(base: Path, image: str) -> Previous:
         check=False,
     )
     assert archive.returncode == 0, (
-        f"git archive {TAG} failed (a shallow clone lacks it: git fetch --unshallow):\n{archive.stderr.decode()}"
+        f"git archive {TAG} failed (a shallow clone lacks it: git fetch --unshallow):\n"
+        + archive.stderr.decode()
     )
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as unpacked:
         unpacked.extractall(tree, filter="tar")

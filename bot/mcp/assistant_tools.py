@@ -1,0 +1,118 @@
+"""The MCP tools and resources Riverbeam offers an assistant, over either backend.
+
+Tools: ``submit_job``, ``get_job``, ``list_jobs``, ``list_pending_approvals`` (read-only),
+``cancel_job``. Resources: ``riverbeam://jobs/{job_id}/events`` (a job's event log) and
+``riverbeam://skills`` (the skills catalogue). A refusal is an MCP tool error whose text
+starts with the BEM code (``BEM-703: ...``).
+
+There is no tool to approve or refuse a push, for any role: an assistant that could approve
+would let a model approve its own change (docs/mcp.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from bot.core.errors import BeamError
+from bot.mcp.backends import Backend, Json
+from bot.store.models import JobKind, JobState
+
+BackendFor = Callable[[Context], Backend]
+Catalogue = Callable[[], Awaitable[Json]]
+JobId = Annotated[str, Field(min_length=1, max_length=100, description="the job's id")]
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+
+async def _answer(call: Awaitable[Json], error: type[ToolError] | type[ResourceError]) -> Json:
+    try:
+        return await call
+    except BeamError as refused:
+        raise error(f"{refused.code}: {refused.message}") from None
+
+
+def riverbeam_server(
+    backend_for: BackendFor, catalogue: Callable[[], Awaitable[Json]]
+) -> MCPServer:
+    """The server; ``backend_for(ctx)`` is what one request acts on, as its caller, and
+    ``catalogue()`` reads the skills (a static resource has no request context: over HTTP
+    the endpoint has checked the token before any request reaches the server)."""
+    server = MCPServer(
+        name="riverbeam",
+        title="Riverbeam",
+        instructions="Submit documentation jobs to Riverbeam, follow them and read their "
+        "parked changes. Approving a push is for a person, never through MCP.",
+    )
+
+    @server.tool(annotations=ToolAnnotations(destructive_hint=False, open_world_hint=False))
+    async def submit_job(
+        ctx: Context,
+        kind: Annotated[JobKind, Field(description="the job kind; your token's role limits it")],
+        repo: Annotated[str, Field(description="a registered repository")],
+        request: Annotated[str, Field(description="what to do, in words")] = "",
+        base: str | None = None,
+        branch: Annotated[str | None, Field(description="to review or summarize")] = None,
+        range: Annotated[str | None, Field(description="A..B, for commit-notes")] = None,
+        review_job: str | None = None,
+        pages: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        idempotency_key: Annotated[
+            str | None, Field(description="repeat it on a retry: the first call's job comes back")
+        ] = None,
+    ) -> Json:
+        """Queue a job, validated as POST /v1/jobs validates it. Returns the job."""
+        body: Json = {"kind": kind, "repo": repo, "request": request, "base": base}
+        body.update(branch=branch, range=range, review_job=review_job)
+        body.update(pages=pages or [], metadata=metadata or {})
+        return await _answer(backend_for(ctx).submit(body, idempotency_key), ToolError)
+
+    @server.tool(annotations=READ_ONLY)
+    async def get_job(ctx: Context, job_id: JobId) -> Json:
+        """A job (state, outcome, pushes) and its approval with the parked diff, if any."""
+        return await _answer(backend_for(ctx).job(job_id), ToolError)
+
+    @server.tool(annotations=READ_ONLY)
+    async def list_jobs(
+        ctx: Context,
+        state: JobState | None = None,
+        kind: JobKind | None = None,
+        repo: str | None = None,
+        requested_by: str | None = None,
+        mine: Annotated[bool, Field(description="only your own jobs")] = False,
+        cursor: Annotated[str | None, Field(description="next_cursor of the last page")] = None,
+        limit: Annotated[int, Field(ge=1, le=100)] = 50,
+    ) -> Json:
+        """The jobs of the repositories your token may use, newest first."""
+        filters: Json = {"state": state, "kind": kind, "repo": repo, "cursor": cursor}
+        filters.update(requested_by=requested_by, mine=mine or None, limit=limit)
+        return await _answer(backend_for(ctx).jobs(filters), ToolError)
+
+    @server.tool(annotations=READ_ONLY)
+    async def list_pending_approvals(ctx: Context, repo: str | None = None) -> Json:
+        """Pushes waiting for a person, with their diffs. Read-only: deciding one is for a
+        person, in the web pages, the CLI or the API's approval endpoints."""
+        return await _answer(backend_for(ctx).approvals(repo), ToolError)
+
+    @server.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
+    async def cancel_job(ctx: Context, job_id: JobId) -> Json:
+        """Cancel a job you submitted (an admin: anyone's), as POST /v1/jobs/{id}/cancel."""
+        return await _answer(backend_for(ctx).cancel(job_id), ToolError)
+
+    @server.resource(
+        "riverbeam://jobs/{job_id}/events", name="job-events", mime_type="application/json"
+    )
+    async def job_events(job_id: str, ctx: Context) -> str:
+        """A job's event log so far: its frames, then its end."""
+        return json.dumps(await _answer(backend_for(ctx).log(job_id), ResourceError))
+
+    @server.resource("riverbeam://skills", name="skills", mime_type="application/json")
+    async def skills() -> str:
+        """The built-in skills: what each agent may do."""
+        return json.dumps(await _answer(catalogue(), ResourceError))
+
+    return server

@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
-from mcp_types import ToolAnnotations
+from mcp.server.mcpserver.exceptions import ResourceError
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from bot.core.errors import BeamError
@@ -29,11 +29,26 @@ JobId = Annotated[str, Field(min_length=1, max_length=100, description="the job'
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
-async def _answer(call: Awaitable[Json], error: type[ToolError] | type[ResourceError]) -> Json:
+async def _result(call: Awaitable[Json]) -> CallToolResult:
+    """The answer as JSON text and structured content; a refusal as a tool error whose text
+    is ``BEM-nnn: message`` and whose structured content is ``{"code", "message"}`` (the
+    SDK's own errors would put the tool's name before the code)."""
     try:
-        return await call
+        found = await call
     except BeamError as refused:
-        raise error(f"{refused.code}: {refused.message}") from None
+        said = {"code": refused.code, "message": refused.message}
+        text = TextContent(type="text", text=f"{refused.code}: {refused.message}")
+        return CallToolResult(content=[text], structured_content=said, is_error=True)
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(found))], structured_content=found
+    )
+
+
+async def _read(call: Awaitable[Json]) -> str:
+    try:
+        return json.dumps(await call)
+    except BeamError as refused:
+        raise ResourceError(f"{refused.code}: {refused.message}") from None
 
 
 def riverbeam_server(
@@ -64,17 +79,17 @@ def riverbeam_server(
         idempotency_key: Annotated[
             str | None, Field(description="repeat it on a retry: the first call's job comes back")
         ] = None,
-    ) -> Json:
+    ) -> CallToolResult:
         """Queue a job, validated as POST /v1/jobs validates it. Returns the job."""
         body: Json = {"kind": kind, "repo": repo, "request": request, "base": base}
         body.update(branch=branch, range=range, review_job=review_job)
         body.update(pages=pages or [], metadata=metadata or {})
-        return await _answer(backend_for(ctx).submit(body, idempotency_key), ToolError)
+        return await _result(backend_for(ctx).submit(body, idempotency_key))
 
     @server.tool(annotations=READ_ONLY)
-    async def get_job(ctx: Context, job_id: JobId) -> Json:
+    async def get_job(ctx: Context, job_id: JobId) -> CallToolResult:
         """A job (state, outcome, pushes) and its approval with the parked diff, if any."""
-        return await _answer(backend_for(ctx).job(job_id), ToolError)
+        return await _result(backend_for(ctx).job(job_id))
 
     @server.tool(annotations=READ_ONLY)
     async def list_jobs(
@@ -86,33 +101,33 @@ def riverbeam_server(
         mine: Annotated[bool, Field(description="only your own jobs")] = False,
         cursor: Annotated[str | None, Field(description="next_cursor of the last page")] = None,
         limit: Annotated[int, Field(ge=1, le=100)] = 50,
-    ) -> Json:
+    ) -> CallToolResult:
         """The jobs of the repositories your token may use, newest first."""
         filters: Json = {"state": state, "kind": kind, "repo": repo, "cursor": cursor}
         filters.update(requested_by=requested_by, mine=mine or None, limit=limit)
-        return await _answer(backend_for(ctx).jobs(filters), ToolError)
+        return await _result(backend_for(ctx).jobs(filters))
 
     @server.tool(annotations=READ_ONLY)
-    async def list_pending_approvals(ctx: Context, repo: str | None = None) -> Json:
+    async def list_pending_approvals(ctx: Context, repo: str | None = None) -> CallToolResult:
         """Pushes waiting for a person, with their diffs. Read-only: deciding one is for a
         person, in the web pages, the CLI or the API's approval endpoints."""
-        return await _answer(backend_for(ctx).approvals(repo), ToolError)
+        return await _result(backend_for(ctx).approvals(repo))
 
     @server.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
-    async def cancel_job(ctx: Context, job_id: JobId) -> Json:
+    async def cancel_job(ctx: Context, job_id: JobId) -> CallToolResult:
         """Cancel a job you submitted (an admin: anyone's), as POST /v1/jobs/{id}/cancel."""
-        return await _answer(backend_for(ctx).cancel(job_id), ToolError)
+        return await _result(backend_for(ctx).cancel(job_id))
 
     @server.resource(
         "riverbeam://jobs/{job_id}/events", name="job-events", mime_type="application/json"
     )
     async def job_events(job_id: str, ctx: Context) -> str:
         """A job's event log so far: its frames, then its end."""
-        return json.dumps(await _answer(backend_for(ctx).log(job_id), ResourceError))
+        return await _read(backend_for(ctx).log(job_id))
 
     @server.resource("riverbeam://skills", name="skills", mime_type="application/json")
     async def skills() -> str:
         """The built-in skills: what each agent may do."""
-        return json.dumps(await _answer(catalogue(), ResourceError))
+        return await _read(catalogue())
 
     return server

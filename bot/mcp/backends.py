@@ -167,7 +167,8 @@ class ApiBackend:
         job = await self._call("GET", f"/v1/jobs/{_segment(job_id)}")
         approval = None
         if job.get("approval") is not None:
-            approval = await self._call("GET", f"/v1/approvals/{_segment(job_id)}")
+            detail = await self._call("GET", f"/v1/approvals/{_segment(job_id)}")
+            approval = detail["current"]
         return {"job": job, "approval": approval}
 
     async def jobs(self, filters: Json) -> Json:

@@ -68,6 +68,7 @@ async def refusal(session: ClientSession, tool: str, **arguments: Any) -> str:
     result = await session.call_tool(tool, arguments)
     assert isinstance(result, CallToolResult) and result.is_error, result
     code, _, message = text(result).partition(": ")
+    assert result.structured_content == {"code": code, "message": message}, result
     assert code.startswith("BEM-") and message, text(result)
     return code
 

@@ -1,8 +1,9 @@
 """The MCP tools and resources Riverbeam offers an assistant, over either backend.
 
-Tools: ``submit_job``, ``get_job``, ``list_jobs``, ``list_pending_approvals`` (read-only),
-``cancel_job``. Resources: ``riverbeam://jobs/{job_id}/events`` (a job's event log) and
-``riverbeam://skills`` (the skills catalogue). A refusal is an MCP tool error whose text
+Tools: ``submit_job``, ``get_job``, ``wait_for_job`` (each event of the job as an MCP progress
+notification), ``list_jobs``, ``list_pending_approvals`` (read-only), ``cancel_job``.
+Resources: ``riverbeam://jobs/{job_id}/events`` (a job's event log) and ``riverbeam://skills``
+(the skills catalogue). A refusal is an MCP tool error whose text
 starts with the BEM code (``BEM-703: ...``).
 
 There is no tool to approve or refuse a push, for any role: an assistant that could approve
@@ -14,6 +15,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
@@ -23,9 +25,15 @@ from bot.core.errors import BeamError
 from bot.mcp.backends import Backend, Json
 from bot.store.models import JobKind, JobState
 
+# A job in these states is still to do something before a person or its end.
+WAITING = frozenset({JobState.QUEUED.value, JobState.RUNNING.value})
+
 BackendFor = Callable[[Context], Backend]
 Catalogue = Callable[[], Awaitable[Json]]
 JobId = Annotated[str, Field(min_length=1, max_length=100, description="the job's id")]
+# How often waiting for a job reads its new events, and the longest one call waits.
+POLL_SECONDS = 1.0
+MAX_WAIT_SECONDS = 600
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
@@ -49,6 +57,32 @@ async def _read(call: Awaitable[Json]) -> str:
         return json.dumps(await call)
     except BeamError as refused:
         raise ResourceError(f"{refused.code}: {refused.message}") from None
+
+
+async def _wait(backend: Backend, ctx: Context, job_id: str, seconds: float) -> Json:
+    seen, after = 0, "0"
+    with anyio.move_on_after(seconds):
+        while True:
+            log = await backend.log(job_id, after=after)
+            for event in log["events"]:
+                seen += 1
+                after = event["id"] or after
+                await ctx.report_progress(seen, message=_said(event))
+            if log["state"] not in WAITING:
+                break
+            await anyio.sleep(POLL_SECONDS)
+    return await backend.job(job_id)
+
+
+def _said(event: Json) -> str:
+    """One event in a few words, for a progress notification."""
+    if "end" in event:
+        return f"ended: {event['end']}"
+    frame = event["frame"]
+    if frame["type"] == "tool":
+        record = frame["record"]
+        return f"tool {record['name']}: {'ok' if record['ok'] else 'failed'}"
+    return str(frame["type"])
 
 
 def riverbeam_server(
@@ -90,6 +124,17 @@ def riverbeam_server(
     async def get_job(ctx: Context, job_id: JobId) -> CallToolResult:
         """A job (state, outcome, pushes) and its approval with the parked diff, if any."""
         return await _result(backend_for(ctx).job(job_id))
+
+    @server.tool(annotations=READ_ONLY)
+    async def wait_for_job(
+        ctx: Context,
+        job_id: JobId,
+        wait_seconds: Annotated[float, Field(gt=0, le=MAX_WAIT_SECONDS)] = 60,
+    ) -> CallToolResult:
+        """Wait until the job ends or waits for a person's approval, at most
+        ``wait_seconds``, reporting each of its events as an MCP progress notification (when
+        the call asked for progress); then what ``get_job`` answers."""
+        return await _result(_wait(backend_for(ctx), ctx, job_id, wait_seconds))
 
     @server.tool(annotations=READ_ONLY)
     async def list_jobs(

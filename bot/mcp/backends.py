@@ -37,7 +37,7 @@ class Backend(Protocol):
     async def jobs(self, filters: Json) -> Json: ...
     async def approvals(self, repo: str | None) -> Json: ...
     async def cancel(self, job_id: str) -> Json: ...
-    async def log(self, job_id: str) -> Json: ...
+    async def log(self, job_id: str, after: str = "0") -> Json: ...
 
 
 def job_request(body: Json) -> JobRequest:
@@ -120,8 +120,8 @@ class ServiceBackend:
 
         return await self._run(cancel)
 
-    async def log(self, job_id: str) -> Json:
-        record, events = await self._run(lambda: self.service.log(self.who, job_id))
+    async def log(self, job_id: str, after: str = "0") -> Json:
+        record, events = await self._run(lambda: self.service.log(self.who, job_id, after=after))
         return {
             "job_id": record.id,
             "state": record.state.value,
@@ -181,13 +181,14 @@ class ApiBackend:
     async def cancel(self, job_id: str) -> Json:
         return await self._call("POST", f"/v1/jobs/{_segment(job_id)}/cancel")
 
-    async def log(self, job_id: str) -> Json:
-        """The event stream read up to its end, or up to its first keep-alive: the server
-        sends one only once it has delivered every event stored so far."""
+    async def log(self, job_id: str, after: str = "0") -> Json:
+        """The event stream after entry ``after``, read up to its end or its first
+        keep-alive: the server sends one only once it delivered every event stored so far."""
         events: list[Json] = []
         state = None
         try:
-            async with self.client.stream("GET", f"/v1/jobs/{_segment(job_id)}/events") as reply:
+            path = f"/v1/jobs/{_segment(job_id)}/events"
+            async with self.client.stream("GET", path, params={"after": after}) as reply:
                 if reply.status_code != 200:
                     await reply.aread()
                     _raise_problem(reply)

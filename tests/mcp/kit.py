@@ -13,12 +13,20 @@ import httpx2
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
 from mcp_types import CallToolResult, TextContent
 
 from harness.api_server import ApiServer
 from harness.stack import PROJECT_ROOT
 
-TOOLS = {"submit_job", "get_job", "list_jobs", "list_pending_approvals", "cancel_job"}
+TOOLS = {
+    "submit_job",
+    "get_job",
+    "wait_for_job",
+    "list_jobs",
+    "list_pending_approvals",
+    "cancel_job",
+}
 
 
 @asynccontextmanager
@@ -55,9 +63,11 @@ def text(result: Any) -> str:
     return content.text
 
 
-async def answer(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
+async def answer(
+    session: ClientSession, tool: str, progress: ProgressFnT | None = None, **arguments: Any
+) -> dict[str, Any]:
     """The tool's JSON answer; fails when the call was refused."""
-    result = await session.call_tool(tool, arguments)
+    result = await session.call_tool(tool, arguments, progress_callback=progress)
     assert isinstance(result, CallToolResult) and not result.is_error, text(result)
     found: dict[str, Any] = json.loads(text(result))
     return found
@@ -78,3 +88,13 @@ async def resource(session: ClientSession, uri: str) -> dict[str, Any]:
     [content] = read.contents
     found: dict[str, Any] = json.loads(content.text)  # type: ignore[union-attr]
     return found
+
+
+class Progress:
+    """The progress notifications of one call, in the order they came."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, str | None]] = []
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self.seen.append((progress, message))

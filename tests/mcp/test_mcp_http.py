@@ -13,7 +13,7 @@ from harness.api_server import ApiServer
 from harness.stack import Stack
 from tests.api.conftest import SECOND_REPO, TOKENS
 from tests.api.kit import AUTHOR, FAILS_AT_ONCE, SUMMARIZE, problem
-from tests.mcp.kit import TOOLS, answer, http_session, refusal, resource
+from tests.mcp.kit import TOOLS, Progress, answer, http_session, refusal, resource
 
 
 def _nested(depth: int) -> Any:
@@ -176,3 +176,23 @@ async def test_an_unknown_token_cannot_open_a_session(api: ApiServer) -> None:
     with pytest.raises(BaseException):  # noqa: B017 - the SDK's error for a 401 reply
         async with http_session(api, "rb_not-a-token") as session:
             await session.list_tools()
+
+
+async def test_waiting_for_a_job_reports_each_event_as_progress(
+    api: ApiServer, stack: Stack
+) -> None:
+    async with http_session(api, api.tokens["writer"]) as session:
+        job = await answer(session, "submit_job", **SUMMARIZE)
+        progress = Progress()
+        done = await answer(session, "wait_for_job", progress, job_id=job["id"], wait_seconds=120)
+        assert done["job"]["state"] == "succeeded"
+        counts = [count for count, _ in progress.seen]
+        assert counts == list(range(1, len(counts) + 1)) and len(counts) >= 2
+        assert progress.seen[-1][1] == "ended: succeeded"
+        # A parked job: the wait ends when it waits for a person, with the diff to read.
+        parked = await answer(session, "submit_job", **AUTHOR)
+        progress = Progress()
+        got = await answer(session, "wait_for_job", progress, job_id=parked["id"], wait_seconds=120)
+        assert got["job"]["state"] == "awaiting_approval" and got["approval"]["diff"]
+        assert any(message and message.startswith("tool ") for _, message in progress.seen)
+        assert await refusal(session, "wait_for_job", job_id="no-such-job") == "BEM-500"

@@ -11,7 +11,7 @@ from harness.api_server import ApiServer
 from harness.stack import Stack
 from tests.api.conftest import SECOND_REPO
 from tests.api.kit import AUTHOR, FAILS_AT_ONCE, SUMMARIZE
-from tests.mcp.kit import TOOLS, answer, refusal, resource, stdio_session
+from tests.mcp.kit import TOOLS, Progress, answer, refusal, resource, stdio_session
 
 
 async def test_riverbeam_mcp_submits_reads_and_follows_a_job_through_the_api(
@@ -22,8 +22,9 @@ async def test_riverbeam_mcp_submits_reads_and_follows_a_job_through_the_api(
         job = await answer(session, "submit_job", **SUMMARIZE, idempotency_key="stdio-1")
         again = await answer(session, "submit_job", **SUMMARIZE, idempotency_key="stdio-1")
         assert again["id"] == job["id"] and job["requested_by"] == "writer"
-        stack.wait_for(job["id"], JobState.SUCCEEDED)
-        got = await answer(session, "get_job", job_id=job["id"])
+        progress = Progress()
+        got = await answer(session, "wait_for_job", progress, job_id=job["id"], wait_seconds=120)
+        assert progress.seen and progress.seen[-1][1] == "ended: succeeded"
         assert got["job"]["state"] == "succeeded" and got["job"]["result"] is not None
         log = await resource(session, f"riverbeam://jobs/{job['id']}/events")
         assert log["state"] == "succeeded" and log["events"][-1]["end"] == "succeeded"

@@ -89,7 +89,11 @@ class ServiceBackend:
 
     async def jobs(self, filters: Json) -> Json:
         def read() -> Json:
-            requested_by = self.who.name if filters.get("mine") else filters.get("requested_by")
+            requested_by = filters.get("requested_by")
+            if filters.get("mine"):
+                if requested_by not in (None, self.who.name):
+                    raise BeamError("BEM-705", "mine=true and requested_by name different people")
+                requested_by = self.who.name
             state, kind = filters.get("state"), filters.get("kind")
             found = self.service.jobs(
                 self.who,

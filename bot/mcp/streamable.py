@@ -39,6 +39,8 @@ def install(app: FastAPI, service: JobService) -> None:
     server = riverbeam_server(
         lambda ctx: ServiceBackend(service, _caller(ctx)), catalogue=skills_catalogue
     )
+    # Made for its session manager, which is then served under the API's own route, auth
+    # and lifespan; the Starlette app the SDK returns is not used.
     server.streamable_http_app(
         stateless_http=True,
         max_request_body_size=service.settings.api.max_body_bytes,

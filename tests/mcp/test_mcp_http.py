@@ -47,6 +47,7 @@ async def test_a_submitted_job_reads_back_through_get_list_and_its_event_log(
         assert got["job"]["state"] == "succeeded" and got["job"]["result"] is not None
         assert got["approval"] is None
         mine = await answer(session, "list_jobs", mine=True, state="succeeded")
+        assert await refusal(session, "list_jobs", mine=True, requested_by="ci") == "BEM-705"
         assert job["id"] in {item["id"] for item in mine["items"]}
         log = await resource(session, f"riverbeam://jobs/{job['id']}/events")
         assert log["state"] == "succeeded" and log["events"][-1]["end"] == "succeeded"

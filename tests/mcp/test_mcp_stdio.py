@@ -4,11 +4,14 @@ real API as that token's holder."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from bot.store.models import ApprovalState, JobState
 from harness.api_server import ApiServer
-from harness.stack import Stack
+from harness.stack import PROJECT_ROOT, Stack, clean_environment
 from tests.api.conftest import SECOND_REPO
 from tests.api.kit import AUTHOR, FAILS_AT_ONCE, SUMMARIZE
 from tests.mcp.kit import TOOLS, Progress, answer, refusal, resource, stdio_session
@@ -72,3 +75,23 @@ async def test_riverbeam_mcp_names_an_api_that_does_not_answer(api: ApiServer) -
     )
     async with stdio_session(gone, api.tokens["writer"]) as session:
         assert await refusal(session, "list_jobs") == "BEM-720"
+
+
+@pytest.mark.parametrize(
+    ("env", "code"),
+    [({}, "BEM-700"), ({"RIVERBEAM_TOKEN": "rb_x"}, "BEM-900")],
+)
+def test_riverbeam_mcp_without_a_token_or_an_api_url_says_which(
+    env: dict[str, str], code: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "mcp"],
+        env={**clean_environment(), **env},
+        cwd=PROJECT_ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and code in done.stderr, done
+    assert done.stdout == ""

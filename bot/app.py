@@ -13,6 +13,7 @@ from bot.config import Settings, load_settings
 from bot.http.limits import AuthThrottle, BodyLimit
 from bot.http.problems import install_problem_handlers
 from bot.jobs.celery_app import create_app as create_celery_app
+from bot.mcp import streamable
 from bot.service.access import TokenRegistry
 from bot.service.jobs import JobService
 from bot.service.queues import TaskQueues
@@ -54,6 +55,7 @@ def create_app(settings: Settings | None = None, *, service: JobService | None =
     for module in (job_routes, event_routes, approval_routes, catalog, health, metrics):
         app.include_router(module.router)
     web.install(app)
+    streamable.install(app, service)
     return app
 
 

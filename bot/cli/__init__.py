@@ -24,6 +24,7 @@ from bot.cli.failures import EXIT_BROKEN_PIPE, report_unexpected
 from bot.cli.healthcheck import add_healthcheck_commands
 from bot.cli.images import add_image_commands
 from bot.cli.jobs_command import add_jobs_commands
+from bot.cli.mcp_command import add_mcp_command
 from bot.cli.model import add_model_commands
 from bot.cli.repos import add_repos_commands
 from bot.cli.sandbox import add_sandbox_commands
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_approvals_commands(commands)
     add_service_commands(commands)
     add_api_command(commands)
+    add_mcp_command(commands)
     add_tokens_commands(commands)
     add_ci_commands(commands)
     add_repos_commands(commands)

@@ -257,6 +257,7 @@ _TABLE = [
     Code("BEM-710", AccessError, "a JSON document is nested too deep or too large"),
     Code("BEM-711", AccessError, "the request body is over the size limit"),
     Code("BEM-712", AccessError, "too many failed sign-ins or tokens from this client"),
+    Code("BEM-720", AccessError, "riverbeam mcp got no answer the API would give"),
     Code("BEM-900", ConfigError, "configuration is missing or invalid"),
     Code("BEM-906", ConfigError, "a service cannot listen on its address"),
 ]

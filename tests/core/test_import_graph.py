@@ -12,6 +12,7 @@ import importlib
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import grimp
 
@@ -86,3 +87,37 @@ def test_every_module_the_architecture_page_names_exists() -> None:
         else:
             missing.append(name)
     assert len(named) > 20 and missing == []
+
+
+def _contract(contract_id: str) -> dict[str, Any]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (found,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["id"] == contract_id]
+    return dict(found)
+
+
+def _bot_packages() -> set[str]:
+    return {f"bot.{path.stem}" for path in (ROOT / "bot").iterdir() if _is_module(path)}
+
+
+def _is_module(path: Path) -> bool:
+    if path.name.startswith("__"):
+        return False
+    return (path / "__init__.py").exists() or (path.suffix == ".py")
+
+
+def test_the_leaf_and_the_container_code_are_forbidden_every_other_package_of_bot() -> None:
+    # Written out by hand in pyproject.toml; a package added to bot must be added there too.
+    others = _bot_packages() - {"bot.core"}
+    for contract_id in ("core-is-a-leaf", "inside-not-host"):
+        forbidden = set(_contract(contract_id)["forbidden_modules"])
+        assert others - forbidden == set(), contract_id
+
+
+def test_the_bot_layers_are_the_global_layers_seen_inside_bot() -> None:
+    inside_bot = [
+        " | ".join(
+            part.removeprefix("bot.") for part in layer.split(" | ") if part.startswith("bot.")
+        )
+        for layer in _contract_layers()
+    ]
+    assert [layer for layer in inside_bot if layer] == _contract("bot-layers")["layers"]

@@ -61,7 +61,6 @@ FINISHED = "finished"
 TREE = "tree"
 OUTBOX = "outbox.git"
 STAGING_PREFIX = ".staging-"
-# Job ids become a directory name and part of a branch name: keep them plain.
 # libgit2's built-in template: nothing in it is needed, and none of it is Riverbeam's.
 _TEMPLATE_LEFTOVERS = ("hooks", "description", "info")
 

@@ -40,6 +40,12 @@ from pydantic_settings import (
 from bot.core.cron import parse_cron
 from bot.core.errors import BeamError
 from bot.core.identity import Identity
+from bot.core.tools import (
+    MCP_ALLOWLIST_PATTERN,
+    MCP_SERVER_NAME_PATTERN,
+    TOOL_NAME_PATTERN,
+    mcp_tool_name,
+)
 from sandbox.inside.refs import ProtectedRefs, branch_name
 
 DEFAULT_PROTECTED_REFS = ("main", "master", "release/*")
@@ -355,6 +361,102 @@ class ApiSettings(BaseModel):
         return self
 
 
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_MCP_TOOL = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class McpServerConfig(BaseModel):
+    """One MCP server a job's agent may use (``[[mcp.servers]]``): started on the worker for
+    each job segment whose skill names one of its tools, and stopped with the segment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    command: str | None = Field(default=None, min_length=1)
+    args: tuple[str, ...] = ()
+    url: Annotated[str, _checked(httpx.URL, "an http(s) URL")] | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    # Exactly this (with PATH, and HOME set to the server's own empty directory): the
+    # server never inherits the worker's environment, where tokens and passwords live.
+    env: dict[Annotated[str, Field(pattern=_ENV_NAME)], str] = Field(default_factory=dict)
+    startup_timeout_seconds: float = Field(default=20.0, gt=0, le=300)
+    call_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    max_output_bytes: int = Field(default=65_536, ge=256, le=16 << 20)
+    tools: tuple[Annotated[str, Field(pattern=_MCP_TOOL)], ...]
+    confirm_required: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> McpServerConfig:
+        if not re.fullmatch(MCP_SERVER_NAME_PATTERN, self.name):
+            raise ValueError(
+                f"{self.name!r} is not an MCP server name: lower-case letters, digits and "
+                "'-', words joined by single '_', at most 32 characters a word, no dots"
+            )
+        if (self.command is None) == (self.url is None):
+            raise ValueError(f"MCP server {self.name!r}: give either command or url, not both")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"MCP server {self.name!r}: url must be http:// or https://")
+        if self.url is not None and (self.args or self.env):
+            raise ValueError(f"MCP server {self.name!r}: args and env are for a command")
+        if self.command is not None and self.headers:
+            raise ValueError(f"MCP server {self.name!r}: headers are for a url")
+        for tool in self.tools:
+            if not re.fullmatch(TOOL_NAME_PATTERN, mcp_tool_name(self.name, tool)):
+                raise ValueError(
+                    f"MCP tool {self.name}.{tool}: {mcp_tool_name(self.name, tool)!r}, the "
+                    "name the model sees, is over 64 characters; shorten the server's name"
+                )
+        unknown = sorted(set(self.confirm_required) - set(self.tools))
+        if unknown:
+            raise ValueError(
+                f"MCP server {self.name!r}: confirm_required names {unknown}, which are not "
+                "in its tools allowlist"
+            )
+        return self
+
+
+class McpSettings(BaseModel):
+    """MCP toolboxes for agents: the servers, and the tools each built-in skill is granted
+    beyond its own allowlist (``[mcp.skills] author = ["everything.echo"]``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    servers: tuple[McpServerConfig, ...] = ()
+    skills: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _names_resolve(self) -> McpSettings:
+        names = [server.name for server in self.servers]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"MCP servers named twice: {twice}")
+        for skill, entries in self.skills.items():
+            for entry in entries:
+                problem = self.unresolved(entry)
+                if problem:
+                    raise ValueError(f"mcp.skills.{skill}: {problem}")
+        return self
+
+    def server(self, name: str) -> McpServerConfig | None:
+        return next((server for server in self.servers if server.name == name), None)
+
+    def unresolved(self, entry: str) -> str | None:
+        """Why the allowlist entry ``server.tool`` names no configured tool, or None."""
+        found = re.fullmatch(MCP_ALLOWLIST_PATTERN, entry)
+        if found is None:
+            return f"{entry!r} is not an MCP tool; write server.tool"
+        server = self.server(found.group(1))
+        if server is None:
+            known = ", ".join(sorted(s.name for s in self.servers)) or "none"
+            return f"{entry!r} names MCP server {found.group(1)!r}, not configured (known: {known})"
+        if found.group(2) not in server.tools:
+            return (
+                f"{entry!r}: {found.group(2)!r} is not in the tools allowlist of MCP server "
+                f"{server.name!r} ({', '.join(server.tools) or 'empty'})"
+            )
+        return None
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="RIVERBEAM_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -370,6 +472,7 @@ class Settings(BaseSettings):
     model: ModelSettings = Field(default_factory=ModelSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    mcp: McpSettings = Field(default_factory=McpSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -37,7 +37,12 @@ from jinja2 import meta
 from jinja2.sandbox import SandboxedEnvironment
 
 from bot.core.errors import BeamError
-from bot.core.tools import TOOL_NAME_PATTERN
+from bot.core.tools import (
+    MCP_ALLOWLIST_PATTERN,
+    MCP_SERVER_NAME_PATTERN,
+    TOOL_NAME_PATTERN,
+    mcp_tool_name,
+)
 
 PROMPT_VALUES: Final[Mapping[str, str | tuple[str, ...]]] = MappingProxyType(
     {
@@ -286,16 +291,29 @@ def _allowlist(data: dict[str, Any], origin: str) -> frozenset[str]:
             raise BeamError(
                 "BEM-111", f"{origin}: tools must hold only strings (tool names), not {tool!r}"
             )
-        if not _TOOL_NAME.fullmatch(tool):
+        if not _allowed_name(tool):
             raise BeamError(
                 "BEM-111",
                 f"{origin}: {tool!r} in tools is not a tool name; tool names are 1-64 "
-                "letters, digits, '_' or '-'",
+                "letters, digits, '_' or '-', and an MCP server's tool is 'server.tool'",
             )
         if tool in seen:
             raise BeamError("BEM-111", f"{origin}: tools lists {tool!r} twice; list it once")
         seen.add(tool)
     return frozenset(seen)
+
+
+def _allowed_name(entry: str) -> bool:
+    """A host or container tool's name, or ``server.tool`` whose model-facing name (see
+    ``bot.core.tools.mcp_tool_name``) is a valid tool name."""
+    if _TOOL_NAME.fullmatch(entry):
+        return True
+    mcp = re.fullmatch(MCP_ALLOWLIST_PATTERN, entry)
+    return bool(
+        mcp
+        and re.fullmatch(MCP_SERVER_NAME_PATTERN, mcp.group(1))
+        and _TOOL_NAME.fullmatch(mcp_tool_name(mcp.group(1), mcp.group(2)))
+    )
 
 
 def _check_template(skill: Skill, origin: str) -> None:

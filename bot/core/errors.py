@@ -18,6 +18,7 @@ what to do next. The tree groups codes by the part of the system that raises the
     ├── JobError              BEM-50x..52x       jobs, the store, the workers, outcomes
     ├── ApprovalError         BEM-60x            approvals of parked calls
     ├── AccessError           BEM-70x            the HTTP API and web pages: tokens, roles, requests
+    ├── ToolboxError          BEM-721..726       MCP servers that a job's agent calls
     └── ConfigError           BEM-90x            configuration
 
 ``BeamError(code, message)`` builds the right family from the code, so a code travelling as
@@ -116,6 +117,10 @@ class ApprovalError(BeamError):
 
 class AccessError(BeamError):
     """An HTTP request is unauthenticated, not allowed, or malformed."""
+
+
+class ToolboxError(BeamError):
+    """An MCP server of a job's toolbox is not configured, failed to start, or failed a call."""
 
 
 class ConfigError(BeamError):
@@ -258,6 +263,12 @@ _TABLE = [
     Code("BEM-711", AccessError, "the request body is over the size limit"),
     Code("BEM-712", AccessError, "too many failed sign-ins or tokens from this client"),
     Code("BEM-720", AccessError, "riverbeam mcp got no answer the API would give"),
+    Code("BEM-721", ToolboxError, "an MCP server of the job did not start"),
+    Code("BEM-722", ToolboxError, "an MCP server stopped answering during a call"),
+    Code("BEM-723", ToolboxError, "an MCP tool call ran past its time limit"),
+    Code("BEM-724", ToolboxError, "an MCP tool answered the call with an error"),
+    Code("BEM-725", ToolboxError, "a skill names an MCP tool that is not configured"),
+    Code("BEM-726", ToolboxError, "an MCP server does not offer a configured tool"),
     Code("BEM-900", ConfigError, "configuration is missing or invalid"),
     Code("BEM-906", ConfigError, "a service cannot listen on its address"),
 ]

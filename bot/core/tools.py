@@ -14,6 +14,31 @@ from bot.core.input import AgentInput
 TOOL_NAME_PATTERN: Final = r"^[a-zA-Z0-9_-]{1,64}$"
 """What a tool may be called: 1 to 64 letters, digits, '_' or '-'."""
 
+MCP_SEPARATOR: Final = "__"
+"""Joins an MCP server's name and its tool's name into the name the model sees: a skill's
+``everything.echo`` is offered as ``everything__echo`` (function names may hold no dot).
+Server names never contain it, so the first one splits a name back unambiguously."""
+
+
+MCP_SERVER_NAME_PATTERN: Final = r"^[a-z][a-z0-9-]{0,31}(?:_[a-z0-9-]{1,31}){0,7}$"
+"""What an MCP server may be called: lower case, digits, '-' and single '_' between them (no
+dot, no '__', no trailing '_'), so ``server__tool`` splits back to exactly one server."""
+
+MCP_ALLOWLIST_PATTERN: Final = r"^([a-z][a-z0-9_-]*)\.([A-Za-z0-9_-]+)$"
+"""How a skill's allowlist names an MCP tool: ``server.tool``."""
+
+
+def mcp_tool_name(server: str, tool: str) -> str:
+    """The model-facing name of MCP tool ``tool`` of ``server``."""
+    return f"{server}{MCP_SEPARATOR}{tool}"
+
+
+def allowlist_name(name: str) -> str:
+    """How a skill's allowlist names the tool the model knows as ``name``: ``server.tool``
+    for an MCP tool, the name itself for every other tool."""
+    server, separator, tool = name.partition(MCP_SEPARATOR)
+    return f"{server}.{tool}" if separator and server and tool else name
+
 
 class ToolSpec(BaseModel):
     """What the model sees of a tool. ``parameters`` is a JSON Schema object."""

@@ -72,8 +72,10 @@ from bot.jobs.parking import (
 from bot.jobs.plans import Baseline, TreePlan, compare_point, request_text, tree_plan
 from bot.jobs.relayed_push import ApprovedPush, PushGuard, Relay, recorded_pushes
 from bot.jobs.timings import SegmentTimings
+from bot.jobs.toolbox import Toolbox, servers_for
 from bot.jobs.toolsets import JobTools, job_tools
 from bot.runner.hooks import Hooks
+from bot.runner.interrupts import RunAborted
 from bot.runner.loop import ToolLoopAgent
 from bot.runner.state import CallDecision, RunState
 from bot.store.models import (
@@ -102,6 +104,7 @@ from sandbox.host.workspace.prepare import (
 )
 from sandbox.host.workspace.snapshot import capture, read_header, restore
 from sandbox.inside.jail import SandboxRoot
+from skills.loader import skill_by_name
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +156,7 @@ class _Segment:
     approval: Approval | None = None
     tools: JobTools = field(default_factory=JobTools)
     publish: PublishTarget | None = None
+    toolbox: Toolbox | None = None
     parked: bool = False
 
 
@@ -228,6 +232,9 @@ class Executor:
         with timings.phase("model"):
             client = model_client_for(settings, record)
         segment.repo = settings.repository(record.spec.repo)
+        # The skill's MCP tools resolve before anything starts (BEM-725).
+        wanted = servers_for(settings.mcp, skill_by_name(record.spec.kind.skill))
+        segment.toolbox = Toolbox(settings.mcp, wanted)
         if record.approval_id is not None:
             segment.approval = self._decided_approval(record)
         segment.plan = tree_plan(record.spec, segment.repo)
@@ -360,26 +367,36 @@ class Executor:
     async def _drive(
         self, segment: _Segment, client: CompletionClient, stop: StopCheck
     ) -> tuple[RunState, Approval | None]:
-        """Run the agent until it ends or parks on a call a person must decide."""
-        record = segment.record
+        """Run the agent until it ends or parks on a call a person must decide, with the
+        segment's MCP servers started for it and stopped after, whatever happens."""
         redis = AsyncRedis.from_url(self._settings.redis_url)
+        assert segment.toolbox is not None  # made when the segment started
         try:
-            memory = RedisMemoryStore(redis, key=self._store.keys.memory)
-            agent = await self._agent(segment, client, memory, stop)
-            frames, state = self._first_frames(segment, agent)
-            while True:
-                async with aclosing(frames) as running:
-                    async for _ in running:
-                        pass
-                pending = state.pending
-                if state.status is not ResultStatus.INTERRUPTED or pending is None:
-                    return state, None
-                verdict = approval_for(record, pending, self._push_target(segment))
-                if isinstance(verdict, Approval):
-                    return state, verdict
-                frames = agent.resume(state, verdict)
+            async with segment.toolbox:
+                return await self._drive_agent(segment, client, stop, redis)
+        except RunAborted as abort:
+            raise abort.error from None
         finally:
             await redis.aclose()
+
+    async def _drive_agent(
+        self, segment: _Segment, client: CompletionClient, stop: StopCheck, redis: AsyncRedis
+    ) -> tuple[RunState, Approval | None]:
+        record = segment.record
+        memory = RedisMemoryStore(redis, key=self._store.keys.memory)
+        agent = await self._agent(segment, client, memory, stop)
+        frames, state = self._first_frames(segment, agent)
+        while True:
+            async with aclosing(frames) as running:
+                async for _ in running:
+                    pass
+            pending = state.pending
+            if state.status is not ResultStatus.INTERRUPTED or pending is None:
+                return state, None
+            verdict = approval_for(record, pending, self._push_target(segment))
+            if isinstance(verdict, Approval):
+                return state, verdict
+            frames = agent.resume(state, verdict)
 
     def _first_frames(
         self, segment: _Segment, agent: ToolLoopAgent
@@ -424,11 +441,13 @@ class Executor:
                 self._relay(record, workspace, repo, callbacks) if workspace is not None else None
             ),
             publish=segment.publish.tool if segment.publish is not None else None,
+            mcp=segment.toolbox.tools if segment.toolbox is not None else (),
         )
         return ToolLoopAgent.for_skill(
             spec.kind.skill,
             client,
             segment.tools.tools,
+            granted=self._settings.mcp.skills.get(spec.kind.skill, ()),
             hooks=self._hooks(record.id, stop),
             prompt_values=self._prompt_values(segment, [note.text for note in notes]),
             # Streamed: a long generation is no read timeout, and its text reaches the live
@@ -611,6 +630,9 @@ class Executor:
 
     def _clean_up(self, segment: _Segment) -> None:
         _stop_container(segment)
+        # A time limit can cut the toolbox's own stop short: its servers die here at last.
+        if segment.toolbox is not None:
+            segment.toolbox.kill_leftovers()
         if segment.workspace is not None and not segment.parked:
             with segment.timings.phase("clean_up"):
                 release_workspace(segment.record.id, self._settings.workspaces)

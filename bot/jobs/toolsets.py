@@ -7,7 +7,8 @@ allowlist is the single place that decides):
 - author: the nine container tools, ``git_push`` wrapped by the relay, and ``remember``;
 - review: the container's read tools, ``review_change`` and ``remember``;
 - summarize, commit-notes: the container's read tools;
-- publish: ``publish_docset``.
+- publish: ``publish_docset``;
+- any kind: the MCP tools its skill names or is granted (``bot.jobs.toolbox``).
 
 The set must come out the same in every segment of a job (a parked run refuses an agent
 whose tool names or specs differ), so it depends only on the job, never on the segment.
@@ -15,6 +16,7 @@ whose tool names or specs differ), so it depends only on the job, never on the s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from bot.agents.memory import MemoryStore, RememberTool
@@ -44,6 +46,7 @@ def job_tools(
     scope: str,
     relay: Relay | None,
     publish: Tool | None = None,
+    mcp: Sequence[Tool] = (),
 ) -> JobTools:
     """The tools of a job of ``kind``; ``scope`` is where ``remember`` keeps its notes."""
     found = JobTools()
@@ -60,4 +63,5 @@ def job_tools(
         found.tools.append(ReviewChangeTool(found.review, tree))
     if kind is JobKind.PUBLISH and publish is not None:
         found.tools.append(publish)
+    found.tools.extend(mcp)
     return found

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any, TypedDict, Unpack
 
@@ -36,7 +36,7 @@ from bot.core.frames import (
     ToolFrame,
 )
 from bot.core.input import AgentContext, AgentInput
-from bot.core.tools import Tool, ToolSpec
+from bot.core.tools import Tool, ToolSpec, allowlist_name
 from bot.runner.budget import (
     ContextBudget,
     calibrated,
@@ -127,11 +127,14 @@ class ToolLoopAgent:
         tools: Sequence[Tool],
         *,
         name: str | None = None,
+        granted: Collection[str] = (),
         **options: Unpack[LoopOptions],
     ) -> ToolLoopAgent:
-        """An agent for a skill with only the tools its allowlist names; BEM-110 if unknown."""
+        """An agent for a skill with only the tools its allowlist (plus ``granted``, in the
+        allowlist's form: ``server.tool`` for an MCP tool) names; BEM-110 if unknown."""
         skill = skill_by_name(skill_name)
-        allowed = [tool for tool in tools if tool.spec().name in skill.tools]
+        names = skill.tools | frozenset(granted)
+        allowed = [tool for tool in tools if allowlist_name(tool.spec().name) in names]
         return cls(name or skill.name, client, allowed, skill, **options)
 
     @property

@@ -222,8 +222,9 @@ from bot.core.input import AgentInput
 from bot.jobs.toolbox import Toolbox
 
 config = json.loads(sys.argv[1])
+settings = McpSettings.model_validate({"servers": [config]})
 async def main():
-    async with Toolbox(McpSettings.model_validate({"servers": [config]}), {"tiny": ("where",)}) as box:
+    async with Toolbox(settings, {"tiny": ("where",)}) as box:
         where = await box.tools[0].invoke({}, AgentInput.of_text("x"))
         print(json.loads(where["content"][0]["text"])["pid"], flush=True)
         await asyncio.sleep(600)

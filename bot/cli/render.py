@@ -26,6 +26,7 @@ from bot.core.frames import (
     ToolCallRecord,
     ToolFrame,
 )
+from bot.core.tools import allowlist_name
 from bot.review.links import LinkReport
 from bot.review.words import WordChange, line_kinds, word_changes
 from bot.store.models import DIGEST_PREFIX, Approval, ApprovalState, JobRecord, JobState
@@ -333,7 +334,8 @@ def approval_fields(approval: Approval) -> Text:
             ("repository", approval.repo),
             ("requested by", approval.requested_by),
             ("state", approval.state.value),
-            ("tool", f"{approval.tool} {json.dumps(approval.arguments)}"),
+            # An MCP call as skills name it (server.tool): the server is what a person checks.
+            ("tool", f"{allowlist_name(approval.tool)} {json.dumps(approval.arguments)}"),
             ("target ref", approval.target_ref),
             ("commit", approval.commit_sha),
             ("base", approval.base_sha),

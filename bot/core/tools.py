@@ -33,11 +33,17 @@ def mcp_tool_name(server: str, tool: str) -> str:
     return f"{server}{MCP_SEPARATOR}{tool}"
 
 
+def mcp_call(name: str) -> tuple[str, str] | None:
+    """(server, tool) of the MCP tool the model knows as ``name``; None for another tool."""
+    server, separator, tool = name.partition(MCP_SEPARATOR)
+    return (server, tool) if separator and server and tool else None
+
+
 def allowlist_name(name: str) -> str:
     """How a skill's allowlist names the tool the model knows as ``name``: ``server.tool``
     for an MCP tool, the name itself for every other tool."""
-    server, separator, tool = name.partition(MCP_SEPARATOR)
-    return f"{server}.{tool}" if separator and server and tool else name
+    mcp = mcp_call(name)
+    return f"{mcp[0]}.{mcp[1]}" if mcp else name
 
 
 class ToolSpec(BaseModel):

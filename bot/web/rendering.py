@@ -13,6 +13,7 @@ from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
 
 from bot.core.errors import CODES, BeamError
+from bot.core.tools import mcp_call
 
 # Scripts and styles come from our own files only: no inline script, so an injected <script>
 # would not run even if escaping ever failed.
@@ -38,6 +39,8 @@ templates = Jinja2Templates(
         lstrip_blocks=True,
     )
 )
+# An approval of an MCP call shows the server and the tool apart (the model's name joins them).
+templates.env.filters["mcp_call"] = mcp_call
 
 
 def secured(response: Response) -> Response:

@@ -127,3 +127,17 @@ def test_a_refused_mcp_call_is_never_made_and_the_model_reads_the_refusal(
     total = stack.tool_calls(job.id, "everything__get-sum")
     assert [call.error.code if call.error else None for call in total] == ["BEM-094"]
     assert done.result is not None and "refused by reviewer" in done.result.text
+
+
+def test_a_server_down_at_start_fails_the_job_with_bem_721(stack: Stack) -> None:
+    down = {
+        "servers": [{"name": "everything", "command": str(stack.base / "gone"), "tools": ["echo"]}],
+        "skills": {"author": ["everything.echo"]},
+    }
+    stack.start_worker("a", env={"RIVERBEAM_MCP": json.dumps(down)})
+    job = stack.submit(JobKind.AUTHOR, "everything", request="Use the MCP tools")
+    failed = stack.wait_for(job.id, JobState.FAILED, timeout=90)
+    assert failed.error is not None and failed.error.code == "BEM-721"
+    assert "cannot run" in failed.error.message
+    # Nothing ran: the model was never asked, no tool was called.
+    assert stack.tool_calls(job.id) == []

@@ -1,9 +1,12 @@
 """Scripted models for author jobs that call MCP tools of server-everything
 (``harness.mcp_servers``): the workers' ``model.factory`` is ``harness.mcp_playbooks:for_job``.
 
-``everything``: echo and get-env in one reply, then get-sum (which the test configures
-``confirm_required``: the job parks), then an answer that quotes what the sum call returned,
-or says it was refused.
+A job picks its playbook with ``metadata={"playbook": NAME}`` (``Stack.submit`` sets it):
+
+- ``everything``: echo and get-env in one reply, then get-sum (which the test configures
+  ``confirm_required``: the job parks), then an answer that quotes what the sum call
+  returned, or says it was refused;
+- ``tiny-die``: the tiny server's ``where``, then its ``die`` (the server exits mid-call).
 """
 
 from __future__ import annotations
@@ -34,6 +37,13 @@ def _everything() -> list[PlaybookStep]:
     ]
 
 
+def _tiny_die() -> list[PlaybookStep]:
+    return [calls(("tiny__where", {})), calls(("tiny__die", {})), "unreachable"]
+
+
+PLAYBOOKS = {"everything": _everything, "tiny-die": _tiny_die}
+
+
 def for_job(job: JobRecord) -> PlaybookClient:
-    """The model factory: every job gets the ``everything`` playbook."""
-    return PlaybookClient(_everything())
+    """The model factory: the job's playbook, by name."""
+    return PlaybookClient(PLAYBOOKS[str(job.spec.metadata["playbook"])]())

@@ -54,6 +54,13 @@ def big(size: int) -> str:
 
 
 @server.tool()
+def spawn() -> str:
+    """Start a helper process that outlives this call; its pid."""
+    import subprocess
+    return str(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]).pid)
+
+
+@server.tool()
 def fail() -> str:
     """Answer with a tool error."""
     raise ValueError("the tiny server fails on purpose")

@@ -20,7 +20,7 @@ import pytest
 from bot.store.models import JobKind, JobState
 from harness.api_server import ApiServer, api_server
 from harness.mcp_playbooks import ECHOED, SUM_ARGUMENTS
-from harness.mcp_servers import everything
+from harness.mcp_servers import everything, tiny
 from harness.stack import Stack, job_stack
 
 CANARY = "worker-secret-7d2a"
@@ -141,3 +141,26 @@ def test_a_server_down_at_start_fails_the_job_with_bem_721(stack: Stack) -> None
     assert "cannot run" in failed.error.message
     # Nothing ran: the model was never asked, no tool was called.
     assert stack.tool_calls(job.id) == []
+
+
+def test_a_server_dying_mid_call_fails_the_job_with_bem_722_and_leaves_nothing(
+    stack: Stack,
+) -> None:
+    dying = {
+        "servers": [tiny(stack.base, tools=["where", "die"])],
+        "skills": {"author": ["tiny.where", "tiny.die"]},
+    }
+    temp = stack.base / "tmp-a"
+    temp.mkdir()
+    stack.start_worker("a", env={"RIVERBEAM_MCP": json.dumps(dying), "TMPDIR": str(temp)})
+    job = stack.submit(JobKind.AUTHOR, "tiny-die", request="Use the MCP tools")
+    failed = stack.wait_for(job.id, JobState.FAILED, timeout=90)
+    assert failed.error is not None and failed.error.code == "BEM-722"
+    assert "tiny.die" in failed.error.message
+    where: Any = stack.tool_calls(job.id, "tiny__where")[0].result
+    pid = json.loads(where["content"][0]["text"])["pid"]
+    assert not Path(f"/proc/{pid}").exists() and servers_under(temp) == []
+    assert list(temp.glob("riverbeam-mcp-*")) == []
+    # The worker is free: the next job runs (and fails the same way) rather than hanging.
+    again = stack.submit(JobKind.AUTHOR, "tiny-die", request="Use the MCP tools")
+    assert stack.wait_for(again.id, JobState.FAILED, timeout=90).error is not None

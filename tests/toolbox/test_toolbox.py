@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from bot.config import McpSettings
@@ -213,6 +214,41 @@ def test_a_cancelled_segment_stops_its_server(tmp_path: Path) -> None:
 
     asyncio.run(run())
     assert not alive(pids[0])
+
+
+def test_a_time_limit_inside_the_segment_stops_its_server(tmp_path: Path) -> None:
+    """Celery's soft time limit raises wherever the worker is, here inside a call."""
+    config = tiny(tmp_path, tools=["where"])
+    pids: list[int] = []
+
+    async def segment() -> None:
+        async with box_of(config) as box:
+            pids.append(json.loads((await call(box, "tiny__where"))["content"][0]["text"])["pid"])
+            raise SoftTimeLimitExceeded()
+
+    with pytest.raises(SoftTimeLimitExceeded):
+        asyncio.run(segment())
+    assert not alive(pids[0])
+
+
+@pytest.mark.parametrize("stop", ["segment end", "clean-up only"])
+def test_a_servers_helpers_die_with_it(tmp_path: Path, stop: str) -> None:
+    """A server that started a helper process: the helper is in the server's process group,
+    which is killed whole when the segment ends, or by the executor's clean-up alone (a
+    segment cut short before the toolbox's own stop ran)."""
+    config = tiny(tmp_path, tools=["spawn"])
+    box = box_of(config)
+
+    async def run() -> int:
+        async with box:
+            helper = int((await call(box, "tiny__spawn"))["content"][0]["text"])
+            if stop == "clean-up only":
+                box.kill_leftovers()
+                wait_until(lambda: not alive(helper), 20, lambda: f"helper {helper} lives")
+        return helper
+
+    helper = asyncio.run(run())
+    wait_until(lambda: not alive(helper), 20, lambda: f"helper {helper} outlived its server")
 
 
 WORKER = """

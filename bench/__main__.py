@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "loop_bench": ([], ["--runs", "2", "--rounds", "20"]),
     "cancel_check_bench": ([], ["--checks", "200", "--runs", "3"]),
     "preview_bench": ([], ["--runs", "2"]),
+    "mcp_bench": ([], ["--calls", "20", "--runs", "2", "--starts", "2"]),
 }
 
 

@@ -67,7 +67,10 @@ def fail() -> str:
 
 
 print("tiny server starting", file=sys.stderr, flush=True)
-server.run("stdio")
+if sys.argv[1:2] == ["http"]:
+    server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+else:
+    server.run("stdio")
 '''
 
 
@@ -85,6 +88,12 @@ def everything(**keys: Any) -> dict[str, Any]:
 
 def tiny(directory: Path, **keys: Any) -> dict[str, Any]:
     """The ``[[mcp.servers]]`` entry of the tiny server, its script written in ``directory``."""
+    return {"name": "tiny", "command": sys.executable, "args": [str(tiny_script(directory))]} | keys
+
+
+def tiny_script(directory: Path) -> Path:
+    """The tiny server's script, written in ``directory``: ``python SCRIPT`` serves stdio,
+    ``python SCRIPT http PORT`` Streamable HTTP at ``http://127.0.0.1:PORT/mcp``."""
     script = directory / "tiny_mcp_server.py"
     script.write_text(TINY_SERVER)
-    return {"name": "tiny", "command": sys.executable, "args": [str(script)]} | keys
+    return script

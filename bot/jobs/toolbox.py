@@ -164,7 +164,8 @@ class _Server:
     async def start(self, stack: AsyncExitStack) -> list[Tool]:
         config = self.config
         try:
-            client = Client(self._transport(), read_timeout_seconds=config.startup_timeout_seconds)
+            transport = await self._transport(stack)
+            client = Client(transport, read_timeout_seconds=config.startup_timeout_seconds)
             self._client = await stack.enter_async_context(client)
             listed = {tool.name: tool for tool in await self._list_tools()}
         except Exception as error:
@@ -175,10 +176,12 @@ class _Server:
             ) from None
         return [self._tool(name, listed.get(name)) for name in self._tools]
 
-    def _transport(self) -> Any:
+    async def _transport(self, stack: AsyncExitStack) -> Any:
         config = self.config
         if config.url is not None:
+            # The SDK leaves a client it is given open: the stack closes it.
             http = create_mcp_http_client(headers=dict(config.headers))
+            http = await stack.enter_async_context(http)
             return streamable_http_client(config.url, http_client=http)
         self._home = Path(tempfile.mkdtemp(prefix=f"riverbeam-mcp-{config.name}-"))
         self._errlog = (self._home / ".stderr").open("w", encoding="utf-8", errors="replace")

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -24,7 +25,7 @@ from bot.core.input import AgentInput
 from bot.core.tools import Tool
 from bot.jobs.toolbox import Toolbox
 from bot.runner.interrupts import RunAborted
-from harness.mcp_servers import everything, tiny
+from harness.mcp_servers import everything, tiny, tiny_script
 from harness.redis_server import free_port
 from harness.stack import wait_until
 
@@ -304,3 +305,40 @@ def test_mcp_names_are_checked_when_the_configuration_is_read(tmp_path: Path) ->
         McpSettings.model_validate(
             {"servers": [base | {"name": "ok"}], "skills": {"author": ["ok.u"]}}
         )
+
+
+def test_a_streamable_http_server_is_called_by_url(tmp_path: Path) -> None:
+    port = free_port()
+    served = subprocess.Popen(
+        [sys.executable, str(tiny_script(tmp_path)), "http", str(port)],
+        stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        remote = {
+            "name": "tiny",
+            "url": f"http://127.0.0.1:{port}/mcp",
+            "headers": {"Authorization": "Bearer for-the-tiny-server"},
+            "tools": ["big"],
+            "max_output_bytes": 300,
+        }
+
+        async def run() -> tuple[Any, Any]:
+            async with box_of(remote) as box:
+                return await call(box, "tiny__big", size=3), await call(box, "tiny__big", size=900)
+
+        wait_until(lambda: _answers(port), 30, lambda: "the tiny HTTP server did not start")
+        small, large = asyncio.run(run())
+    finally:
+        served.terminate()
+        served.wait()
+    assert small["content"][0]["text"] == "xxx"
+    assert large["truncated"] is True
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True

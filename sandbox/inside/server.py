@@ -258,6 +258,9 @@ class _ToolsAfterReady:
         self._dispatch: Dispatch | None = None
 
     def load(self) -> None:
+        # The image holds no pydantic plugins; looking for them would scan every directory on
+        # the import path for package metadata, a good part of this load.
+        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
         from sandbox.inside.sandbox_tools import call_tool
 
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -209,3 +210,28 @@ def test_what_only_the_tools_check_ends_the_server_after_its_ready_line(root: Pa
     returncode, out, err = server.close()
     assert (returncode, out) == (2, b"")
     assert b"cannot open" in err and b"must not contain '<'" in err
+
+
+_LOADED = textwrap.dedent(
+    """
+    import sys
+    from pydantic.plugin import _loader
+    from sandbox.inside import server
+    server._ToolsAfterReady(server._arguments(sys.argv[1:])).load()
+    print(_loader._plugins)
+    """
+)
+
+
+def test_loading_the_tools_does_not_search_the_import_path_for_pydantic_plugins(
+    root: Path,
+) -> None:
+    """The image holds none; the search reads every directory on the path for metadata."""
+    completed = subprocess.run(
+        [sys.executable, "-c", _LOADED, "--root", str(root)],
+        capture_output=True,
+        env={key: value for key, value in os.environ.items() if not key.startswith("PYDANTIC")},
+        timeout=60,
+        check=True,
+    )
+    assert completed.stdout == b"None\n"  # never searched, rather than {} (found none)

@@ -58,7 +58,7 @@ SMALL_READ = {"path": "docs/section-00/topic-00/page-000.md"}
 CALLS: tuple[tuple[str, str, dict[str, Any], float], ...] = (
     ("read_file (small)", "read_file", SMALL_READ, 1.0),
     ("list_tree", "list_tree", {}, 0.2),
-    ("git_status", "git_status", {}, 0.2),
+    ("git_status", "git_status", {}, 0.05),
 )
 # One docker exec: a fresh interpreter that opens the tree and runs one tool, as a naive
 # sandbox would.

@@ -8,11 +8,12 @@ import docker
 import pytest
 from pydantic import ValidationError
 
-from bot.config import SandboxLimits
+from bot.config import SandboxLimits, Settings
 from bot.core.errors import BeamError
 from sandbox.host.container.hardening import JOB_LABEL
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.container.runtime import resolve_runtime
+from sandbox.host.doctor import doctor
 from sandbox.host.image.build import ImageInfo
 from tests.container.kit import PROTECTED, Workspace, deadline
 
@@ -65,3 +66,14 @@ def test_the_start_records_its_stages_in_order(
     # reading the ready line.
     for order in (host, ["attached", *server, "ready"]):
         assert [stages[name] for name in order] == sorted(stages[name] for name in order)
+
+
+def test_the_doctor_says_which_runtime_the_hardening_was_checked_on(
+    docker_client: docker.DockerClient, image: ImageInfo, settings: Settings
+) -> None:
+    runc = settings.model_copy(
+        update={"sandbox": settings.sandbox.model_copy(update={"runtime": "runc"})}
+    )
+    (hardening,) = [c for c in doctor(runc, client=docker_client).checks if c.name == "hardening"]
+    assert hardening.ok, hardening.detail
+    assert hardening.detail.endswith(", on runc")

@@ -1,8 +1,11 @@
 """One hardened container per job, with a long-lived tool server inside (``ContainerSandbox``).
 
-``start`` creates the container (flags in ``sandbox.host.container.hardening``), attaches to its
-stdio before starting it (so not a byte of output is missed), and waits for the server's
-ready line.
+``start`` creates the container (flags in ``sandbox.host.container.hardening``, on the runtime
+``sandbox.host.container.runtime`` picks), attaches to its stdio before starting it (so not a
+byte of output is missed), and waits for the server's ready line, which comes once the tree is
+checked; the server loads its tools after it, so the first call's deadline allows for that
+too. ``startup_stages`` says when each step of the start happened. ``stop`` is one engine
+call that kills the server and removes the container.
 ``call`` is one request line out and one reply line back; nothing else touches the engine
 on the hot path. ``tools()`` gives the agent the nine tools with the in-process specs, as
 ``ContainerTool`` objects (``sandbox.host.container.remote_tools``) that call it.

@@ -7,8 +7,9 @@ On the current sandbox image, in one run:
   three setups started in turn: the *previous* server (every module imported before the ready
   line, as before the imports were deferred: a copy of the image whose entrypoint imports
   them all first) on runc, and the current one on runc and on crun (when the engine has it).
-  Then ready → first reply (the server loads its tools after the ready line) and create →
-  first reply, so nothing deferred hides;
+  Then ready → first reply (the server loads its tools after the ready line), create →
+  first reply, so nothing deferred hides, and the CPU time the container used until then
+  (from its cgroup);
 - stop, four ways, each after a served call: the previous stop (close stdin, wait for the
   exit, remove), ``stop`` + remove, ``kill`` + remove, and ``remove(force=True)`` (the current
   ``ContainerSandbox.stop``); each checks that the container is gone;
@@ -119,6 +120,7 @@ class StartFigures:
     stages: dict[str, list[float]]
     first_reply: list[float]
     to_first_reply: list[float]
+    server_cpu: list[float]
 
 
 def measure(action: Callable[[], object], runs: int, warmup: int = 3) -> Timing:
@@ -185,18 +187,21 @@ def bench_starts(
 ) -> dict[str, StartFigures]:
     """``runs`` starts per setup, taken in turn so that the machine's load falls on all alike;
     each start serves one small read and stops."""
-    figures = {setup.label: StartFigures({}, [], []) for setup in setups}
+    figures = {setup.label: StartFigures({}, [], [], []) for setup in setups}
     for index in range(runs + 1):
         for setup in setups:
             sandbox = ContainerSandbox(client, setup.image)
             sandbox.start("bench-ready", workspace, PROTECTED, setup.limits, deadline=_deadline())
             sandbox.call("read_file", SMALL_READ)
             replied = time.monotonic()
+            cpu = _container_cpu(sandbox.container_id)
             sandbox.stop()
             if index == 0:
                 continue  # warms the engine's caches
             stamps = sandbox.startup_stages
             into = figures[setup.label]
+            if cpu is not None:
+                into.server_cpu.append(cpu)
             for _, first, last in STAGES:
                 if first in stamps and last in stamps:
                     into.stages.setdefault(f"{first}-{last}", []).append(
@@ -205,6 +210,25 @@ def bench_starts(
             into.first_reply.append(replied - stamps["ready"])
             into.to_first_reply.append(replied - stamps["create"])
     return figures
+
+
+def _container_cpu(container_id: str | None) -> float | None:
+    """CPU seconds the container's processes used so far, from its cgroup on this host (the
+    engine's cgroupfs layout, v1 or v2); None where the engine keeps it elsewhere."""
+    candidates = [
+        (Path(f"/sys/fs/cgroup/cpuacct/docker/{container_id}/cpuacct.usage"), 1e-9),
+        (Path(f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/cpu.stat"), 1e-6),
+        (Path(f"/sys/fs/cgroup/docker/{container_id}/cpu.stat"), 1e-6),
+    ]
+    for path, unit in candidates:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        if path.name == "cpu.stat":
+            text = dict(line.split() for line in text.splitlines())["usage_usec"]
+        return int(text) * unit
+    return None
 
 
 def bench_stops(
@@ -326,6 +350,11 @@ def render_starts(starts: dict[str, StartFigures], runs: int) -> str:
     ):
         medians = [statistics.median(getattr(starts[label], attribute)) for label in labels]
         lines.append(f"{row:32}" + "".join(f"{_ms(cell):>18}" for cell in medians))
+    cpu = [starts[label].server_cpu for label in labels]
+    lines.append(
+        f"{'server CPU to first reply':32}"
+        + "".join(f"{_ms(statistics.median(c)):>18}" if c else f"{'n/a':>18}" for c in cpu)
+    )
     total = {label: statistics.median(starts[label].stages["create-ready"]) for label in labels}
     current = [label for label in labels if not label.startswith("previous")]
     lines.append("")

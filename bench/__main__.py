@@ -18,7 +18,10 @@ from collections.abc import Sequence
 # name → (full arguments, --quick arguments)
 BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "tools_bench": ([], ["--runs", "3"]),
-    "container_bench": ([], ["--runs", "200", "--exec-runs", "5", "--ready-runs", "5"]),
+    "container_bench": (
+        [],
+        ["--runs", "200", "--exec-runs", "5", "--ready-runs", "5", "--stop-runs", "2"],
+    ),
     "workspace_bench": ([], ["--runs", "2"]),
     "jobs_bench": ([], ["--jobs", "20", "--latency-jobs", "3"]),
     "load_bench": ([], ["--jobs", "40"]),

@@ -60,6 +60,8 @@ _IMAGE_NAME = re.compile(
     r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$"
 )
 _FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+# A runtime name as dockerd's daemon.json registers it ("runc", "crun", "io.containerd.runc.v2").
+_RUNTIME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _T = TypeVar("_T")
 
 
@@ -181,6 +183,13 @@ class SandboxLimits(BaseModel):
     max_write_bytes: Positive = 1 << 20
     job_deadline_seconds: Positive = 3600
     ready_timeout: Seconds = Field(default=10.0, description="seconds for the tool server to start")
+    runtime: Annotated[str, _checked(_matches(_RUNTIME_NAME, "crun or runc"), "a runtime name")] = (
+        Field(
+            default="auto",
+            description="the containers' OCI runtime: 'auto' (crun when the engine has it, "
+            "else the engine's default) or a runtime registered with the engine",
+        )
+    )
     build_method: Literal["auto", "dockerfile", "rootfs"] = Field(
         default="auto", description="how `riverbeam sandbox build` makes the image"
     )

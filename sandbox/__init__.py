@@ -1,12 +1,38 @@
 """The jail, the working tree and the nine git and file tools.
 
-Only in-container code is imported here: the tool server's image is built from what
+Only in-container code is named here: the tool server's image is built from what
 ``sandbox.inside.server`` imports, so host-only modules (containers, workspaces, the relay) are
-imported by their own module names.
+imported by their own module names. The names load on first use: importing any module of the
+package runs this file first, and the tool server must not pay for pygit2, pydantic and the
+tool schemas before it needs them (its start-up is on every job's critical path).
 """
 
-from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.sandbox_tools import sandbox_tools
-from sandbox.inside.worktree import WorkingTree
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sandbox.inside.jail import SandboxRoot
+    from sandbox.inside.sandbox_tools import sandbox_tools
+    from sandbox.inside.worktree import WorkingTree
+
+_EXPORTS = {
+    "SandboxRoot": "sandbox.inside.jail",
+    "WorkingTree": "sandbox.inside.worktree",
+    "sandbox_tools": "sandbox.inside.sandbox_tools",
+}
 
 __all__ = ["SandboxRoot", "WorkingTree", "sandbox_tools"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'sandbox' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -14,7 +14,7 @@ what to do next. The tree groups codes by the part of the system that raises the
     ├── GitError              BEM-32x, 33x       working tree, refs and pushes
     │   ├── WorkspaceError    BEM-34x            mirrors and per-job workspaces on the host
     │   └── RelayError        BEM-35x, 36x       the relay and publishing upstream
-    ├── ContainerError        BEM-40x            the per-job sandbox container
+    ├── ContainerError        BEM-40x, BEM-411   the per-job sandbox container
     ├── JobError              BEM-50x..52x       jobs, the store, the workers, outcomes
     ├── ApprovalError         BEM-60x            approvals of parked calls
     ├── AccessError           BEM-70x            the HTTP API and web pages: tokens, roles, requests
@@ -220,6 +220,7 @@ _TABLE = [
     Code("BEM-408", ContainerError, "building the sandbox image failed"),
     Code("BEM-409", ContainerError, "building the service or Redis image failed"),
     Code("BEM-410", ContainerError, "no worker on this host answered a health-check ping"),
+    Code("BEM-411", ContainerError, "the configured container runtime is not registered"),
     Code("BEM-500", JobError, "no job with this id"),
     Code("BEM-501", JobError, "the job request is invalid"),
     Code("BEM-502", JobError, "the job's saved state is missing or cannot resume"),

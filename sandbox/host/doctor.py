@@ -112,7 +112,8 @@ def _hardening(
         return DoctorCheck("hardening", False, "; ".join(problems))
     detail = (
         f"network none, read-only root, /tmp noexec, no capabilities, no-new-privileges, "
-        f"uid {limits.uid}, pids {limits.pids_limit}, memory {limits.mem_limit} (no swap)"
+        f"uid {limits.uid}, pids {limits.pids_limit}, memory {limits.mem_limit} (no swap), "
+        f"on {inspected['HostConfig'].get('Runtime')}"
     )
     return DoctorCheck("hardening", True, detail)
 

@@ -9,8 +9,9 @@ Server → host, one reply per request, in order, with the request's ``id``::
     {"id": "7", "ok": true, "result": ...}
     {"id": "7", "ok": false, "error": {"code": "BEM-303", "message": "..."}}
 
-Before any reply the server writes ``{"ready": true, "version": 1, "tools": [...]}`` once it
-has opened the working tree. Lines are capped at ``max_message_bytes`` in both directions.
+Before any reply the server writes ``{"ready": true, "version": 1, "tools": [...],
+"stages": {...}}`` once it has checked the working tree (``stages``: when it reached each
+step of its start). Lines are capped at ``max_message_bytes`` in both directions.
 ``timeout`` is optional (seconds; the server's ``--call-timeout`` otherwise).
 
 This module runs inside the container too, so it imports nothing outside the standard library.
@@ -43,8 +44,13 @@ def encode_frame(frame: dict[str, Any]) -> bytes:
     return text.encode("utf-8") + b"\n"
 
 
-def ready_frame(tools: list[str]) -> dict[str, Any]:
-    return {"ready": True, "version": PROTOCOL_VERSION, "tools": tools}
+def ready_frame(tools: list[str], stages: dict[str, float] | None = None) -> dict[str, Any]:
+    """``stages``: when the server reached each stage of its start, in ``time.monotonic``
+    seconds (the host's clock as well)."""
+    frame: dict[str, Any] = {"ready": True, "version": PROTOCOL_VERSION, "tools": tools}
+    if stages is not None:
+        frame["stages"] = stages
+    return frame
 
 
 def ok_reply(request_id: str | None, result: Any) -> dict[str, Any]:

@@ -15,34 +15,58 @@ Every failure of one request becomes an error reply and the server carries on:
   own, slightly later deadline and kills the container when that passes);
 - a result over the cap: BEM-406; a result JSON cannot carry: BEM-101.
 
+Start-up is on every job's critical path, so the ready line waits only for what can refuse
+the job (``sandbox.inside.tree_checks``: the jail, the repository guard, pygit2). The working
+tree and the tools, with their pydantic models and JSON Schemas, load right after it, while
+the host goes on with its own work; a request that arrives meanwhile waits in the pipe. The
+ready line carries the monotonic times of the server's stages (the host's clock too: a
+container has no clock of its own), which ``bench.container_bench`` breaks down.
+
 This module is imported inside the container, so it keeps to the standard library and the
-modules the tools need.
+modules the tools need; those load when used (``LOADED_LATER`` names them for the image build).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import json
 import os
 import re
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 from bot.core.errors import BeamError
-from bot.core.identity import Identity, Trailer
-from sandbox.inside.jail import SandboxRoot
 from sandbox.inside.protocol import encode_frame, error_reply, ok_reply, ready_frame
-from sandbox.inside.sandbox_tools import call_tool
-from sandbox.inside.tool_specs import TOOL_SPECS
-from sandbox.inside.worktree import WorkingTree
 
-__all__ = ["ToolServer", "main", "open_tree"]
+if TYPE_CHECKING:
+    from sandbox.inside.jail import SandboxRoot
+    from sandbox.inside.worktree import WorkingTree
+
+__all__ = ["LOADED_LATER", "TOOL_NAMES", "ToolServer", "main", "open_tree"]
 
 Dispatch = Callable[[str, dict[str, Any]], Any]
+
+# The modules ``main`` imports when it needs them, not with this module.
+LOADED_LATER = ("sandbox.inside.tree_checks", "sandbox.inside.sandbox_tools")
+# The tools' names, as ``sandbox.inside.tool_specs`` orders them (the server's tests compare
+# the ready line with the specs), so that the ready line need not wait for the specs.
+TOOL_NAMES = (
+    "list_tree",
+    "read_file",
+    "write_file",
+    "git_status",
+    "git_diff",
+    "git_log",
+    "git_add",
+    "git_commit",
+    "git_push",
+)
 
 # Enough to find the id at the start of an oversize request, so its reply can name it.
 _ID_PREFIX = re.compile(rb'^\s*\{\s*"id"\s*:\s*"([^"\\]{1,128})"')
@@ -66,8 +90,10 @@ class ToolServer:
         writer: BinaryIO,
         max_message_bytes: int,
         call_timeout: float,
+        stages: dict[str, float] | None = None,
     ) -> None:
         self._dispatch = dispatch
+        self._stages = stages
         self._tools = list(tools)
         self._reader = reader
         self._writer = writer
@@ -75,10 +101,13 @@ class ToolServer:
         self._call_timeout = call_timeout
         self._armed = False
 
-    def serve(self) -> int:
-        """Answer requests until EOF on the reader; the exit code is 0."""
+    def serve(self, after_ready: Callable[[], None] | None = None) -> int:
+        """Write the ready line, run ``after_ready``, then answer requests until EOF on the
+        reader; the exit code is 0."""
         signal.signal(signal.SIGALRM, self._on_alarm)
-        self._send(ready_frame(self._tools))
+        self._send(ready_frame(self._tools, self._stages))
+        if after_ready is not None:
+            after_ready()
         while True:
             line = self._reader.readline(self._cap + 1)
             if not line:
@@ -177,12 +206,25 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def check_tree(args: argparse.Namespace) -> None:
+    """Refuse what ``open_tree`` would, with the modules that opening a repository needs."""
+    from sandbox.inside.tree_checks import check_tree as check
+
+    check(
+        _root(args),
+        args.protected,
+        origin=args.origin,
+        compare_to=args.compare_to,
+        compare_label=args.compare_label,
+    )
+
+
 def open_tree(args: argparse.Namespace) -> WorkingTree:
     """The job's working tree, as the arguments describe it; a compare point the repository
-    does not hold fails here, before the ready line, not on every git_diff."""
-    root = SandboxRoot(
-        args.root, max_read_bytes=args.max_read_bytes, max_write_bytes=args.max_write_bytes
-    )
+    does not hold fails here, not on every git_diff."""
+    from bot.core.identity import Identity, Trailer
+    from sandbox.inside.worktree import WorkingTree
+
     identity = Identity(name=args.identity_name, email=args.identity_email)
     make = functools.partial(
         WorkingTree,
@@ -191,12 +233,49 @@ def open_tree(args: argparse.Namespace) -> WorkingTree:
         compare_to=args.compare_to,
         compare_label=args.compare_label,
     )
+    root = _root(args)
     # Without --protected the tree keeps its own default protection.
     tree = make(root) if args.protected is None else make(root, args.protected)
     if args.origin:
         tree.add_origin(args.origin)
     tree.compare_point()
     return tree
+
+
+def _root(args: argparse.Namespace) -> SandboxRoot:
+    from sandbox.inside.jail import SandboxRoot
+
+    return SandboxRoot(
+        args.root, max_read_bytes=args.max_read_bytes, max_write_bytes=args.max_write_bytes
+    )
+
+
+class _ToolsAfterReady:
+    """The dispatcher, made once the ready line is out: the tree and the tools it loads."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self._args = args
+        self._dispatch: Dispatch | None = None
+
+    def load(self) -> None:
+        # The image holds no pydantic plugins; looking for them would scan every directory on
+        # the import path for package metadata, a good part of this load.
+        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+        from sandbox.inside.sandbox_tools import call_tool
+
+        try:
+            self._dispatch = functools.partial(call_tool, open_tree(self._args))
+        except (BeamError, OSError, ValueError) as error:  # ValueError: pydantic's refusals
+            _refuse(self._args.root, error)
+
+    def __call__(self, tool: str, args: dict[str, Any]) -> Any:
+        assert self._dispatch is not None, "load() runs before the first request is read"
+        return self._dispatch(tool, args)
+
+
+def _refuse(root: str, error: Exception) -> NoReturn:
+    print(f"sandbox.inside.server: cannot open {root}: {error}", file=sys.stderr)
+    sys.exit(2)
 
 
 def _protocol_streams() -> tuple[BinaryIO, BinaryIO]:
@@ -208,22 +287,27 @@ def _protocol_streams() -> tuple[BinaryIO, BinaryIO]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    stages = {"interpreter": time.monotonic()}
     args = _arguments(argv)
     reader, writer = _protocol_streams()
+    importlib.import_module(LOADED_LATER[0])  # pygit2, the jail and the guard
+    stages["imported"] = time.monotonic()
     try:
-        tree = open_tree(args)
+        check_tree(args)
     except (BeamError, OSError) as error:
-        print(f"sandbox.inside.server: cannot open {args.root}: {error}", file=sys.stderr)
-        return 2
+        _refuse(args.root, error)
+    stages["checked"] = time.monotonic()
+    tools = _ToolsAfterReady(args)
     server = ToolServer(
-        functools.partial(call_tool, tree),
-        list(TOOL_SPECS),
+        tools,
+        list(TOOL_NAMES),
         reader=reader,
         writer=writer,
         max_message_bytes=args.max_message_bytes,
         call_timeout=args.call_timeout,
+        stages=stages,
     )
-    return server.serve()
+    return server.serve(after_ready=tools.load)
 
 
 if __name__ == "__main__":

@@ -24,11 +24,9 @@ A ``WorkingTree`` is not thread-safe; callers that share one hold ``lock``.
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from urllib.parse import urlsplit
 
 import pygit2
 from pygit2.enums import DeltaStatus, FileMode
@@ -55,6 +53,7 @@ from sandbox.inside.reports import (
     StatusReport,
 )
 from sandbox.inside.staging import stage_file
+from sandbox.inside.tree_checks import checked_url, compare_commit, compare_target
 from sandbox.inside.views import (
     MAX_DIFF_FILES,
     MAX_PATCH_CHARS,
@@ -68,12 +67,8 @@ from sandbox.inside.worktree_changes import SCAN_FLAGS, Changes, diff_index_to_w
 
 __all__ = ["WorkingTree"]
 
-MAX_URL_CHARS = 2_048
 MAX_MESSAGE_CHARS = 65_536
-MAX_LABEL_CHARS = 200
-_COMMIT_ID = re.compile(r"[0-9a-f]{40}")
 _ZERO = pygit2.Oid(hex="0" * 40)
-_URL_SCHEMES = frozenset({"file", "http", "https", "ssh", "git"})
 
 
 @contextmanager
@@ -153,7 +148,7 @@ class WorkingTree:
 
     def add_origin(self, url: str) -> None:
         """Set where ``push`` sends branches. Kept here, never read back from ``.git/config``."""
-        self._origin = _checked_url(url)
+        self._origin = checked_url(url)
 
     # -- branches ------------------------------------------------------------------------
 
@@ -365,15 +360,7 @@ class WorkingTree:
     def _compare_commit(self, repo: pygit2.Repository) -> pygit2.Commit | None:
         if self._compare is None:
             return None
-        found = repo.get(self._compare.sha)
-        if not isinstance(found, pygit2.Commit):
-            raise BeamError(
-                "BEM-320",
-                f"the compare point {self._compare.label!r} ({self._compare.sha}) is not a "
-                "commit in this repository; the host must pick one the workspace holds, such "
-                "as the merge base of the branch and its base",
-            )
-        return found
+        return compare_commit(repo, self._compare.sha, self._compare.label)
 
     def _stage(self, repo: pygit2.Repository, index: pygit2.Index, delta: pygit2.DiffDelta) -> None:
         path = delta.new_file.path
@@ -554,42 +541,5 @@ def _refuse_existing(repo: pygit2.Repository, branch: str) -> None:
 
 def _compare_point(sha: str | None, label: str | None) -> ComparePoint | None:
     """The compare point as given, checked for shape (whether it exists is checked on use)."""
-    if sha is None:
-        if label is not None:
-            raise BeamError("BEM-320", "compare_label names a compare point; set compare_to too")
-        return None
-    if not isinstance(sha, str) or not _COMMIT_ID.fullmatch(sha.lower()):
-        raise BeamError(
-            "BEM-320", f"compare_to {sha!r} is not a full 40-character hexadecimal commit id"
-        )
-    sha = sha.lower()
-    if label is None:
-        return ComparePoint(sha=sha, label=sha[:12])
-    if not isinstance(label, str) or not label.strip() or len(label) > MAX_LABEL_CHARS:
-        raise BeamError(
-            "BEM-320", f"compare_label must be text of 1 to {MAX_LABEL_CHARS} characters"
-        )
-    if label != label.strip() or not label.isprintable():
-        raise BeamError(
-            "BEM-320", f"compare_label {label!r} has spaces at its ends or control characters"
-        )
-    return ComparePoint(sha=sha, label=label)
-
-
-def _checked_url(url: str) -> str:
-    problem = None
-    if not isinstance(url, str) or not url or len(url) > MAX_URL_CHARS:
-        problem = f"must be 1 to {MAX_URL_CHARS} characters"
-    elif url != url.strip() or not url.isprintable():
-        problem = "contains spaces at its ends or control characters"
-    elif "://" in url:
-        parts = urlsplit(url)
-        if parts.scheme not in _URL_SCHEMES:
-            problem = f"has scheme {parts.scheme!r}; use one of {sorted(_URL_SCHEMES)}"
-        elif parts.netloc.startswith("-") or parts.path.startswith("-"):
-            problem = "has a host or path starting with '-', which ssh would read as an option"
-    elif not os.path.isabs(url):
-        problem = "is neither a URL nor an absolute local path"
-    if problem is not None:
-        raise BeamError("BEM-900", f"origin URL {url!r} {problem}")
-    return url
+    target = compare_target(sha, label)
+    return None if target is None else ComparePoint(sha=target[0], label=target[1])

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import docker
 import pygit2
 
 from bot.config import SandboxLimits
@@ -96,3 +97,15 @@ def outbox_refs(outbox: Path) -> dict[str, str]:
             if name.startswith("refs/heads/"):
                 refs.setdefault(name.removeprefix("refs/heads/"), sha)
     return refs
+
+
+def runtimes_under_test() -> list[str]:
+    """runc, and crun where the engine has it registered. Under CI=true always crun too:
+    docker/provision installs and registers it, so a crun the engine lacks fails there."""
+    if os.environ.get("CI") == "true":
+        return ["runc", "crun"]
+    try:
+        registered = docker.from_env(timeout=10).info().get("Runtimes") or {}
+    except docker.errors.DockerException:
+        return ["runc", "crun"]  # no engine: the tests fail on that, both runtimes listed
+    return ["runc", *(["crun"] if "crun" in registered else [])]

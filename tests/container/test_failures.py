@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from pathlib import Path
 
@@ -67,12 +68,32 @@ def test_a_silent_server_is_killed_at_the_host_deadline(
 ) -> None:
     container_id = sandbox.container_id
     assert container_id is not None
+    assert sandbox.call("list_tree", {})  # past the first call: the tools are loaded
     docker_client.api.pause(container_id)  # the server can neither reply nor time out
     with pytest.raises(BeamError) as failed:
         sandbox.call("list_tree", {}, timeout=0.2)
     assert failed.value.code == "BEM-403"
     assert "no reply" in failed.value.message
     assert not container_exists(docker_client, container_id)
+
+
+def test_the_first_call_also_waits_for_the_tools_to_load(
+    docker_client: docker.DockerClient, image: ImageInfo, workspace: Workspace
+) -> None:
+    """The server loads its tools after the ready line, so the host gives the first call
+    ``ready_timeout`` more than its own timeout and grace; the calls after it get none."""
+    limits = SandboxLimits(ready_timeout=5.0)
+    with _start(docker_client, image.ref, workspace, limits) as sandbox:
+        container_id = sandbox.container_id
+        assert container_id is not None
+        docker_client.api.pause(container_id)  # a load slower than the call's own deadline
+        resume = threading.Timer(1.5, docker_client.api.unpause, [container_id])
+        resume.start()
+        try:
+            listed = sandbox.call("list_tree", {}, timeout=0.2)
+        finally:
+            resume.join()
+        assert isinstance(listed, dict) and "README.md" in listed["files"]
 
 
 def test_a_container_killed_from_outside_is_bem_404_and_removed(

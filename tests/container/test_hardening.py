@@ -3,7 +3,8 @@
 Three views: ``docker inspect`` of a running sandbox (every flag), the tool server (what a
 model can reach through the tools: only the jail), and a probe container with the same flags
 and mounts running a Python script in place of the tool server (what code that got past the
-jail could reach: no network, no credentials, no host paths, no programs to run).
+jail could reach: no network, no credentials, no host paths, no programs to run). The first
+and the last run on each runtime the engine has (runc, crun; both under CI=true).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.container.probe import ProbeReport, inspect_flags, run_probe
 from sandbox.host.image.build import ImageInfo
 from tests.container.conftest import PROTECTED
-from tests.container.kit import Workspace, deadline, probe_job
+from tests.container.kit import Workspace, deadline, probe_job, runtimes_under_test
 
 CANARY = "RIVERBEAM_TEST_CANARY"
 ALLOWED_ENV = {"HOME", "LANG", "PATH", "PYTHONDONTWRITEBYTECODE", "HOSTNAME"}
@@ -39,6 +40,18 @@ def canary(monkeypatch: pytest.MonkeyPatch) -> str:
     return value
 
 
+@pytest.fixture(params=runtimes_under_test())
+def runtime(request: pytest.FixtureRequest, docker_client: docker.DockerClient) -> str:
+    name: str = request.param
+    registered = docker_client.api.info().get("Runtimes") or {}
+    if name not in registered:
+        pytest.fail(
+            f"the engine has no {name!r} runtime (it has {sorted(registered)}); "
+            "docker/provision installs crun and docker/engine-runtimes registers it"
+        )
+    return name
+
+
 @pytest.fixture
 def hardened(
     canary: str,
@@ -46,10 +59,17 @@ def hardened(
     image: ImageInfo,
     workspace: Workspace,
     limits: SandboxLimits,
+    runtime: str,
 ) -> Iterator[ContainerSandbox]:
+    on_runtime = limits.model_copy(update={"runtime": runtime})
     with ContainerSandbox(docker_client, image.ref) as running:
         running.start(
-            "job-1", workspace.path, PROTECTED, limits, deadline=deadline(), outbox=workspace.outbox
+            "job-1",
+            workspace.path,
+            PROTECTED,
+            on_runtime,
+            deadline=deadline(),
+            outbox=workspace.outbox,
         )
         yield running
 
@@ -60,6 +80,7 @@ def test_every_flag_reads_back_from_docker_inspect(
     workspace: Workspace,
     limits: SandboxLimits,
     canary: str,
+    runtime: str,
 ) -> None:
     assert hardened.container_id is not None
     inspected = docker_client.api.inspect_container(hardened.container_id)
@@ -85,6 +106,7 @@ def test_every_flag_reads_back_from_docker_inspect(
         "Mounts": [(str(workspace.path), "/workspace"), (str(workspace.outbox), "/outbox")],
     }
     host = inspected["HostConfig"]
+    assert host["Runtime"] == runtime
     assert host["Init"] is False
     assert {"Name": "core", "Soft": 0, "Hard": 0} in host["Ulimits"]
     assert not host["Binds"] and not host["VolumesFrom"] and not host["Links"]
@@ -160,8 +182,9 @@ def test_code_past_the_jail_finds_no_network_credentials_host_paths_or_programs(
     host_listener: tuple[str, int],
     canary: str,
     tmp_path: Path,
+    runtime: str,
 ) -> None:
-    job = probe_job(workspace, limits, "probe-1")
+    job = probe_job(workspace, limits.model_copy(update={"runtime": runtime}), "probe-1")
     paths = [*HOST_PATHS, str(tmp_path), str(workspace.path), "/workspace/README.md"]
     report, _ = run_probe(docker_client, image.ref, job, targets=[host_listener], paths=paths)
     _assert_no_network(report)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,7 +63,12 @@ def server(root: Path) -> Iterator[Server]:
 
 
 def test_ready_then_replies_in_order_then_exit_0_on_eof(server: Server) -> None:
-    assert server.read() == {"ready": True, "version": PROTOCOL_VERSION, "tools": list(TOOL_NAMES)}
+    ready = server.read()
+    stages = ready.pop("stages")
+    assert ready == {"ready": True, "version": PROTOCOL_VERSION, "tools": list(TOOL_NAMES)}
+    # When the server reached each stage of its start, on the host's monotonic clock.
+    assert list(stages) == ["interpreter", "imported", "checked"]
+    assert stages["interpreter"] <= stages["imported"] <= stages["checked"] <= time.monotonic()
     reply = server.call("a", "read_file", {"path": "README.md"})
     assert reply["id"] == "a" and reply["ok"] is True
     assert reply["result"]["content"] == "# Handbook\n"
@@ -153,3 +160,78 @@ def test_a_root_that_cannot_be_opened_exits_2_before_ready(tmp_path: Path) -> No
     code, out, err = server.close()
     assert (code, out) == (2, b"")
     assert b"protected ref pattern 'bad pattern'" in err
+
+
+_BEFORE_READY = textwrap.dedent(
+    """
+    import json, sys
+    from sandbox.inside import server
+    server.check_tree(server._arguments(sys.argv[1:]))
+    print(json.dumps(sorted(sys.modules)))
+    """
+)
+
+
+def test_the_ready_line_waits_for_the_tree_check_only_not_for_the_tools(root: Path) -> None:
+    """What the server imports before its ready line: the check of the tree (pygit2, the jail,
+    the guard), not the tools' pydantic models and JSON Schemas, which load after it."""
+    completed = subprocess.run(
+        [sys.executable, "-c", _BEFORE_READY, "--root", str(root), "--protected", "main"],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    loaded = set(json.loads(completed.stdout))
+    assert {"pygit2", "sandbox.inside.tree_checks"} <= loaded
+    deferred = {"pydantic", "jsonschema", "sandbox.inside.worktree", "sandbox.inside.sandbox_tools"}
+    assert loaded.isdisjoint(deferred), loaded & deferred
+
+
+def test_a_compare_point_the_repository_lacks_ends_the_server_before_its_ready_line(
+    root: Path,
+) -> None:
+    missing = ["--compare-to", "0" * 40, "--compare-label", "main"]
+    completed = subprocess.run(
+        [sys.executable, "-m", "sandbox.inside.server", "--root", str(root), *missing],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 2
+    assert completed.stdout == b""  # no ready line
+    assert b"is not a commit in this repository" in completed.stderr
+
+
+def test_what_only_the_tools_check_ends_the_server_after_its_ready_line(root: Path) -> None:
+    """A commit identity git cannot store is refused when the working tree is made, after the
+    ready line: the server exits 2 with the reason, and the host's first call sees it go."""
+    server = Server(root, "--identity-name", "Evil <x@example.com>")
+    assert server.read()["ready"] is True
+    returncode, out, err = server.close()
+    assert (returncode, out) == (2, b"")
+    assert b"cannot open" in err and b"must not contain '<'" in err
+
+
+_LOADED = textwrap.dedent(
+    """
+    import sys
+    from pydantic.plugin import _loader
+    from sandbox.inside import server
+    server._ToolsAfterReady(server._arguments(sys.argv[1:])).load()
+    print(_loader._plugins)
+    """
+)
+
+
+def test_loading_the_tools_does_not_search_the_import_path_for_pydantic_plugins(
+    root: Path,
+) -> None:
+    """The image holds none; the search reads every directory on the path for metadata."""
+    completed = subprocess.run(
+        [sys.executable, "-c", _LOADED, "--root", str(root)],
+        capture_output=True,
+        env={key: value for key, value in os.environ.items() if not key.startswith("PYDANTIC")},
+        timeout=60,
+        check=True,
+    )
+    assert completed.stdout == b"None\n"  # never searched, rather than {} (found none)

@@ -19,6 +19,7 @@ from bot.config import SandboxLimits
 from bot.core.errors import BeamError
 from bot.core.identity import Identity, Trailer
 from bot.core.jobids import is_job_id
+from sandbox.host.container.runtime import resolve_runtime
 
 __all__ = [
     "DEADLINE_LABEL",
@@ -156,6 +157,8 @@ def _host_config(api: APIClient, job: SandboxJob) -> dict[str, Any]:
     limits = job.limits
     config: dict[str, Any] = api.create_host_config(
         mounts=_mounts(job),
+        # crun or runc: the same flags below either way (the container tests read them back).
+        runtime=resolve_runtime(api, limits.runtime),
         network_mode="none",
         ipc_mode="none",
         cgroupns="private",

@@ -1,8 +1,11 @@
 """One hardened container per job, with a long-lived tool server inside (``ContainerSandbox``).
 
-``start`` creates the container (flags in ``sandbox.host.container.hardening``), attaches to its
-stdio before starting it (so not a byte of output is missed), and waits for the server's
-ready line.
+``start`` creates the container (flags in ``sandbox.host.container.hardening``, on the runtime
+``sandbox.host.container.runtime`` picks), attaches to its stdio before starting it (so not a
+byte of output is missed), and waits for the server's ready line, which comes once the tree is
+checked; the server loads its tools after it, so the first call's deadline allows for that
+too. ``startup_stages`` says when each step of the start happened. ``stop`` is one engine
+call that kills the server and removes the container.
 ``call`` is one request line out and one reply line back; nothing else touches the engine
 on the hot path. ``tools()`` gives the agent the nine tools with the in-process specs, as
 ``ContainerTool`` objects (``sandbox.host.container.remote_tools``) that call it.
@@ -65,6 +68,7 @@ class _Ready(BaseModel):
     ready: Literal[True]
     version: int
     tools: list[str]
+    stages: dict[str, float] = {}
 
 
 class _ErrorBody(BaseModel):
@@ -93,6 +97,9 @@ class ContainerSandbox:
         self._stream: AttachedStream | None = None
         self._limits = SandboxLimits()
         self._tool_names: tuple[str, ...] = ()
+        self._stages: dict[str, float] = {}
+        # The server loads its tools after the ready line: the first call waits for that too.
+        self._loading = False
 
     @property
     def container_id(self) -> str | None:
@@ -101,6 +108,14 @@ class ContainerSandbox:
     @property
     def tool_names(self) -> tuple[str, ...]:
         return self._tool_names
+
+    @property
+    def startup_stages(self) -> dict[str, float]:
+        """When the last ``start`` reached each stage, in ``time.monotonic`` seconds, in order:
+        the host's ``create``, ``created``, ``attached``, ``started`` and ``ready`` (the
+        ready line read) with the server's own (``interpreter``, ``checked``) in between.
+        The container shares the host's monotonic clock."""
+        return dict(sorted(self._stages.items(), key=lambda stage: stage[1]))
 
     def start(
         self,
@@ -146,8 +161,10 @@ class ContainerSandbox:
             if self._container_id is not None:
                 raise BeamError("BEM-402", f"this sandbox already runs {self._container_id[:12]}")
             self._limits = limits
+            self._stages = {"create": time.monotonic()}
             with engine_errors("BEM-402", f"creating the sandbox container for job {job_id}"):
                 created = self._create(job, replace_leftover)
+            self._stages["created"] = time.monotonic()
             self._container_id = created["Id"]
             try:
                 self._attach_and_start()
@@ -176,7 +193,8 @@ class ContainerSandbox:
             request_id = str(next(self._ids))
             frame = {"id": request_id, "tool": tool, "args": args, "timeout": seconds}
             data = self._encode_request(frame)
-            deadline = time.monotonic() + seconds + HOST_GRACE_SECONDS
+            grace = HOST_GRACE_SECONDS + (self._limits.ready_timeout if self._loading else 0.0)
+            deadline = time.monotonic() + seconds + grace
             try:
                 stream.send(data, deadline=deadline)
                 line = stream.read_line(deadline=deadline, limit=self._limits.max_message_bytes)
@@ -186,17 +204,21 @@ class ContainerSandbox:
                 self._died(tool)
             except LineTooLong as error:
                 self._fail("BEM-406", f"{tool}: {error}")
+            self._loading = False
             return self._result(tool, request_id, line)
 
     def tools(self) -> list[Tool]:
         """The nine tools, with exactly the in-process specs, running in this container."""
         return [ContainerTool(spec, self) for spec in TOOL_SPECS.values()]
 
-    def stop(self) -> None:
-        """Close the server's stdin (it exits 0 on EOF), then remove the container."""
+    def stop(self, *, graceful: bool = False) -> None:
+        """Remove the container, in one engine call that kills the server too: between calls
+        it is idle, so nothing is lost, and its tmpfs and anonymous volumes go with it.
+        ``graceful`` first closes the server's stdin and waits for it to exit 0 on EOF: the
+        previous stop, a few times slower (``bench.container_bench`` compares the two)."""
         with self._lock:
             stream = self._stream
-            if stream is not None:
+            if graceful and stream is not None:
                 stream.close_stdin()
                 stream.drain(deadline=time.monotonic() + STOP_SECONDS)
             self._discard()
@@ -217,8 +239,10 @@ class ContainerSandbox:
         with engine_errors("BEM-402", "attaching to the sandbox container"):
             handle = api.attach_socket(container_id, params=_ATTACH)
         self._stream = AttachedStream(handle)
+        self._stages["attached"] = time.monotonic()
         with engine_errors("BEM-402", "starting the sandbox container"):
             api.start(container_id)
+        self._stages["started"] = time.monotonic()
         self._await_ready(self._stream)
 
     def _await_ready(self, stream: AttachedStream) -> None:
@@ -226,6 +250,7 @@ class ContainerSandbox:
         deadline = time.monotonic() + limits.ready_timeout
         try:
             line = stream.read_line(deadline=deadline, limit=limits.max_message_bytes)
+            self._stages["ready"] = time.monotonic()
             ready = _Ready.model_validate_json(line)
         except (StreamClosed, StreamTimeout, LineTooLong, ValidationError) as error:
             tail = stream.stderr_tail() or "(no output on stderr)"
@@ -238,6 +263,8 @@ class ContainerSandbox:
             )
             raise BeamError("BEM-401", message)
         self._tool_names = tuple(ready.tools)
+        self._stages.update(ready.stages)
+        self._loading = True
 
     def _encode_request(self, frame: dict[str, Any]) -> bytes:
         try:
@@ -309,7 +336,7 @@ class ContainerSandbox:
         if container_id is None:
             return
         try:
-            self._client.api.remove_container(container_id, force=True)
+            self._client.api.remove_container(container_id, force=True, v=True)
         except NotFound:
             pass
         except (DockerException, requests.RequestException) as error:

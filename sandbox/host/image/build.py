@@ -1,10 +1,10 @@
 """The sandbox image: what goes in it, its content hash, and building and checking it.
 
 The image holds exactly what ``python -m sandbox.inside.server`` imports: the project modules it
-loads (found by importing it in a fresh interpreter on the host, so the list cannot drift
-from the code) and the wheels of the third-party packages among them, at the versions the
-host runs (so pygit2 inside is the host's pygit2). Wheels are downloaded once, on the host,
-into a cache, and installed into the image offline.
+loads (found by importing it, and the modules it names as loaded later, in a fresh interpreter
+on the host, so the list cannot drift from the code) and the wheels of the third-party
+packages among them, at the versions the host runs (so pygit2 inside is the host's pygit2).
+Wheels are downloaded once, on the host, into a cache, and installed into the image offline.
 
 The tag is ``riverbeam-sandbox:<content hash>``, a hash of every build input: both recipes
 (``docker/sandbox/Dockerfile`` and the registry-free recipe in ``sandbox.host.image.rootfs``, with
@@ -173,12 +173,14 @@ def _remove_superseded(client: docker.DockerClient, plan: ImagePlan) -> None:
 
 @functools.cache
 def container_closure() -> tuple[tuple[tuple[str, Path], ...], tuple[tuple[str, str], ...]]:
-    """What ``import sandbox.inside.server`` loads: project source files, and third-party
-    distributions with their installed versions. Computed in a fresh interpreter."""
+    """What ``import sandbox.inside.server`` loads, with the modules it imports when used
+    (``LOADED_LATER``): project source files, and third-party distributions with their installed
+    versions. Computed in a fresh interpreter."""
     probe = (
-        "import json, sys\n"
+        "import importlib, json, sys\n"
         "before = set(sys.modules)\n"
         "import sandbox.inside.server\n"
+        "for name in sandbox.inside.server.LOADED_LATER: importlib.import_module(name)\n"
         "print(json.dumps({name: getattr(sys.modules[name], '__file__', None)"
         " for name in set(sys.modules) - before}))\n"
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from importlib.metadata import version
 from typing import Annotated, Any
 
 import anyio
@@ -94,6 +95,8 @@ def riverbeam_server(
     server = MCPServer(
         name="riverbeam",
         title="Riverbeam",
+        # The SDK's default is an empty version, which tells an assistant's user nothing.
+        version=version("riverbeam"),
         instructions="Submit documentation jobs to Riverbeam, follow them and read their "
         "parked changes. Approving a push is for a person, never through MCP.",
     )

@@ -50,7 +50,12 @@ def install(app: FastAPI, service: JobService) -> None:
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     manager = server.session_manager
-    app.router.routes.append(Route(PATH, _Authenticated(service, manager.handle_request)))
+    # POST only: a stateless server has no session for a GET stream to carry messages of,
+    # so one would stay open and silent for as long as the client holds it, and there is
+    # no session to DELETE. Other methods are the API's 405 (BEM-707, ``Allow: POST``),
+    # which tells an MCP client that the endpoint offers no such stream.
+    route = Route(PATH, _Authenticated(service, manager.handle_request), methods=["POST"])
+    app.router.routes.append(route)
     inner = app.router.lifespan_context
 
     @asynccontextmanager

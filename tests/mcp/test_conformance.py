@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
+import httpx
 import pytest
 
 from harness.api_server import ApiServer, api_server
@@ -27,6 +28,7 @@ from harness.mcp_conformance import (
     suite_command,
 )
 from harness.stack import job_stack
+from tests.api.kit import problem
 from tests.mcp.kit import http_session, stdio_session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,3 +144,14 @@ async def test_the_server_names_its_version_on_both_transports(api: ApiServer) -
             assert capabilities is not None and capabilities.tools is not None
             assert capabilities.logging is None and capabilities.completions is None
             assert capabilities.resources is not None and not capabilities.resources.subscribe
+
+
+@pytest.mark.parametrize("method", ["GET", "DELETE", "PUT"])
+@pytest.mark.parametrize("who", [None, "assistant"])
+def test_mcp_answers_only_post(api: ApiServer, method: str, who: str | None) -> None:
+    """A stateless endpoint has no stream to open with GET (it would stay open and silent)
+    and no session to DELETE: 405, the API's BEM-707, naming POST."""
+    headers = {"Accept": "text/event-stream", **(api.auth(who) if who else {})}
+    reply = httpx.request(method, f"{api.url}/mcp", headers=headers, timeout=10)
+    problem(reply, 405, "BEM-707")
+    assert reply.headers["allow"] == "POST"

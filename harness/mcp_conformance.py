@@ -93,7 +93,8 @@ def run_suite(url: str, out: Path) -> SuiteRun:
     )
     run = SuiteRun(output=done.stdout + done.stderr)
     for checks_file in sorted(out.glob("server-*/checks.json")):
-        # server-<scenario>-<ISO timestamp>: the timestamp has six dashes of its own.
+        # server-<scenario>-<timestamp>: the last six dashes are the one before the timestamp
+        # and its own five (2026-12-01T21-46-12-387Z).
         scenario = checks_file.parent.name.removeprefix("server-").rsplit("-", 6)[0]
         checks = json.loads(checks_file.read_text())
         run.failed[scenario] = [c["id"] for c in checks if c["status"] == "FAILURE"]

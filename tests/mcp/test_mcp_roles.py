@@ -2,7 +2,8 @@
 (tests/api/test_jobs.py, test_approvals.py, test_access_rules.py): a token limited to one
 repository reaches nothing of another through any tool or resource, each role submits
 exactly its kinds, only the requester or an admin cancels, and no tool or resource, called
-by any role with any argument that names a parked push, decides it."""
+by any role with any argument that names a parked push, decides it. And the two transports
+answer alike."""
 
 from __future__ import annotations
 
@@ -167,3 +168,21 @@ async def test_no_tool_or_resource_decides_for_any_role(
     assert approval.decided_by is None
     assert stack.store.get(target).state is JobState.AWAITING_APPROVAL
     assert stack.upstream_ref(f"riverbeam/{target}") is None
+
+
+async def test_both_transports_answer_alike(api: ApiServer, parked: dict[str, str]) -> None:
+    """``/mcp`` reads the job service, ``riverbeam mcp`` the HTTP API: the same question
+    gets the same answer from both, for a parked job and its approval."""
+    job_id = parked[SECOND_REPO]
+    answers: dict[str, list[Any]] = {}
+    for transport, opener in TRANSPORTS.items():
+        async with opener(api, api.tokens["reviewer"]) as session:
+            answers[transport] = [
+                await answer(session, "get_job", job_id=job_id),
+                await answer(session, "wait_for_job", job_id=job_id, wait_seconds=1),
+                await answer(session, "list_jobs", repo=SECOND_REPO),
+                await answer(session, "list_pending_approvals", repo=SECOND_REPO),
+                await resource(session, f"riverbeam://jobs/{job_id}/events"),
+                await resource(session, "riverbeam://skills"),
+            ]
+    assert answers["http"] == answers["stdio"]

@@ -258,6 +258,8 @@ _TABLE = [
     Code("BEM-711", AccessError, "the request body is over the size limit"),
     Code("BEM-712", AccessError, "too many failed sign-ins or tokens from this client"),
     Code("BEM-720", AccessError, "riverbeam mcp got no answer the API would give"),
+    Code("BEM-740", AccessError, "/mcp does not answer to the request's Host name"),
+    Code("BEM-741", AccessError, "/mcp does not answer requests from the page's Origin"),
     Code("BEM-900", ConfigError, "configuration is missing or invalid"),
     Code("BEM-906", ConfigError, "a service cannot listen on its address"),
 ]

@@ -76,12 +76,15 @@ EXPECTED_FAILURES: dict[str, list[str]] = {
 } | {
     "elicitation-sep1034-defaults": ["elicitation-sep1034-general"],
     "elicitation-sep1330-enums": ["elicitation-sep1330-general"],
-    "dns-rebinding-protection": ["localhost-host-rebinding-rejected"],
 }
+# Over stdio only: the DNS-rebinding checks send their Host and Origin to the test's HTTP
+# bridge, which has no counterpart in riverbeam mcp (stdio has neither header), so it does
+# not pretend to guard anything; /mcp refuses them (bot.mcp.rebinding).
+STDIO_FAILURES = {"dns-rebinding-protection": ["localhost-host-rebinding-rejected"]}
 # The suite's pass count (checks of status SUCCESS) as last recorded. Over stdio the
 # bridge gives each session an id, so the multiple-streams scenario runs two more checks
 # than against the stateless /mcp (which the suite then only warns about).
-RECORDED_PASSES = {"http": 8, "stdio": 10}
+RECORDED_PASSES = {"http": 9, "stdio": 10}
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +121,8 @@ def test_the_conformance_suite_passes_all_but_the_documented_failures(
     )
     assert set(run.failed) == SCENARIOS, run.output[-3000:]
     failing = {name: checks for name, checks in run.failed.items() if checks}
-    assert failing == EXPECTED_FAILURES, run.output[-3000:]
+    expected = EXPECTED_FAILURES | (STDIO_FAILURES if transport == "stdio" else {})
+    assert failing == expected, run.output[-3000:]
     assert passes >= RECORDED_PASSES[transport], run.passed
 
 
@@ -126,7 +130,7 @@ def test_the_docs_explain_each_expected_failure() -> None:
     text = DOCS.read_text()
     section = text[text.index("## Conformance") :].split("\n## ", 1)[0]
     assert SUITE_VERSION in section
-    for scenario in EXPECTED_FAILURES:
+    for scenario in EXPECTED_FAILURES | STDIO_FAILURES:
         assert f"`{scenario}`" in section, scenario
     for transport, passes in RECORDED_PASSES.items():
         assert f"{passes} checks" in section, transport

@@ -326,6 +326,11 @@ class TokenConfig(BaseModel):
     )
 
 
+# A Host pattern of api.mcp_allowed_hosts: a name or a bracketed IPv6 address, with a port or
+# ``*`` for any port; ``*`` alone for any host.
+_HOST_PATTERN = r"^(\*|([A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\])(:([0-9]{1,5}|\*))?)$"
+
+
 class ApiSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -355,6 +360,11 @@ class ApiSettings(BaseModel):
     )
     trusted_proxies: tuple[str, ...] = Field(
         default=(), description="proxy addresses whose X-Forwarded-For/-Proto are believed"
+    )
+    mcp_allowed_hosts: tuple[Annotated[str, Field(pattern=_HOST_PATTERN)], ...] = Field(
+        default=("localhost:*", "127.0.0.1:*", "[::1]:*"),
+        description="the Host names /mcp answers to (name, name:port, name:*; * for any), "
+        "beside api.host:api.port; an Origin must be http(s):// one of them",
     )
     health_engine: bool = Field(
         default=True,

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from bot.cli.ci import TOKEN_ENV, URL_ENV
+from bot.cli.service import LOG_LEVELS
 from bot.core.errors import BeamError
 
 
@@ -20,6 +21,12 @@ def add_mcp_command(commands: Any) -> None:
         f"in ${TOKEN_ENV}; no tool approves or refuses a push. See docs/mcp.md.",
     )
     mcp.add_argument("--api-url", metavar="URL", help=f"the API's base URL (default: ${URL_ENV})")
+    mcp.add_argument(
+        "--loglevel",
+        choices=LOG_LEVELS,
+        default="WARNING",
+        help="what is logged to standard error (default: warnings and errors only)",
+    )
     mcp.set_defaults(handler=_mcp)
 
 
@@ -34,5 +41,5 @@ def _mcp(args: argparse.Namespace) -> int:
     url = args.api_url or os.environ.get(URL_ENV, "").strip()
     if not url:
         raise BeamError("BEM-900", f"set {URL_ENV} or pass --api-url with the API's base URL")
-    anyio.run(serve_stdio, url, token)
+    anyio.run(serve_stdio, url, token, args.loglevel)
     return 0

@@ -270,6 +270,8 @@ _TABLE = [
     Code("BEM-724", ToolboxError, "an MCP tool answered the call with an error"),
     Code("BEM-725", ToolboxError, "a skill names an MCP tool that is not configured"),
     Code("BEM-726", ToolboxError, "an MCP server does not offer a configured tool"),
+    Code("BEM-740", AccessError, "/mcp does not answer to the request's Host name"),
+    Code("BEM-741", AccessError, "/mcp does not answer requests from the page's Origin"),
     Code("BEM-900", ConfigError, "configuration is missing or invalid"),
     Code("BEM-906", ConfigError, "a service cannot listen on its address"),
 ]

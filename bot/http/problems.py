@@ -50,6 +50,8 @@ STATUS: dict[str, int] = {
     "BEM-710": 422,
     "BEM-711": 413,
     "BEM-712": 429,
+    "BEM-740": 421,
+    "BEM-741": 403,
 }
 HTTP_CODES = {404: "BEM-706", 405: "BEM-707", 413: "BEM-711", 429: "BEM-712"}
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from importlib.metadata import version
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -30,6 +31,7 @@ WAITING = frozenset({JobState.QUEUED.value, JobState.RUNNING.value})
 
 BackendFor = Callable[[Context], Backend]
 Catalogue = Callable[[], Awaitable[Json]]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 JobId = Annotated[str, Field(min_length=1, max_length=100, description="the job's id")]
 # How often waiting for a job reads its new events, and the longest one call waits.
 POLL_SECONDS = 1.0
@@ -86,14 +88,20 @@ def _said(event: Json) -> str:
 
 
 def riverbeam_server(
-    backend_for: BackendFor, catalogue: Callable[[], Awaitable[Json]]
+    backend_for: BackendFor,
+    catalogue: Catalogue,
+    log_level: LogLevel = "INFO",
 ) -> MCPServer:
     """The server; ``backend_for(ctx)`` is what one request acts on, as its caller, and
     ``catalogue()`` reads the skills (a static resource has no request context: over HTTP
-    the endpoint has checked the token before any request reaches the server)."""
+    the endpoint has checked the token before any request reaches the server). The SDK
+    sets the process's root log level to ``log_level`` unless logging is set up already."""
     server = MCPServer(
+        log_level=log_level,
         name="riverbeam",
         title="Riverbeam",
+        # The SDK's default is an empty version, which tells an assistant's user nothing.
+        version=version("riverbeam"),
         instructions="Submit documentation jobs to Riverbeam, follow them and read their "
         "parked changes. Approving a push is for a person, never through MCP.",
     )

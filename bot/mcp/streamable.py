@@ -1,11 +1,12 @@
 """``/mcp`` on the API: the MCP tools over Streamable HTTP, behind the bearer tokens of
 ``/v1``.
 
-Every request is authenticated before the MCP SDK sees it, under the same failure throttle
-(BEM-712) and answered with the same problem documents (BEM-700, BEM-701) as ``/v1``; the
-API's body limit wraps the whole application, ``/mcp`` included. The server is stateless:
-each POST carries its token and runs as its holder, so a session id never stands for a
-token and one client cannot continue another's session."""
+A request's ``Host`` and ``Origin`` are checked first (bot.mcp.rebinding, the DNS-rebinding
+guard: BEM-740, BEM-741). Every request is then authenticated before the MCP SDK sees it,
+under the same failure throttle (BEM-712) and answered with the same problem documents
+(BEM-700, BEM-701) as ``/v1``; the API's body limit wraps the whole application, ``/mcp``
+included. The server is stateless: each POST carries its token and runs as its holder, so
+a session id never stands for a token and one client cannot continue another's session."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from bot.core.errors import BeamError
 from bot.http.deps import authenticated
 from bot.mcp.assistant_tools import riverbeam_server
 from bot.mcp.backends import ServiceBackend, skills_catalogue
+from bot.mcp.rebinding import RebindingGuard
 from bot.service.access import Principal
 from bot.service.jobs import JobService
 
@@ -44,13 +46,18 @@ def install(app: FastAPI, service: JobService) -> None:
     server.streamable_http_app(
         stateless_http=True,
         max_request_body_size=service.settings.api.max_body_bytes,
-        # The SDK guards a token-less local server against DNS rebinding by the Host header;
-        # here a page a browser was tricked into loading has no bearer token to send, and
-        # the API serves whatever name its proxy gives it.
+        # The SDK's own DNS-rebinding guard would run after the token check and answer in
+        # plain text; RebindingGuard runs first, with the API's problem documents.
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     manager = server.session_manager
-    app.router.routes.append(Route(PATH, _Authenticated(service, manager.handle_request)))
+    # POST only: a stateless server has no session for a GET stream to carry messages of,
+    # so one would stay open and silent for as long as the client holds it, and there is
+    # no session to DELETE. Other methods are the API's 405 (BEM-707, ``Allow: POST``),
+    # which tells an MCP client that the endpoint offers no such stream.
+    endpoint = _Authenticated(service, manager.handle_request)
+    route = Route(PATH, RebindingGuard(service.settings.api, endpoint), methods=["POST"])
+    app.router.routes.append(route)
     inner = app.router.lifespan_context
 
     @asynccontextmanager

@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TextIO
 
 import httpx2
 from mcp.client.session import ClientSession
@@ -42,16 +42,18 @@ async def http_session(api: ApiServer, token: str) -> AsyncIterator[ClientSessio
 
 
 @asynccontextmanager
-async def stdio_session(api: ApiServer, token: str) -> AsyncIterator[ClientSession]:
+async def stdio_session(
+    api: ApiServer, token: str, *options: str, errlog: TextIO = sys.stderr
+) -> AsyncIterator[ClientSession]:
     """``riverbeam mcp`` as an assistant starts it: a command with the token and the API's
-    URL in its environment."""
+    URL in its environment; what it writes to standard error goes to ``errlog``."""
     server = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "bot.cli", "mcp"],
+        args=["-m", "bot.cli", "mcp", *options],
         env={"RIVERBEAM_TOKEN": token, "RIVERBEAM_API_URL": api.url},
         cwd=str(PROJECT_ROOT),
     )
-    async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+    async with stdio_client(server, errlog) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         yield session
 

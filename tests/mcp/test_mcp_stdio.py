@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,16 @@ def test_riverbeam_mcp_without_a_token_or_an_api_url_says_which(
     )
     assert done.returncode == 2 and code in done.stderr, done
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize(("options", "logged"), [((), False), (("--loglevel", "INFO"), True)])
+async def test_riverbeam_mcp_logs_no_line_per_api_request_unless_asked(
+    api: ApiServer, tmp_path: Path, options: tuple[str, ...], logged: bool
+) -> None:
+    """An assistant shows the command's standard error to its user: by default warnings and
+    errors only, not the HTTP client's INFO line for each call to the API."""
+    errors = tmp_path / "stderr.log"
+    with errors.open("w") as errlog:
+        async with stdio_session(api, api.tokens["writer"], *options, errlog=errlog) as session:
+            await answer(session, "list_jobs")
+    assert ("HTTP Request: GET" in errors.read_text()) is logged, errors.read_text()

@@ -1,6 +1,7 @@
 """The tools a job's agent is built with, per kind.
 
-Container tools run in the job's sandbox; host tools run on the worker. Each kind gets what
+Container tools run in the job's sandbox (their specs are the static ones, whether or not
+the container has started yet); host tools run on the worker. Each kind gets what
 its skill's allowlist names (``ToolLoopAgent.for_skill`` drops anything else, so an
 allowlist is the single place that decides):
 
@@ -22,7 +23,7 @@ from bot.core.tools import Tool
 from bot.jobs.host_tools.review import ReviewChangeTool, ReviewCollector
 from bot.jobs.relayed_push import Relay, RelayedPush
 from bot.store.models import JobKind
-from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.host.container.deferred import DeferredSandbox
 from sandbox.inside.jail import SandboxRoot
 
 
@@ -38,7 +39,7 @@ class JobTools:
 def job_tools(
     kind: JobKind,
     *,
-    sandbox: ContainerSandbox | None,
+    sandbox: DeferredSandbox | None,
     tree: SandboxRoot | None,
     memory: MemoryStore,
     scope: str,

@@ -18,6 +18,7 @@ the same run, so what the method misses or lets in weighs on both alike.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import os
 import statistics
@@ -33,6 +34,7 @@ from sandbox.host.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
 from sandbox.host.engine import connect
 
 POLL_SECONDS = 0.1
+CONTAINER_STARTS = ("ahead", "on_demand", "eager")
 TICKS = os.sysconf("SC_CLK_TCK")
 ENGINE_DAEMONS = ("dockerd", "containerd")
 SHIM = "containerd-shim"  # /proc/<pid>/comm is cut at 15 characters
@@ -87,9 +89,34 @@ def _cpu_seconds(pids: set[int]) -> float:
     return total / TICKS
 
 
-def tree_cpu_seconds(root: int) -> float:
-    """CPU-seconds of ``root``'s whole process tree so far."""
-    return _cpu_seconds(_tree(root, _processes()))
+def process_tree(root: int) -> set[int]:
+    """``root`` and every process descended from it."""
+    return _tree(root, _processes())
+
+
+def add_setting_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--container-start`` (the setting measured) and ``--baseline`` (measured first)."""
+    parser.add_argument(
+        "--container-start", choices=CONTAINER_STARTS, default="ahead", help="jobs.container_start"
+    )
+    parser.add_argument(
+        "--baseline",
+        choices=[*CONTAINER_STARTS, "none"],
+        default="eager",
+        help="the setting measured first, to compare with (none: skip it)",
+    )
+
+
+def settings_to_run(options: argparse.Namespace) -> list[str]:
+    """The settings of ``jobs.container_start`` to measure, the baseline first."""
+    return (
+        [options.container_start]
+        if options.baseline == "none"
+        else [
+            options.baseline,
+            options.container_start,
+        ]
+    )
 
 
 def _cgroup_seconds() -> dict[str, float]:

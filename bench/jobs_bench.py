@@ -69,7 +69,13 @@ from bench._jobs import (
     run_one,
     submit,
 )
-from bench._jobs_cpu import CpuFigures, CpuMeter, cpu_lines
+from bench._jobs_cpu import (
+    CpuFigures,
+    CpuMeter,
+    add_setting_arguments,
+    cpu_lines,
+    settings_to_run,
+)
 from bench._jobs_model import PREFIX as MODEL_PREFIX
 from bot.core.errors import BeamError
 from bot.core.frames import ToolFrame
@@ -80,7 +86,6 @@ from harness.stack import REPO, Stack, job_stack
 TARGET_JOBS_PER_MINUTE = 60.0
 TARGET_PARK_SECONDS = 1.5
 TARGET_CPU_RATIO = 0.5
-CONTAINER_STARTS = ("ahead", "on_demand", "eager")
 # Finished jobs are looked for less often: their times come from the records, so a late look
 # costs nothing but this process's CPU, which the workers share on a small machine.
 PUSHED_POLL_SECONDS = 0.25
@@ -89,10 +94,7 @@ PUSHED_POLL_SECONDS = 0.25
 def main(argv: Sequence[str] | None = None) -> int:
     options = _arguments(argv)
     floor = run_floor(options.latency_jobs)
-    settings = [options.container_start]
-    if options.baseline != "none":
-        settings.insert(0, options.baseline)
-    reports = [run_setting(options, setting, floor) for setting in settings]
+    reports = [run_setting(options, setting, floor) for setting in settings_to_run(options)]
     for report in reports:
         print(report.render())
         print()
@@ -130,15 +132,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--concurrency", type=int, default=1, help="pool processes per worker")
     parser.add_argument("--latency-jobs", type=int, default=10, help="jobs run one at a time")
-    parser.add_argument(
-        "--container-start", choices=CONTAINER_STARTS, default="ahead", help="jobs.container_start"
-    )
-    parser.add_argument(
-        "--baseline",
-        choices=[*CONTAINER_STARTS, "none"],
-        default="eager",
-        help="the setting measured first, to compare with (none: skip it)",
-    )
+    add_setting_arguments(parser)
     return parser.parse_args(argv)
 
 

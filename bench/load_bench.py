@@ -49,7 +49,14 @@ from pathlib import Path
 
 from bench import percentile
 from bench._jobs import MODEL_FACTORY, PLAYBOOK, Floor, decide, run_floor, run_one
-from bench._jobs_cpu import CpuFigures, CpuMeter, cpu_lines
+from bench._jobs_cpu import (
+    CpuFigures,
+    CpuMeter,
+    add_setting_arguments,
+    cpu_lines,
+    process_tree,
+    settings_to_run,
+)
 from bot.store.models import JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import Stack, job_stack
@@ -57,7 +64,6 @@ from sandbox.host.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
 from sandbox.host.engine import connect
 
 TARGET_JOBS_PER_MINUTE = 60.0
-CONTAINER_STARTS = ("ahead", "on_demand", "eager")
 SAMPLE_SECONDS = 1.0
 POLL_SECONDS = 0.5
 PHASE_TIMEOUT_SECONDS = 900.0
@@ -74,9 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = _arguments(argv)
     floor = run_floor(FLOOR_RUNS)
     names = list(SCENARIOS) if options.scenario == "both" else [options.scenario]
-    runs = [(options.container_start, options.jobs)]
-    if options.baseline != "none":
-        runs.insert(0, (options.baseline, options.baseline_jobs))
+    settings = settings_to_run(options)
+    # The baseline on fewer jobs: its CPU per job needs no 200, and the run stays short.
+    runs = [(s, options.baseline_jobs if s != settings[-1] else options.jobs) for s in settings]
     for name in names:
         outcomes = []
         for setting, jobs in runs:
@@ -94,15 +100,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=200, help="jobs submitted at once")
     parser.add_argument("--scenario", choices=[*SCENARIOS, "both"], default="both")
-    parser.add_argument(
-        "--container-start", choices=CONTAINER_STARTS, default="ahead", help="jobs.container_start"
-    )
-    parser.add_argument(
-        "--baseline",
-        choices=[*CONTAINER_STARTS, "none"],
-        default="eager",
-        help="the setting measured first, to compare with (none: skip it)",
-    )
+    add_setting_arguments(parser)
     parser.add_argument("--baseline-jobs", type=int, default=60, help="jobs of the baseline")
     return parser.parse_args(argv)
 
@@ -112,22 +110,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _tree_rss_kib(root: int) -> int:
     """Resident memory of ``root`` and every process descended from it, in KiB."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                # The parent is the 2nd field after the parenthesised command name.
-                stat = (entry / "stat").read_text()
-                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    tree, frontier = {root}, [root]
-    while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
-        tree.update(children)
-        frontier.extend(children)
-    return sum(_rss_kib(pid) for pid in tree)
+    return sum(_rss_kib(pid) for pid in process_tree(root))
 
 
 def _rss_kib(pid: int) -> int:

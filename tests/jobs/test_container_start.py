@@ -12,9 +12,10 @@ import pytest
 from pydantic import JsonValue
 
 from bot.core.errors import BeamError
+from bot.service.access import Principal
 from bot.store.models import JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
-from harness.stack import Stack, job_stack
+from harness.stack import REQUESTER, Stack, job_stack
 from sandbox.host.container.deferred import DeferredSandbox
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.inside.tool_specs import TOOL_SPECS
@@ -201,3 +202,24 @@ def test_a_start_that_fails_off_the_critical_path_fails_the_job_as_in_line(
     reason = {setting: error.message.split(":")[0] for setting, error in errors.items()}
     assert reason[mode] == reason["eager"] == "the tool server did not become ready (timed out)"
     assert len(starts) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["ahead", "eager"])
+def test_a_cancel_during_the_start_ends_the_job_with_nothing_left(
+    monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    start = ContainerSandbox.start
+    with job_stack(more_config={"jobs": {"container_start": mode}}) as stack:
+        job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+
+        def cancelled_meanwhile(self: ContainerSandbox, job_id: str, *a: Any, **k: Any) -> None:
+            # Someone cancels while the engine is still creating the container.
+            stack.service.cancel(Principal.operator(REQUESTER), job_id)
+            start(self, job_id, *a, **k)
+
+        monkeypatch.setattr(ContainerSandbox, "start", cancelled_meanwhile)
+        ended = _segment(stack, job.id)
+        assert ended.state is JobState.CANCELLED
+        assert ended.error is not None and ended.error.code == "BEM-506"
+        assert stack.upstream_ref(f"riverbeam/{job.id}") is None

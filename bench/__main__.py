@@ -21,7 +21,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "container_bench": ([], ["--runs", "200", "--exec-runs", "5", "--ready-runs", "5"]),
     "workspace_bench": ([], ["--runs", "2"]),
     "jobs_bench": ([], ["--jobs", "20", "--latency-jobs", "3"]),
-    "load_bench": ([], ["--jobs", "40"]),
+    "load_bench": ([], ["--jobs", "40", "--baseline-jobs", "20"]),
     "metrics_bench": ([], ["--approvals", "100", "--runs", "5", "--baseline-runs", "1"]),
     "loop_bench": ([], ["--runs", "2", "--rounds", "20"]),
     "cancel_check_bench": ([], ["--checks", "200", "--runs", "3"]),

@@ -76,7 +76,7 @@ from bot.jobs.parking import (
     check_still_bound,
 )
 from bot.jobs.plans import Baseline, TreePlan, compare_point, request_text, tree_plan
-from bot.jobs.relayed_push import ApprovedPush, PushGuard, Relay, recorded_pushes
+from bot.jobs.relayed_push import ApprovedPush, PushGuard, Relay, recorded_pushes, staged
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolsets import JobTools, job_tools
 from bot.runner.hooks import Hooks
@@ -313,7 +313,7 @@ class Executor:
         mode = settings.jobs.container_start
         if mode == "eager":
             sandbox.ready()
-        elif mode == "ahead" and _tool_call_coming(approval):
+        elif mode == "ahead" and _tool_call_coming(approval, workspace):
             sandbox.begin()
 
     def _publish_target(
@@ -398,6 +398,7 @@ class Executor:
                     return state, None
                 verdict = approval_for(record, pending, self._push_target(segment))
                 if isinstance(verdict, Approval):
+                    await _stage_push(segment, verdict)
                     return state, verdict
                 frames = agent.resume(state, verdict)
         finally:
@@ -445,6 +446,7 @@ class Executor:
             relay=(
                 self._relay(record, workspace, repo, callbacks) if workspace is not None else None
             ),
+            outbox=workspace.outbox if workspace is not None else None,
             publish=segment.publish.tool if segment.publish is not None else None,
         )
         return ToolLoopAgent.for_skill(
@@ -660,13 +662,36 @@ def _stop_container(segment: _Segment) -> None:
         segment.timings.add("container_wait", sandbox.wait_seconds)
 
 
-def _tool_call_coming(approval: Approval | None) -> bool:
+def _tool_call_coming(approval: Approval | None, workspace: Workspace) -> bool:
     """Whether a segment knows, before its model answers, that it will call a container
     tool: a first segment does (every skill with a tree reads it before it answers), and a
-    resume whose approved call runs in the container (an author's ``git_push``)."""
+    resume whose approved call runs in the container (an author's ``git_push``), unless the
+    push was staged in this host's outbox when the job parked."""
     if approval is None:
         return True
-    return approval.state is ApprovalState.APPROVED and approval.tool in TOOL_SPECS
+    if approval.state is not ApprovalState.APPROVED or approval.tool not in TOOL_SPECS:
+        return False
+    if approval.tool == "git_push" and approval.commit_sha and approval.target_ref:
+        pushed = ApprovedPush(sha=approval.commit_sha, branch=approval.target_ref)
+        return not staged(workspace.outbox, pushed)
+    return True
+
+
+async def _stage_push(segment: _Segment, approval: Approval) -> None:
+    """Have the running container push the branch a person is now asked about into the job's
+    outbox, so that the resume that relays it needs no container of its own (``staged``).
+
+    The outbox is the job's own repository on this worker: nothing in it goes upstream but
+    through the relay, after the approval, and only the approved commit. Best effort: a push
+    that fails here (or a container that is not running) leaves the resume to push as before.
+    """
+    sandbox = segment.sandbox
+    if approval.tool != "git_push" or sandbox is None or not sandbox.running:
+        return
+    try:
+        await asyncio.to_thread(sandbox.call, "git_push", dict(approval.arguments))
+    except BeamError as error:
+        log.info("job %s: push not staged in the outbox (%s)", segment.record.id, error.code)
 
 
 def _final_state(code: str) -> JobState:

@@ -17,6 +17,7 @@ whose tool names or specs differ), so it depends only on the job, never on the s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bot.agents.memory import MemoryStore, RememberTool
 from bot.core.tools import Tool
@@ -44,6 +45,7 @@ def job_tools(
     memory: MemoryStore,
     scope: str,
     relay: Relay | None,
+    outbox: Path | None = None,
     publish: Tool | None = None,
 ) -> JobTools:
     """The tools of a job of ``kind``; ``scope`` is where ``remember`` keeps its notes."""
@@ -51,7 +53,7 @@ def job_tools(
     if sandbox is not None:
         for tool in sandbox.tools():
             if tool.spec().name == "git_push" and relay is not None:
-                found.push = RelayedPush(tool, relay)
+                found.push = RelayedPush(tool, relay, outbox=outbox)
                 tool = found.push
             found.tools.append(tool)
     if kind in (JobKind.AUTHOR, JobKind.REVIEW):

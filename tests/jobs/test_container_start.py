@@ -12,6 +12,7 @@ import pytest
 from pydantic import JsonValue
 
 from bot.core.errors import BeamError
+from bot.core.frames import ToolCallRecord, ToolFrame
 from bot.service.access import Principal
 from bot.store.models import JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
@@ -151,12 +152,47 @@ def test_a_resume_that_calls_no_tool_starts_no_container(starts: list[str]) -> N
         assert "refused" in ended.result.text
         assert starts == [refused.id]
 
-        # Approved: the push runs in the container (into the outbox), so it starts one.
+        # Approved: the parking segment's container pushed the branch into the outbox, so
+        # the resume on this host relays it from there with no container.
         approved = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
         assert _segment(stack, approved.id).state is JobState.AWAITING_APPROVAL
-        stack.decide(approved.id, approve=True)
-        assert _segment(stack, approved.id, resume=True).state is JobState.SUCCEEDED
-        assert starts == [refused.id, approved.id, approved.id]
+        decided = stack.decide(approved.id, approve=True)
+        pushed = _segment(stack, approved.id, resume=True)
+        assert pushed.state is JobState.SUCCEEDED
+        assert stack.upstream_ref(f"riverbeam/{approved.id}") == decided.commit_sha
+        assert starts == [refused.id, approved.id]
+        # The model reads the same answer from the push as when the container ran it.
+        (record,) = [r for r in _tool_records(stack, approved.id) if r.name == "git_push"]
+        assert record.ok and isinstance(record.result, dict)
+        assert record.result["sha"] == decided.commit_sha
+        assert record.result["ref"] == f"refs/heads/riverbeam/{approved.id}"
+        assert record.result["remote"] == "origin"
+        assert record.result["upstream"] == {
+            "branch": f"riverbeam/{approved.id}",
+            "sha": decided.commit_sha,
+            "pushed": True,
+            "already_there": False,
+        }
+
+
+@pytest.mark.slow
+def test_a_resume_on_another_host_pushes_from_a_container_as_before(starts: list[str]) -> None:
+    with job_stack() as stack:
+        job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+        assert _segment(stack, job.id).state is JobState.AWAITING_APPROVAL
+        decided = stack.decide(job.id, approve=True)
+        # Another host rebuilds the tree from the parked snapshot; its outbox holds nothing
+        # staged, so the approved push runs in a container there, as it always did.
+        resumed = stack.worker("elsewhere").resume_job(job.id)
+        assert resumed is not None and resumed.state is JobState.SUCCEEDED, stack.log_tails()
+        assert stack.upstream_ref(f"riverbeam/{job.id}") == decided.commit_sha
+        assert starts == [job.id, job.id]
+        assert stack.sandbox_containers(job.id) == []
+
+
+def _tool_records(stack: Stack, job_id: str) -> list[ToolCallRecord]:
+    events = stack.store.read_events(job_id, count=10_000)
+    return [e.frame.record for e in events if isinstance(e.frame, ToolFrame)]
 
 
 @pytest.mark.slow

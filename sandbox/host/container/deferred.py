@@ -54,6 +54,13 @@ class DeferredSandbox:
         """Whether a start was begun (it may have failed, or be under way)."""
         return self._thread is not None
 
+    @property
+    def running(self) -> bool:
+        """Whether the container started and is not stopped: a call now waits for nothing."""
+        thread = self._thread
+        done = thread is not None and not thread.is_alive()
+        return done and self._failure is None and not self._stopped
+
     def begin(self) -> None:
         """Start the container on a background thread, unless begun already or stopped."""
         with self._lock:

@@ -92,6 +92,8 @@ def run_one(stack: Stack) -> JobTimes:
 class Floor:
     to_park: list[float]
     to_push: list[float]
+    cpu: list[float]
+    """CPU-seconds of each run, start to pushed (this process's, ``time.process_time``)."""
 
 
 def run_floor(runs: int) -> Floor:
@@ -104,10 +106,14 @@ def run_floor(runs: int) -> Floor:
         samples = [asyncio.run(_floor_once(upstream, scratch / f"run-{n}")) for n in range(runs)]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return Floor([park for park, _ in samples], [push for _, push in samples])
+    return Floor(
+        [park for park, _, _ in samples],
+        [push for _, push, _ in samples],
+        [cpu for _, _, cpu in samples],
+    )
 
 
-async def _floor_once(upstream: Path, work: Path) -> tuple[float, float]:
+async def _floor_once(upstream: Path, work: Path) -> tuple[float, float, float]:
     branch = f"riverbeam/{work.name}"
     git("clone", "-q", "--branch", "main", str(upstream), str(work))
     git("-C", str(work), "checkout", "-q", "-b", branch)
@@ -125,7 +131,7 @@ async def _floor_once(upstream: Path, work: Path) -> tuple[float, float]:
             "style_notes": [],
         },
     )
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     state = agent.start(AgentInput.of_text(AUTHOR_REQUEST), AgentContext())
     await _drain(agent.run(state))
     parked = time.perf_counter()
@@ -135,10 +141,10 @@ async def _floor_once(upstream: Path, work: Path) -> tuple[float, float]:
     saved = RunState.load(state.model_dump_json())  # what a park and a resume cost at least
     decision = CallDecision(call_id=saved.pending.id if saved.pending else "", approved=True)
     await _drain(agent.resume(saved, decision))
-    pushed = time.perf_counter()
+    pushed, cpu = time.perf_counter(), time.process_time() - cpu
     if git("-C", str(upstream), "rev-parse", branch) != tree.head_sha():
         raise AssertionError("the floor run did not push")
-    return parked - started, pushed - resumed
+    return parked - started, pushed - resumed, cpu
 
 
 async def _drain(frames: AsyncGenerator[Frame, None]) -> None:

@@ -1,6 +1,7 @@
 """The job service end to end: scripted author jobs through real workers, in one run.
 
     python -m bench.jobs_bench [--jobs 60] [--workers 2] [--concurrency 1] [--latency-jobs 10]
+                               [--container-start ahead] [--baseline eager|none]
 
 Everything but the model is real: a ``redis-server``, ``--workers`` Celery worker processes
 (prefork, ``--concurrency`` pool processes each, each worker with its own workspace root and
@@ -12,7 +13,10 @@ harness (``harness.stack``).
 
 Each job goes submit → park (the push waits for approval) → approve → pushed (the relay
 landed the commit upstream). The benchmark is its own approver: it approves each parked push
-as soon as it sees it. Three runs:
+as soon as it sees it. The workers start each segment's container as ``--container-start``
+says (``jobs.container_start``); first, on a stack of its own, the same runs with
+``--baseline`` (``eager``: the container started in line before the agent, in every segment,
+as before 2026-12), so both figures come from the same run. Per setting, three runs:
 
 1. **unloaded**: ``--latency-jobs`` jobs one at a time: the latency of one job;
 2. **under load**: ``--jobs`` jobs submitted at once: jobs per minute end to end (first
@@ -32,8 +36,14 @@ logged by the timed model (``bench._jobs_model``), and each tool call's duration
 tool frame (``ToolCallRecord.duration_ms``, measured by the runner around the call into the
 container). "Container" is container start + tool calls + container stop; "model" is the sum
 of model calls; everything else (queue pickup, image check, workspace, the runner, event
-writes, the park itself) is "outside". Targets: at least 60 jobs per minute, and a median
-submit → park of at most 1.5 s. Figures are printed, never asserted.
+writes, the park itself) is "outside". A start that ran on a background thread counts only
+for the part a tool call waited for ("start waited for"); the whole start is printed beside.
+
+CPU-seconds per job, over the burst: the worker process trees, the run's containers and the
+engine (``bench._jobs_cpu``), beside the floor's CPU in this process.
+
+Targets: at least 60 jobs per minute, a median submit → park of at most 1.5 s, and (issue 18)
+CPU-seconds per job at most half the baseline's. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -59,6 +69,13 @@ from bench._jobs import (
     run_one,
     submit,
 )
+from bench._jobs_cpu import (
+    CpuFigures,
+    CpuMeter,
+    add_setting_arguments,
+    cpu_lines,
+    settings_to_run,
+)
 from bench._jobs_model import PREFIX as MODEL_PREFIX
 from bot.core.errors import BeamError
 from bot.core.frames import ToolFrame
@@ -68,6 +85,7 @@ from harness.stack import REPO, Stack, job_stack
 
 TARGET_JOBS_PER_MINUTE = 60.0
 TARGET_PARK_SECONDS = 1.5
+TARGET_CPU_RATIO = 0.5
 # Finished jobs are looked for less often: their times come from the records, so a late look
 # costs nothing but this process's CPU, which the workers share on a small machine.
 PUSHED_POLL_SECONDS = 0.25
@@ -76,25 +94,36 @@ PUSHED_POLL_SECONDS = 0.25
 def main(argv: Sequence[str] | None = None) -> int:
     options = _arguments(argv)
     floor = run_floor(options.latency_jobs)
-    with job_stack(lease_seconds=30.0, model_factory=MODEL_FACTORY) as stack:
+    reports = [run_setting(options, setting, floor) for setting in settings_to_run(options)]
+    for report in reports:
+        print(report.render())
+        print()
+    print("\n".join(_comparison(reports, floor)))
+    return 0
+
+
+def run_setting(options: argparse.Namespace, setting: str, floor: Floor) -> Report:
+    """The three runs on a fresh stack whose workers start containers as ``setting`` says."""
+    more = {"jobs": {"container_start": setting}}
+    with job_stack(lease_seconds=30.0, model_factory=MODEL_FACTORY, more_config=more) as stack:
         for index in range(options.workers):
             stack.start_worker(f"w{index}", concurrency=options.concurrency)
         # The first jobs pay once for what every later one reuses: each worker's mirror,
         # the pool processes' first imports and connections.
         cold = [run_one(stack) for _ in range(2 * options.workers * options.concurrency)]
         unloaded = [run_one(stack) for _ in range(options.latency_jobs)]
-        loaded, elapsed = run_burst(stack, options.jobs)
-        report = Report(
+        loaded, elapsed, cpu = run_burst(stack, options.jobs)
+        return Report(
             options=options,
+            setting=setting,
             cold=cold,
             unloaded=unloaded,
             loaded=loaded,
             burst_seconds=elapsed,
             floor=floor,
             splits=read_splits(stack, [*unloaded, *loaded]),
+            cpu=cpu,
         )
-        print(report.render())
-    return 0
 
 
 def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -103,13 +132,17 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--concurrency", type=int, default=1, help="pool processes per worker")
     parser.add_argument("--latency-jobs", type=int, default=10, help="jobs run one at a time")
+    add_setting_arguments(parser)
     return parser.parse_args(argv)
 
 
-def run_burst(stack: Stack, jobs: int) -> tuple[list[JobTimes], float]:
+def run_burst(stack: Stack, jobs: int) -> tuple[list[JobTimes], float, CpuFigures]:
     """``jobs`` jobs submitted at once, each approved as soon as it parks; returns their
-    times and the seconds from the first submit to the last push."""
+    times, the seconds from the first submit to the last push, and the CPU they took."""
+    meter = CpuMeter(stack, set())
+    meter.start()
     submitted = {times.job_id: times for times in (submit(stack) for _ in range(jobs))}
+    meter.jobs.update(submitted)
     waiting = set(submitted)
     pushing: set[str] = set()
     deadline = time.monotonic() + JOB_TIMEOUT_SECONDS + jobs * 5.0
@@ -136,8 +169,9 @@ def run_burst(stack: Stack, jobs: int) -> tuple[list[JobTimes], float]:
                 elif record.state.is_final:
                     raise AssertionError(f"job {job_id} ended {record.state.value}: {record.error}")
         time.sleep(POLL_SECONDS if waiting else PUSHED_POLL_SECONDS)
+    cpu = meter.stop()
     times = list(submitted.values())
-    return times, max(t.pushed for t in times) - min(t.submitted for t in times)
+    return times, max(t.pushed for t in times) - min(t.submitted for t in times), cpu
 
 
 # -- where the time went -----------------------------------------------------------------
@@ -192,20 +226,27 @@ def _tool_ms(stack: Stack, job_id: str, before: float) -> float:
 @dataclass
 class Report:
     options: argparse.Namespace
+    setting: str
     cold: list[JobTimes]
     unloaded: list[JobTimes]
     loaded: list[JobTimes]
     burst_seconds: float
     floor: Floor
     splits: dict[str, Split]
+    cpu: CpuFigures
+
+    @property
+    def per_minute(self) -> float:
+        return len(self.loaded) / self.burst_seconds * 60
 
     def render(self) -> str:
         o = self.options
-        per_minute = len(self.loaded) / self.burst_seconds * 60
+        per_minute = self.per_minute
         park_median = statistics.median(t.to_park for t in self.unloaded)
         lines = [
             f"jobs_bench: author jobs ({PLAYBOOK} playbook), {o.workers} workers x prefork "
-            f"{o.concurrency}, real Redis, Celery, containers and relay",
+            f"{o.concurrency}, real Redis, Celery, containers and relay; "
+            f"jobs.container_start = {self.setting}",
             f"{'':36}{'median':>11} {'p95':>11}",
             f"unloaded: {len(self.unloaded)} jobs one at a time",
             row("submit -> park", [t.to_park for t in self.unloaded]),
@@ -243,13 +284,18 @@ class Report:
                 continue
             phases = split.phases
             total = times.to_park * 1000
-            container = phases.get("container", 0) + phases.get("stop", 0) + split.tools_ms
+            # The start counts for what the segment waited of it; the rest ran meanwhile.
+            # Unless in line, that wait was inside the first tool call, as the runner timed it.
+            waited = phases.get("container_wait", 0)
+            tools_ms = split.tools_ms - (waited if self.setting != "eager" else 0)
+            container = waited + phases.get("stop", 0) + tools_ms
             outside = total - split.model_ms - container
             queue = (split.started - times.submitted) * 1000
             rows["submit -> park"].append(total)
             rows["model calls"].append(split.model_ms)
-            rows["container: start"].append(phases.get("container", 0))
-            rows["container: tool calls"].append(split.tools_ms)
+            rows["container: start (waited for)"].append(waited)
+            rows["  the whole start (in line or overlapped)"].append(phases.get("container", 0))
+            rows["container: tool calls"].append(tools_ms)
             rows["container: stop"].append(phases.get("stop", 0))
             rows["outside model and container"].append(outside)
             rows["  queue: submit -> segment start"].append(queue)
@@ -271,6 +317,26 @@ class Report:
             unit = "%" if name.startswith("share") else "ms"
             lines.append(f"  {name:<42}{statistics.median(values):>9.1f} {unit}")
         return lines
+
+
+def _comparison(reports: list[Report], floor: Floor) -> list[str]:
+    """CPU per job of each setting beside the floor, and the settings side by side."""
+    runs = {f"container_start={r.setting}": (r.cpu, len(r.loaded)) for r in reports}
+    lines = [*cpu_lines(runs, floor.cpu), ""]
+    for report in reports:
+        park = statistics.median(t.to_park for t in report.unloaded)
+        lines.append(
+            f"container_start={report.setting}: {report.per_minute:.1f} jobs/min, unloaded "
+            f"submit -> park median {park * 1000:.0f} ms"
+        )
+    if len(reports) > 1:
+        base, new = reports[0], reports[-1]
+        ratio = (new.cpu.total / len(new.loaded)) / (base.cpu.total / len(base.loaded))
+        lines.append(
+            f"target CPU-seconds per job <= {TARGET_CPU_RATIO:.0%} of {base.setting}'s: "
+            f"{'met' if ratio <= TARGET_CPU_RATIO else 'MISSED'} ({ratio:.0%})"
+        )
+    return lines
 
 
 if __name__ == "__main__":

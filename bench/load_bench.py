@@ -1,6 +1,8 @@
 """Load: 200 scripted author jobs at once through real workers, in two worker layouts.
 
     python -m bench.load_bench [--jobs 200] [--scenario two-workers|two-hosts|both]
+                               [--container-start ahead] [--baseline eager|none]
+                               [--baseline-jobs 60]
 
 Everything but the model is real (the end-to-end stack of ``harness.stack``, as in
 ``bench.jobs_bench``): Redis, Celery worker processes, one sandbox container per job
@@ -23,10 +25,16 @@ in bulk, and the run ends when every push has landed. Printed per scenario:
 - lost (a job that did not succeed), duplicated (an upstream branch updated more than once,
   read from its reflog) and orphan containers (any container of the run's jobs still there
   once every job finished);
+- CPU-seconds per job, first submit to last push: the worker process trees, the run's
+  containers and the engine (``bench._jobs_cpu``);
 
-beside the floor: the same playbook in this process on in-process tools (``bench._jobs``).
-Target: at least 60 jobs per minute end to end, and zero lost, duplicated and orphans.
-Figures are printed, never asserted.
+beside the floor: the same playbook in this process on in-process tools (``bench._jobs``),
+its CPU too. The workers start containers as ``--container-start`` says
+(``jobs.container_start``); before it, each scenario runs with ``--baseline`` (``eager``, the
+start in line of every segment, as before 2026-12) on ``--baseline-jobs`` jobs, so both
+figures come from the same run. Targets: at least 60 jobs per minute end to end (issue 18:
+200 in ``two-workers``), zero lost, duplicated and orphans, and CPU-seconds per job at most
+half the baseline's. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -41,6 +49,14 @@ from pathlib import Path
 
 from bench import percentile
 from bench._jobs import MODEL_FACTORY, PLAYBOOK, Floor, decide, run_floor, run_one
+from bench._jobs_cpu import (
+    CpuFigures,
+    CpuMeter,
+    add_setting_arguments,
+    cpu_lines,
+    process_tree,
+    settings_to_run,
+)
 from bot.store.models import JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import Stack, job_stack
@@ -64,8 +80,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = _arguments(argv)
     floor = run_floor(FLOOR_RUNS)
     names = list(SCENARIOS) if options.scenario == "both" else [options.scenario]
+    settings = settings_to_run(options)
+    # The baseline on fewer jobs: its CPU per job needs no 200, and the run stays short.
+    runs = [(s, options.baseline_jobs if s != settings[-1] else options.jobs) for s in settings]
     for name in names:
-        print(run_scenario(name, SCENARIOS[name], options.jobs).render(floor))
+        outcomes = []
+        for setting, jobs in runs:
+            outcome = run_scenario(name, SCENARIOS[name], jobs, setting)
+            print(outcome.render(floor))
+            print()
+            outcomes.append(outcome)
+        cpu = {f"{name}, container_start={o.setting}": (o.cpu, len(o.records)) for o in outcomes}
+        print("\n".join(cpu_lines(cpu, floor.cpu)))
         print()
     return 0
 
@@ -74,6 +100,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=200, help="jobs submitted at once")
     parser.add_argument("--scenario", choices=[*SCENARIOS, "both"], default="both")
+    add_setting_arguments(parser)
+    parser.add_argument("--baseline-jobs", type=int, default=60, help="jobs of the baseline")
     return parser.parse_args(argv)
 
 
@@ -82,22 +110,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def _tree_rss_kib(root: int) -> int:
     """Resident memory of ``root`` and every process descended from it, in KiB."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                # The parent is the 2nd field after the parenthesised command name.
-                stat = (entry / "stat").read_text()
-                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    tree, frontier = {root}, [root]
-    while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
-        tree.update(children)
-        frontier.extend(children)
-    return sum(_rss_kib(pid) for pid in tree)
+    return sum(_rss_kib(pid) for pid in process_tree(root))
 
 
 def _rss_kib(pid: int) -> int:
@@ -148,6 +161,7 @@ class Sampler:
 @dataclass
 class Outcome:
     scenario: str
+    setting: str
     layout: dict[str, str]
     records: dict[str, JobRecord]
     parked_at: dict[str, float]
@@ -155,6 +169,7 @@ class Outcome:
     sampler: Sampler
     duplicated: int
     orphans: int
+    cpu: CpuFigures
 
     def render(self, floor: Floor) -> str:
         done = [
@@ -171,7 +186,8 @@ class Outcome:
         hosts = sorted(set(self.layout.values()))
         floor_park, floor_push = statistics.median(floor.to_park), statistics.median(floor.to_push)
         lines = [
-            f"load_bench {self.scenario}: {len(self.records)} author jobs ({PLAYBOOK}), "
+            f"load_bench {self.scenario}, jobs.container_start = {self.setting}: "
+            f"{len(self.records)} author jobs ({PLAYBOOK}), "
             f"{len(self.layout)} workers (prefork 1) on {len(hosts)} hosts: "
             + ", ".join(
                 f"{host}: {'+'.join(w for w, h in self.layout.items() if h == host)}"
@@ -191,6 +207,11 @@ class Outcome:
                 for name in self.layout
             ),
             "  containers of the run's jobs, max per 10 s: " + _series(self.sampler.containers),
+            f"  CPU-seconds per job: {self.cpu.total / max(len(self.records), 1):.3f} "
+            f"(workers {self.cpu.workers / max(len(self.records), 1):.3f}, containers "
+            f"{self.cpu.containers / max(len(self.records), 1):.3f}, engine "
+            f"{self.cpu.engine / max(len(self.records), 1):.3f}); floor in process "
+            f"{statistics.median(floor.cpu):.3f}",
             f"  lost {lost}, duplicated {self.duplicated}, orphan containers {self.orphans}",
             f"  target >= {TARGET_JOBS_PER_MINUTE:.0f} jobs/min with nothing lost, duplicated "
             "or orphaned: "
@@ -216,15 +237,19 @@ def _series(samples: list[tuple[float, int]]) -> str:
     return " ".join(str(buckets[b]) for b in sorted(buckets)) or "(no samples)"
 
 
-def run_scenario(name: str, layout: dict[str, str], jobs: int) -> Outcome:
-    with job_stack(lease_seconds=30.0, model_factory=MODEL_FACTORY) as stack:
+def run_scenario(name: str, layout: dict[str, str], jobs: int, setting: str) -> Outcome:
+    more = {"jobs": {"container_start": setting}}
+    with job_stack(lease_seconds=30.0, model_factory=MODEL_FACTORY, more_config=more) as stack:
         for worker, host in layout.items():
             stack.start_worker(worker, host=host)
         for _ in range(WARM_JOBS_PER_WORKER * len(layout)):
             run_one(stack)
+        meter = CpuMeter(stack, set())
+        meter.start()
         ids = [
             stack.submit(JobKind.AUTHOR, PLAYBOOK, request=AUTHOR_REQUEST).id for _ in range(jobs)
         ]
+        meter.jobs.update(ids)
         sampler = Sampler(stack, set(ids))
         sampler.start()
         try:
@@ -234,8 +259,11 @@ def run_scenario(name: str, layout: dict[str, str], jobs: int) -> Outcome:
             records = _wait_all(stack, ids, {JobState.SUCCEEDED})
         finally:
             sampler.stop()
+            cpu = meter.stop()
         return Outcome(
             scenario=name,
+            setting=setting,
+            cpu=cpu,
             layout=layout,
             records=records,
             # The parked record's last change is the park (the Redis server's clock).

@@ -298,6 +298,9 @@ class JobSettings(BaseModel):
     events_maxlen: Positive = 10_000
     diff_max_chars: Positive = 200_000
     webhook_timeout_seconds: Seconds = 10.0
+    container_start: Literal["ahead", "on_demand", "eager"] = Field(
+        default="ahead", description="when a segment starts its container (docs/jobs.md)"
+    )
 
     @model_validator(mode="after")
     def _limits_in_order(self) -> JobSettings:

@@ -326,6 +326,11 @@ def _author_read_missing() -> list[PlaybookStep]:
     return [calls(("read_file", {"path": "docs/missing.md"})), "The page reads well."]
 
 
+def _summarize_without_reading() -> list[PlaybookStep]:
+    """Answers at once, calling no tool: a segment that never needs its container."""
+    return [SUMMARY_TEXT]
+
+
 def _publish_without_calling() -> list[PlaybookStep]:
     return ["I would rather not publish today."]
 
@@ -355,6 +360,7 @@ PLAYBOOKS: dict[str, Callable[[], list[PlaybookStep]]] = {
     "author-nothing-to-change": _author_nothing_to_change,
     "author-read-missing": _author_read_missing,
     "publish-without-calling": _publish_without_calling,
+    "summarize-without-reading": _summarize_without_reading,
 }
 
 

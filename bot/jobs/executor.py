@@ -7,7 +7,11 @@ decision to the parked run and drives it on. A segment, on the worker that claim
 2. gets the job's workspace: a new one for the first segment; for a resume the local one
    when it still holds the approved commit, else a new one with the parked snapshot restored
    into it (the job parked on another host);
-3. starts the hardened container on it, with the kind's compare point;
+3. prepares the hardened container on it, with the kind's compare point, started when the
+   segment needs it (``jobs.container_start``): by default on a background thread as soon as
+   the segment knows a tool call is coming (a first segment; a resume whose approved call
+   runs in the container), else at the first tool call; a segment that calls no tool never
+   starts one (``sandbox.host.container.deferred``);
 4. builds the agent for the kind's skill, with its tools (``bot.jobs.toolsets``), prompt
    values (house-style notes recalled for the repository) and hooks: every frame goes to the
    job's event stream; before each model call and tool call the job is checked for a cancel
@@ -19,10 +23,12 @@ decision to the parked run and drives it on. A segment, on the worker that claim
    the kind's required result is missing or the run ended on a tool error, see
    ``bot.jobs.outcomes.shortfall``).
 
-The container is stopped on every path, and the workspace released on every path but a park
-(a resume on this host reuses it). A failure is the job's ``error`` and state ``failed``; a
-cancel is ``cancelled``. Every write of the job names this worker as its owner, so a worker
-that lost the job (its lease ran out and another took over) changes nothing.
+The container is stopped on every path (a start under way is waited for, then removed), and
+the workspace released on every path but a park (a resume on this host reuses it). A start
+that failed fails the segment with its own error, as when it ran in line. A failure is the
+job's ``error`` and state ``failed``; a cancel is ``cancelled``. Every write of the job
+names this worker as its owner, so a worker that lost the job (its lease ran out and another
+took over) changes nothing.
 """
 
 from __future__ import annotations
@@ -70,7 +76,7 @@ from bot.jobs.parking import (
     check_still_bound,
 )
 from bot.jobs.plans import Baseline, TreePlan, compare_point, request_text, tree_plan
-from bot.jobs.relayed_push import ApprovedPush, PushGuard, Relay, recorded_pushes
+from bot.jobs.relayed_push import ApprovedPush, PushGuard, Relay, recorded_pushes, staged
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolbox import Toolbox, servers_for
 from bot.jobs.toolsets import JobTools, job_tools
@@ -89,6 +95,7 @@ from bot.store.models import (
     PublishOutcome,
 )
 from bot.store.store import JobStore
+from sandbox.host.container.deferred import DeferredSandbox
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.engine import engine_errors
 from sandbox.host.image.build import check_image
@@ -104,6 +111,7 @@ from sandbox.host.workspace.prepare import (
 )
 from sandbox.host.workspace.snapshot import capture, read_header, restore
 from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.tool_specs import TOOL_SPECS
 from skills.loader import skill_by_name
 
 log = logging.getLogger(__name__)
@@ -152,7 +160,7 @@ class _Segment:
     workspace: Workspace | None = None
     compare: Baseline | None = None
     base_sha: str = ""
-    sandbox: ContainerSandbox | None = None
+    sandbox: DeferredSandbox | None = None
     approval: Approval | None = None
     tools: JobTools = field(default_factory=JobTools)
     publish: PublishTarget | None = None
@@ -247,8 +255,13 @@ class Executor:
         with timings.phase("agent"):
             state, approval = asyncio.run(self._drive(segment, client, stop))
         # Gone before the job moves: a parked or finished job never has a container.
+        sandbox = segment.sandbox
         with timings.phase("stop"):
             _stop_container(segment)
+        if sandbox is not None:
+            # A start that failed fails the segment as it did when it ran in line, whatever
+            # the run made of it meanwhile (it stopped at its next frame or model call).
+            sandbox.raise_if_failed()
         if approval is not None:
             with timings.phase("park"):
                 return self._park(segment, state, approval)
@@ -281,9 +294,10 @@ class Executor:
         segment.base_sha = (approval.base_sha if approval else None) or workspace.base_sha
         if approval is not None and approval.state is ApprovalState.APPROVED:
             check_still_bound(approval, workspace)
-        sandbox = ContainerSandbox(self._docker, image)
-        segment.sandbox = sandbox
-        with timings.phase("container"):
+        compare = segment.compare
+        deployment = self._store.deployment()
+
+        def start(sandbox: ContainerSandbox) -> None:
             sandbox.start(
                 record.id,
                 workspace.tree,
@@ -293,13 +307,21 @@ class Executor:
                 outbox=workspace.outbox,
                 identity=settings.identity,
                 trailers=[Trailer.requested_by(record.spec.requested_by)],
-                compare_to=segment.compare.sha if segment.compare else None,
-                compare_label=segment.compare.label if segment.compare else None,
+                compare_to=compare.sha if compare else None,
+                compare_label=compare.label if compare else None,
                 # This worker holds the job: a container of it on this engine was left by
                 # an attempt whose worker died (kill -9, a lost Redis connection).
                 replace_leftover=True,
-                deployment=self._store.deployment(),
+                deployment=deployment,
             )
+
+        sandbox = DeferredSandbox(ContainerSandbox(self._docker, image), start)
+        segment.sandbox = sandbox
+        mode = settings.jobs.container_start
+        if mode == "eager":
+            sandbox.ready()
+        elif mode == "ahead" and _tool_call_coming(approval, workspace):
+            sandbox.begin()
 
     def _publish_target(
         self, segment: _Segment, repo: RepositoryConfig, callbacks: UpstreamCallbacks
@@ -395,6 +417,7 @@ class Executor:
                 return state, None
             verdict = approval_for(record, pending, self._push_target(segment))
             if isinstance(verdict, Approval):
+                await _stage_push(segment, verdict)
                 return state, verdict
             frames = agent.resume(state, verdict)
 
@@ -440,6 +463,7 @@ class Executor:
             relay=(
                 self._relay(record, workspace, repo, callbacks) if workspace is not None else None
             ),
+            outbox=workspace.outbox if workspace is not None else None,
             publish=segment.publish.tool if segment.publish is not None else None,
             mcp=segment.toolbox.tools if segment.toolbox is not None else (),
         )
@@ -448,7 +472,7 @@ class Executor:
             client,
             segment.tools.tools,
             granted=self._settings.mcp.skills.get(spec.kind.skill, ()),
-            hooks=self._hooks(record.id, stop),
+            hooks=self._hooks(record.id, stop, segment.sandbox),
             prompt_values=self._prompt_values(segment, [note.text for note in notes]),
             # Streamed: a long generation is no read timeout, and its text reaches the live
             # job page as it arrives.
@@ -475,7 +499,7 @@ class Executor:
             values["base"] = plan.base
         return values
 
-    def _hooks(self, job_id: str, stop: StopCheck) -> Hooks:
+    def _hooks(self, job_id: str, stop: StopCheck, sandbox: DeferredSandbox | None) -> Hooks:
         hooks = Hooks()
         store = self._store
         # A streamed answer comes a token or two per frame; its pieces are joined into
@@ -494,13 +518,18 @@ class Executor:
                 answer.clear()
             if not isinstance(frame, ChunkFrame):
                 store.append_event(job_id, frame)
-            # A refused call (cancelled or taken over) ends the run at its tool frame.
+            # A refused call (cancelled or taken over) ends the run at its tool frame; so
+            # does a call that found the container's start failed.
             if not isinstance(frame, DoneFrame):
                 stop.raise_if_stopped()
+                if sandbox is not None:
+                    sandbox.raise_if_failed()
 
         @hooks.before_completion
         async def before_model(state: RunState, messages: list[Any], specs: list[ToolSpec]) -> None:
             stop.check()
+            if sandbox is not None:
+                sandbox.raise_if_failed()
 
         @hooks.before_tool
         async def before_tool(state: RunState, call: Any, args: Any) -> None:
@@ -649,6 +678,42 @@ def _stop_container(segment: _Segment) -> None:
     sandbox, segment.sandbox = segment.sandbox, None
     if sandbox is not None:
         sandbox.stop()
+        # ``container``: the start, wherever it ran; ``container_wait``: what of it the
+        # segment waited for (all of it when in line, none when the start was all overlapped).
+        segment.timings.add("container", sandbox.start_seconds)
+        segment.timings.add("container_wait", sandbox.wait_seconds)
+
+
+def _tool_call_coming(approval: Approval | None, workspace: Workspace) -> bool:
+    """Whether a segment knows, before its model answers, that it will call a container
+    tool: a first segment does (every skill with a tree reads it before it answers), and a
+    resume whose approved call runs in the container (an author's ``git_push``), unless the
+    push was staged in this host's outbox when the job parked."""
+    if approval is None:
+        return True
+    if approval.state is not ApprovalState.APPROVED or approval.tool not in TOOL_SPECS:
+        return False
+    if approval.tool == "git_push" and approval.commit_sha and approval.target_ref:
+        pushed = ApprovedPush(sha=approval.commit_sha, branch=approval.target_ref)
+        return not staged(workspace.outbox, pushed)
+    return True
+
+
+async def _stage_push(segment: _Segment, approval: Approval) -> None:
+    """Have the running container push the branch a person is now asked about into the job's
+    outbox, so that the resume that relays it needs no container of its own (``staged``).
+
+    The outbox is the job's own repository on this worker: nothing in it goes upstream but
+    through the relay, after the approval, and only the approved commit. Best effort: a push
+    that fails here (or a container that is not running) leaves the resume to push as before.
+    """
+    sandbox = segment.sandbox
+    if approval.tool != "git_push" or sandbox is None or not sandbox.running:
+        return
+    try:
+        await asyncio.to_thread(sandbox.call, "git_push", dict(approval.arguments))
+    except BeamError as error:
+        log.info("job %s: push not staged in the outbox (%s)", segment.record.id, error.code)
 
 
 def _final_state(code: str) -> JobState:

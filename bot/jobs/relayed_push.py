@@ -6,6 +6,12 @@ approved (commit and branch): the container pushes into the job's outbox, and if
 exactly that commit to exactly that branch, the host relay sends the commit upstream with
 credentials the container never sees. Anything else is BEM-603 and nothing goes upstream.
 
+The segment that parked on the push already had the container push the branch into the
+outbox (``Executor`` stages it, see ``bot.jobs.executor``): when the outbox holds the approved
+commit on the approved branch, that push is not run again, and the resume needs no container.
+The outbox is the job's own repository on the worker; nothing in it leaves the host but
+through the relay, after the approval.
+
 The relay answers ``already_there`` when the upstream branch is already at the commit, so a
 segment that runs twice (a redelivered task that took the job over) pushes once.
 
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import JsonValue
@@ -28,7 +35,9 @@ from bot.core.frames import ErrorInfo
 from bot.core.input import AgentInput
 from bot.core.tools import Tool, ToolSpec
 from sandbox.host.relay import RelayResult
+from sandbox.host.workspace.outbox import outbox_branch
 from sandbox.inside.refs import HEADS
+from sandbox.inside.reports import PushResult
 
 if TYPE_CHECKING:
     from bot.store.store import JobStore
@@ -75,9 +84,10 @@ class ApprovedPush:
 class RelayedPush:
     """The ``git_push`` tool of a job: container push, then the host relay."""
 
-    def __init__(self, inner: Tool, relay: Relay) -> None:
+    def __init__(self, inner: Tool, relay: Relay, *, outbox: Path | None = None) -> None:
         self._inner = inner
         self._relay = relay
+        self._outbox = outbox
         self._approved: ApprovedPush | None = None
 
     def spec(self) -> ToolSpec:
@@ -93,7 +103,13 @@ class RelayedPush:
             # The loop runs a confirm_required tool only after a decision, and every decision
             # arms the wrapper; reaching this means a decision without an approval record.
             raise BeamError("BEM-603", "git_push ran without an approved commit; nothing pushed")
-        pushed = await self._inner.invoke(args, input)
+        if staged(self._outbox, approved):
+            # What the container's push answers when the outbox already holds the commit.
+            pushed: JsonValue = PushResult(
+                remote="origin", ref=HEADS + approved.branch, sha=approved.sha
+            ).model_dump(mode="json")
+        else:
+            pushed = await self._inner.invoke(args, input)
         sha, branch = _pushed(pushed)
         if (sha, branch) != (approved.sha, approved.branch):
             raise BeamError(
@@ -105,6 +121,17 @@ class RelayedPush:
         relayed = await asyncio.to_thread(self._relay, approved.sha, approved.branch)
         upstream: JsonValue = relayed.model_dump(mode="json")
         return {**pushed, "upstream": upstream} if isinstance(pushed, dict) else pushed
+
+
+def staged(outbox: Path | None, approved: ApprovedPush) -> bool:
+    """Whether the job's outbox already holds the approved commit on the approved branch
+    (read as the untrusted data it is, ``sandbox.host.workspace.outbox``)."""
+    if outbox is None:
+        return False
+    try:
+        return outbox_branch(outbox, approved.branch) == approved.sha
+    except BeamError:
+        return False  # unreadable: the container pushes again, and says what is wrong
 
 
 def _pushed(result: JsonValue) -> tuple[str, str]:

@@ -5,7 +5,9 @@ segment's start (epoch seconds, the worker's clock), its total, and milliseconds
 
 - ``image``: checking the sandbox image; ``model``: finding the job's model client;
 - ``workspace``: preparing (or reopening, or restoring) the job's tree;
-- ``container``: starting the sandbox container until its tool server is ready;
+- ``container``: starting the sandbox container until its tool server is ready, in line or on
+  a background thread (absent when the segment started none); ``container_wait``: the part of
+  that start the segment waited for (a tool call waiting for the container to be ready);
 - ``agent``: the run itself (model calls, tool calls, event writes, the park decision);
 - ``stop``: removing the container;
 - ``park`` (run state, snapshot, approval, state change) or ``finish`` (outcome, state);
@@ -45,6 +47,11 @@ class SegmentTimings:
         finally:
             elapsed = (time.perf_counter() - begun) * 1000
             self.phases[name] = self.phases.get(name, 0.0) + elapsed
+
+    def add(self, name: str, seconds: float) -> None:
+        """Count ``seconds`` spent elsewhere (another thread) under phase ``name``."""
+        if seconds:
+            self.phases[name] = self.phases.get(name, 0.0) + seconds * 1000
 
     def log(self, state: str) -> None:
         """Log the line, with the state the segment left the job in."""

@@ -1,6 +1,7 @@
 """The tools a job's agent is built with, per kind.
 
-Container tools run in the job's sandbox; host tools run on the worker. Each kind gets what
+Container tools run in the job's sandbox (their specs are the static ones, whether or not
+the container has started yet); host tools run on the worker. Each kind gets what
 its skill's allowlist names (``ToolLoopAgent.for_skill`` drops anything else, so an
 allowlist is the single place that decides):
 
@@ -18,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bot.agents.memory import MemoryStore, RememberTool
 from bot.core.tools import Tool
 from bot.jobs.host_tools.review import ReviewChangeTool, ReviewCollector
 from bot.jobs.relayed_push import Relay, RelayedPush
 from bot.store.models import JobKind
-from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.host.container.deferred import DeferredSandbox
 from sandbox.inside.jail import SandboxRoot
 
 
@@ -40,11 +42,12 @@ class JobTools:
 def job_tools(
     kind: JobKind,
     *,
-    sandbox: ContainerSandbox | None,
+    sandbox: DeferredSandbox | None,
     tree: SandboxRoot | None,
     memory: MemoryStore,
     scope: str,
     relay: Relay | None,
+    outbox: Path | None = None,
     publish: Tool | None = None,
     mcp: Sequence[Tool] = (),
 ) -> JobTools:
@@ -53,7 +56,7 @@ def job_tools(
     if sandbox is not None:
         for tool in sandbox.tools():
             if tool.spec().name == "git_push" and relay is not None:
-                found.push = RelayedPush(tool, relay)
+                found.push = RelayedPush(tool, relay, outbox=outbox)
                 tool = found.push
             found.tools.append(tool)
     if kind in (JobKind.AUTHOR, JobKind.REVIEW):

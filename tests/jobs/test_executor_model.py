@@ -4,6 +4,7 @@ Celery settings and the relayed git_push, each against its real collaborators.""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from pydantic import JsonValue
@@ -226,6 +227,26 @@ async def test_relayed_push_relays_exactly_the_approved_commit() -> None:
         await push.invoke({}, AgentInput.of_text("x"))
     assert caught.value.code == "BEM-603"
     assert len(inner.calls) == 1
+
+
+@pytest.mark.parametrize("outbox_at", [SHA, "b" * 40, None])
+async def test_a_push_staged_in_the_outbox_is_relayed_without_the_container(
+    tmp_path: Path, outbox_at: str | None
+) -> None:
+    # The outbox as the parking segment's container left it: the job branch at some commit.
+    outbox = tmp_path / "outbox.git"
+    (outbox / "refs" / "heads" / "riverbeam").mkdir(parents=True)
+    if outbox_at is not None:
+        (outbox / "refs" / "heads" / "riverbeam" / "job1").write_text(outbox_at + "\n")
+    inner, relayed = FakeContainerPush(SHA, "refs/heads/riverbeam/job1"), []
+    push = RelayedPush(inner, _relay(relayed), outbox=outbox)
+    push.arm(ApprovedPush(sha=SHA, branch="riverbeam/job1"))
+    result = await push.invoke({}, AgentInput.of_text("x"))
+    # Exactly the approved commit goes, and the model reads the same answer either way.
+    assert relayed == [(SHA, "riverbeam/job1")]
+    assert isinstance(result, dict) and {k: result[k] for k in inner.result} == inner.result
+    # Only an outbox at the approved commit saves the container's push.
+    assert len(inner.calls) == (0 if outbox_at == SHA else 1)
 
 
 async def test_relayed_push_refuses_what_was_not_approved() -> None:

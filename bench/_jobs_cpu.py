@@ -1,0 +1,261 @@
+"""CPU-seconds the job benchmarks spend per job, read from ``/proc`` and the engine's cgroups.
+
+Three parts, each read before and after a measured stretch (``CpuMeter.start`` / ``stop``):
+
+- **workers**: every worker's process tree (its main process and pool processes, and what
+  they reaped): user + system time from ``/proc/<pid>/stat``. Exactly this run's.
+- **containers**: the run's sandbox containers (labelled with one of its jobs): each one's
+  cgroup CPU (``cpuacct.usage``, cgroup v1, or ``cpu.stat`` ``usage_usec``, v2), read every
+  ``POLL_SECONDS`` while it exists, so the last moments before its removal may be missed
+  (a lower bound); plus its ``containerd-shim`` process tree (the shim and the ``runc``
+  calls it reaped), read the same way.
+- **engine**: ``dockerd`` and ``containerd`` (and what they reaped). Shared by every client
+  of the engine: on a machine where other sessions start containers, theirs is in it too.
+
+The figures are for comparing: the baseline and the new setting are measured the same way, in
+the same run, so what the method misses or lets in weighs on both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import statistics
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from docker import DockerClient
+from docker.errors import DockerException
+
+from harness.stack import Stack
+from sandbox.host.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
+from sandbox.host.engine import connect
+
+POLL_SECONDS = 0.1
+CONTAINER_STARTS = ("ahead", "on_demand", "eager")
+TICKS = os.sysconf("SC_CLK_TCK")
+ENGINE_DAEMONS = ("dockerd", "containerd")
+SHIM = "containerd-shim"  # /proc/<pid>/comm is cut at 15 characters
+CGROUP_ROOTS = (
+    Path("/sys/fs/cgroup/cpuacct/docker"),
+    Path("/sys/fs/cgroup/cpu,cpuacct/docker"),
+    Path("/sys/fs/cgroup/system.slice"),
+)
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (field 3 onwards)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """Every process: pid → (parent pid, command name)."""
+    found: dict[int, tuple[int, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        fields = _stat(int(entry.name))
+        if fields is not None:
+            found[int(entry.name)] = (int(fields[1]), comm)
+    return found
+
+
+def _tree(root: int, processes: dict[int, tuple[int, str]]) -> set[int]:
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, (ppid, _) in processes.items() if ppid == parent and p not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    return tree
+
+
+def _cpu_seconds(pids: set[int]) -> float:
+    """User + system time of ``pids`` and of the children each has reaped."""
+    total = 0
+    for pid in pids:
+        fields = _stat(pid)
+        if fields is not None:
+            total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+    return total / TICKS
+
+
+def process_tree(root: int) -> set[int]:
+    """``root`` and every process descended from it."""
+    return _tree(root, _processes())
+
+
+def add_setting_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--container-start`` (the setting measured) and ``--baseline`` (measured first)."""
+    parser.add_argument(
+        "--container-start", choices=CONTAINER_STARTS, default="ahead", help="jobs.container_start"
+    )
+    parser.add_argument(
+        "--baseline",
+        choices=[*CONTAINER_STARTS, "none"],
+        default="eager",
+        help="the setting measured first, to compare with (none: skip it)",
+    )
+
+
+def settings_to_run(options: argparse.Namespace) -> list[str]:
+    """The settings of ``jobs.container_start`` to measure, the baseline first."""
+    return (
+        [options.container_start]
+        if options.baseline == "none"
+        else [
+            options.baseline,
+            options.container_start,
+        ]
+    )
+
+
+def _cgroup_seconds() -> dict[str, float]:
+    """Every running container's cgroup CPU-seconds so far, by container id."""
+    found: dict[str, float] = {}
+    for root in CGROUP_ROOTS:
+        if not root.is_dir():
+            continue
+        for entry in root.iterdir():
+            container_id = entry.name.removeprefix("docker-").removesuffix(".scope")
+            if len(container_id) != 64:
+                continue
+            try:
+                if (entry / "cpuacct.usage").exists():
+                    found[container_id] = int((entry / "cpuacct.usage").read_text()) / 1e9
+                else:
+                    usage = (entry / "cpu.stat").read_text().split("usage_usec", 1)[1].split()[0]
+                    found[container_id] = int(usage) / 1e6
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def _shim_container(pid: int) -> str | None:
+    """The container a ``containerd-shim`` process runs (its ``-id`` argument)."""
+    try:
+        command = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for flag, value in itertools.pairwise(command):
+        if flag == b"-id":
+            return value.decode(errors="replace")
+    return None
+
+
+@dataclass
+class CpuFigures:
+    workers: float
+    containers: float
+    engine: float
+    containers_seen: int
+
+    @property
+    def total(self) -> float:
+        return self.workers + self.containers + self.engine
+
+
+@dataclass
+class CpuMeter:
+    """Measures the CPU a stretch of the run costs (see the module docstring)."""
+
+    stack: Stack
+    jobs: set[str]
+    _containers: dict[str, float] = field(default_factory=dict)
+    _shims: dict[int, float] = field(default_factory=dict)
+    _job_of: dict[str, str | None] = field(default_factory=dict)
+    _client: DockerClient = field(default_factory=connect)
+    _before: tuple[float, float] = (0.0, 0.0)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._before = (self._workers(), self._engine())
+        self._thread = threading.Thread(target=self._poll, name="cpu-meter", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> CpuFigures:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+        workers, engine = self._workers(), self._engine()
+        return CpuFigures(
+            workers=workers - self._before[0],
+            containers=sum(self._containers.values()) + sum(self._shims.values()),
+            engine=engine - self._before[1],
+            containers_seen=len(self._containers),
+        )
+
+    def _workers(self) -> float:
+        processes = _processes()
+        trees = [_tree(w.process.pid, processes) for w in self.stack.workers.values()]
+        return _cpu_seconds(set().union(*trees)) if trees else 0.0
+
+    @staticmethod
+    def _engine() -> float:
+        processes = _processes()
+        daemons = [pid for pid, (_, comm) in processes.items() if comm in ENGINE_DAEMONS]
+        # containerd runs under dockerd: each process counted once.
+        return _cpu_seconds(set().union(*(_tree(pid, processes) for pid in daemons)))
+
+    def _poll(self) -> None:
+        while not self._stop.wait(POLL_SECONDS):
+            self._sample()
+
+    def _sample(self) -> None:
+        for container_id, seconds in _cgroup_seconds().items():
+            if self._is_ours(container_id):
+                known = self._containers.get(container_id, 0.0)
+                self._containers[container_id] = max(known, seconds)
+        processes = _processes()
+        for pid, (_, comm) in processes.items():
+            if comm.startswith(SHIM):
+                shim_of = _shim_container(pid)
+                if shim_of is not None and self._is_ours(shim_of):
+                    seconds = _cpu_seconds(_tree(pid, processes))
+                    self._shims[pid] = max(self._shims.get(pid, 0.0), seconds)
+
+    def _is_ours(self, container_id: str) -> bool:
+        """Whether the container is one of the run's jobs' (its labels, looked up once)."""
+        if container_id not in self._job_of:
+            try:
+                labels = self._client.api.inspect_container(container_id)["Config"]["Labels"] or {}
+            except (DockerException, KeyError):
+                return False  # gone, or not yet known to the engine: asked again next time
+            sandbox = labels.get(ROLE_LABEL) == ROLE_SANDBOX
+            self._job_of[container_id] = labels.get(JOB_LABEL) if sandbox else None
+        # The job, not the verdict, is kept: ``jobs`` grows while the run submits them.
+        return self._job_of[container_id] in self.jobs
+
+
+def cpu_lines(runs: dict[str, tuple[CpuFigures, int]], floor_cpu: list[float]) -> list[str]:
+    """CPU-seconds per job of each setting (``runs``: figures and how many jobs they cover),
+    beside the in-process floor; then each setting against the first (the baseline)."""
+    lines = [
+        "CPU-seconds per job (workers' process trees + the run's containers + the engine):",
+        f"  {'':40}{'workers':>9}{'containers':>12}{'engine':>9}{'total':>9}",
+    ]
+    for name, (figures, jobs) in runs.items():
+        per = [v / max(jobs, 1) for v in (figures.workers, figures.containers, figures.engine)]
+        lines.append(
+            f"  {name:<40}"
+            + "".join(f"{v:>{w}.3f}" for v, w in zip(per, (9, 12, 9), strict=True))
+            + f"{sum(per):>9.3f}   ({jobs} jobs, {figures.containers_seen} containers)"
+        )
+    floor = statistics.median(floor_cpu) if floor_cpu else 0.0
+    lines.append(f"  {'floor, in process':<40}{floor:>39.3f}   (median of {len(floor_cpu)} runs)")
+    (first, (base, base_jobs)), *others = runs.items()
+    for name, (figures, jobs) in others:
+        ratio = (figures.total / max(jobs, 1)) / max(base.total / max(base_jobs, 1), 1e-9)
+        lines.append(f"  {name} / {first}: {ratio:.2f}x the CPU per job")
+    return lines

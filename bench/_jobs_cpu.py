@@ -105,6 +105,12 @@ def add_setting_arguments(parser: argparse.ArgumentParser) -> None:
         default="eager",
         help="the setting measured first, to compare with (none: skip it)",
     )
+    parser.add_argument("--runtime", default="auto", help="sandbox.runtime of the measured setting")
+    parser.add_argument(
+        "--baseline-runtime",
+        default="runc",
+        help="sandbox.runtime of the baseline (runc: the runtime before issue 18)",
+    )
 
 
 def settings_to_run(options: argparse.Namespace) -> list[str]:
@@ -117,6 +123,21 @@ def settings_to_run(options: argparse.Namespace) -> list[str]:
             options.container_start,
         ]
     )
+
+
+def runtime_of(options: argparse.Namespace, setting: str) -> str:
+    """The ``sandbox.runtime`` a setting's stack runs with: the baseline's own, so that the
+    baseline is the configuration before issue 18 (start in line, on runc)."""
+    baseline = setting == options.baseline and setting != options.container_start
+    return str(options.baseline_runtime if baseline else options.runtime)
+
+
+def stack_config(options: argparse.Namespace, setting: str) -> dict[str, dict[str, str]]:
+    """The configuration a setting's stack adds to the benchmark's."""
+    return {
+        "jobs": {"container_start": setting},
+        "sandbox": {"runtime": runtime_of(options, setting)},
+    }
 
 
 def _cgroup_seconds() -> dict[str, float]:

@@ -74,7 +74,9 @@ from bench._jobs_cpu import (
     CpuMeter,
     add_setting_arguments,
     cpu_lines,
+    runtime_of,
     settings_to_run,
+    stack_config,
 )
 from bench._jobs_model import PREFIX as MODEL_PREFIX
 from bot.core.errors import BeamError
@@ -104,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_setting(options: argparse.Namespace, setting: str, floor: Floor) -> Report:
     """The three runs on a fresh stack whose workers start containers as ``setting`` says."""
-    more = {"jobs": {"container_start": setting}}
+    more = stack_config(options, setting)
     with job_stack(lease_seconds=30.0, model_factory=MODEL_FACTORY, more_config=more) as stack:
         for index in range(options.workers):
             stack.start_worker(f"w{index}", concurrency=options.concurrency)
@@ -246,7 +248,8 @@ class Report:
         lines = [
             f"jobs_bench: author jobs ({PLAYBOOK} playbook), {o.workers} workers x prefork "
             f"{o.concurrency}, real Redis, Celery, containers and relay; "
-            f"jobs.container_start = {self.setting}",
+            f"jobs.container_start = {self.setting}, "
+            f"sandbox.runtime = {runtime_of(self.options, self.setting)}",
             f"{'':36}{'median':>11} {'p95':>11}",
             f"unloaded: {len(self.unloaded)} jobs one at a time",
             row("submit -> park", [t.to_park for t in self.unloaded]),

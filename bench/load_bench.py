@@ -55,7 +55,9 @@ from bench._jobs_cpu import (
     add_setting_arguments,
     cpu_lines,
     process_tree,
+    runtime_of,
     settings_to_run,
+    stack_config,
 )
 from bot.store.models import JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
@@ -86,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in names:
         outcomes = []
         for setting, jobs in runs:
-            outcome = run_scenario(name, SCENARIOS[name], jobs, setting)
+            outcome = run_scenario(name, SCENARIOS[name], jobs, setting, options)
             print(outcome.render(floor))
             print()
             outcomes.append(outcome)
@@ -162,6 +164,7 @@ class Sampler:
 class Outcome:
     scenario: str
     setting: str
+    runtime: str
     layout: dict[str, str]
     records: dict[str, JobRecord]
     parked_at: dict[str, float]
@@ -186,7 +189,8 @@ class Outcome:
         hosts = sorted(set(self.layout.values()))
         floor_park, floor_push = statistics.median(floor.to_park), statistics.median(floor.to_push)
         lines = [
-            f"load_bench {self.scenario}, jobs.container_start = {self.setting}: "
+            f"load_bench {self.scenario}, jobs.container_start = {self.setting}, "
+            f"sandbox.runtime = {self.runtime}: "
             f"{len(self.records)} author jobs ({PLAYBOOK}), "
             f"{len(self.layout)} workers (prefork 1) on {len(hosts)} hosts: "
             + ", ".join(
@@ -237,8 +241,10 @@ def _series(samples: list[tuple[float, int]]) -> str:
     return " ".join(str(buckets[b]) for b in sorted(buckets)) or "(no samples)"
 
 
-def run_scenario(name: str, layout: dict[str, str], jobs: int, setting: str) -> Outcome:
-    more = {"jobs": {"container_start": setting}}
+def run_scenario(
+    name: str, layout: dict[str, str], jobs: int, setting: str, options: argparse.Namespace
+) -> Outcome:
+    more = stack_config(options, setting)
     with job_stack(lease_seconds=30.0, model_factory=MODEL_FACTORY, more_config=more) as stack:
         for worker, host in layout.items():
             stack.start_worker(worker, host=host)
@@ -263,6 +269,7 @@ def run_scenario(name: str, layout: dict[str, str], jobs: int, setting: str) -> 
         return Outcome(
             scenario=name,
             setting=setting,
+            runtime=runtime_of(options, setting),
             cpu=cpu,
             layout=layout,
             records=records,

@@ -102,6 +102,7 @@ from sandbox.host.image.build import check_image
 from sandbox.host.relay import RelayResult, relay_push
 from sandbox.host.upstream.credentials import UpstreamCallbacks, upstream_callbacks
 from sandbox.host.upstream.mirror import sync_mirror
+from sandbox.host.workspace.outbox_staging import stage_restored_push
 from sandbox.host.workspace.prepare import (
     Workspace,
     job_directory,
@@ -378,8 +379,9 @@ class Executor:
             sandbox_uid=self._settings.sandbox.uid,
             callbacks=callbacks,
         )
-        if snapshot is not None:
+        if snapshot is not None and approval is not None:
             restore(snapshot, workspace, max_bytes=self._snapshot_cap)
+            _stage_restored(workspace, approval, repo)
         return workspace
 
     @property
@@ -714,6 +716,18 @@ async def _stage_push(segment: _Segment, approval: Approval) -> None:
         await asyncio.to_thread(sandbox.call, "git_push", dict(approval.arguments))
     except BeamError as error:
         log.info("job %s: push not staged in the outbox (%s)", segment.record.id, error.code)
+
+
+def _stage_restored(workspace: Workspace, approval: Approval, repo: RepositoryConfig) -> None:
+    """Stage an approved push into the fresh outbox of a restored tree, on the host, so that
+    the resume relays it with no container (``staged``), as on the host where it parked.
+    Best effort: when it cannot, the resume pushes from a container as before."""
+    if approval.state is not ApprovalState.APPROVED or approval.tool != "git_push":
+        return
+    if approval.commit_sha and approval.target_ref:
+        stage_restored_push(
+            workspace, approval.commit_sha, approval.target_ref, repo.protected_refs
+        )
 
 
 def _final_state(code: str) -> JobState:

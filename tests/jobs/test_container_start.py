@@ -4,6 +4,7 @@ for a segment that calls no tool; a start that fails fails the job as a start in
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import REQUESTER, Stack, job_stack
 from sandbox.host.container.deferred import DeferredSandbox
 from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.host.workspace import outbox_staging
 from sandbox.inside.tool_specs import TOOL_SPECS
 
 # -- the wrapper alone -------------------------------------------------------------------
@@ -176,13 +178,39 @@ def test_a_resume_that_calls_no_tool_starts_no_container(starts: list[str]) -> N
 
 
 @pytest.mark.slow
-def test_a_resume_on_another_host_pushes_from_a_container_as_before(starts: list[str]) -> None:
+def test_a_resume_on_another_host_stages_the_push_there_and_starts_none(
+    starts: list[str],
+) -> None:
     with job_stack() as stack:
         job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
         assert _segment(stack, job.id).state is JobState.AWAITING_APPROVAL
         decided = stack.decide(job.id, approve=True)
-        # Another host rebuilds the tree from the parked snapshot; its outbox holds nothing
-        # staged, so the approved push runs in a container there, as it always did.
+        # Another host rebuilds the tree from the parked snapshot and stages the approved
+        # commit into its fresh outbox itself: the relay sends it with no container.
+        resumed = stack.worker("elsewhere").resume_job(job.id)
+        assert resumed is not None and resumed.state is JobState.SUCCEEDED, stack.log_tails()
+        assert stack.upstream_ref(f"riverbeam/{job.id}") == decided.commit_sha
+        assert starts == [job.id]
+        (record,) = [r for r in _tool_records(stack, job.id) if r.name == "git_push"]
+        assert record.ok and isinstance(record.result, dict)
+        assert record.result["sha"] == decided.commit_sha
+        assert isinstance(record.result["upstream"], dict)
+        assert record.result["upstream"]["pushed"] is True
+
+
+@pytest.mark.slow
+def test_a_resume_elsewhere_that_cannot_stage_pushes_from_a_container(
+    starts: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full_disk(*args: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    # The outbox write fails on the host: the container pushes, as before staging existed.
+    monkeypatch.setattr(outbox_staging, "copy_commit", full_disk)
+    with job_stack() as stack:
+        job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+        assert _segment(stack, job.id).state is JobState.AWAITING_APPROVAL
+        decided = stack.decide(job.id, approve=True)
         resumed = stack.worker("elsewhere").resume_job(job.id)
         assert resumed is not None and resumed.state is JobState.SUCCEEDED, stack.log_tails()
         assert stack.upstream_ref(f"riverbeam/{job.id}") == decided.commit_sha

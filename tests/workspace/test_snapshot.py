@@ -28,10 +28,15 @@ from pygit2.enums import FileMode, ObjectType, Option
 from bot.config import RepositoryConfig, WorkspaceSettings
 from bot.core.errors import BeamError
 from harness.gitkit import git, upstream_push
+from sandbox.host.relay import relay_push
+from sandbox.host.upstream.credentials import upstream_callbacks
 from sandbox.host.workspace.objectstore import PackError, pack_objects, unpack
+from sandbox.host.workspace.outbox import outbox_branch
+from sandbox.host.workspace.outbox_staging import stage_restored_push
 from sandbox.host.workspace.prepare import SANDBOX_UID, Workspace, hand_over, prepare_workspace
 from sandbox.host.workspace.snapshot import MAGIC, capture, read_header, restore
 from sandbox.inside.jail import SandboxRoot
+from sandbox.inside.refs import HEADS
 from sandbox.inside.worktree import WorkingTree
 
 CAP = 4 << 20
@@ -589,3 +594,67 @@ def test_files_git_would_read_through_are_refused_at_capture(
 
     assert caught.value.code == "BEM-329"
     assert pygit2.option(Option.GET_OWNER_VALIDATION)
+
+
+# -- staging the approved push on the host that restored the tree -------------------------
+
+
+def _restored_with_push(job: Job) -> tuple[Workspace, str]:
+    """The job's tree restored on the second host, and the commit its branch is at."""
+    busy_job(job.workspace)
+    again = job.resume_elsewhere(capture(job.workspace, max_bytes=CAP))
+    restore(capture(job.workspace, max_bytes=CAP), again)
+    return again, git("-C", str(again.tree), "rev-parse", again.branch, sandbox=True)
+
+
+def test_an_approved_push_is_staged_from_the_restored_tree_and_relays(job: Job) -> None:
+    again, sha = _restored_with_push(job)
+    assert outbox_branch(again.outbox, again.branch) == again.base_sha
+    assert stage_restored_push(again, sha, again.branch, job.config.protected_refs)
+    assert outbox_branch(again.outbox, again.branch) == sha
+    # The outbox holds the whole commit: the relay finds every object it needs there.
+    callbacks = upstream_callbacks("docs", job.config, job.elsewhere)
+    relayed = relay_push(again, sha, again.branch, job.config, callbacks=callbacks)
+    assert relayed.pushed
+    assert git("--git-dir", job.config.upstream, "rev-parse", HEADS + again.branch) == sha
+    # What the container's later pushes need to write stays the sandbox uid's.
+    ref = again.outbox / "refs" / "heads" / again.branch
+    assert ref.stat().st_uid == again.outbox.stat().st_uid
+
+
+def _another_commit(again: Workspace, sha: str) -> str:
+    return git("-C", str(again.tree), "rev-parse", f"{sha}~1", sandbox=True)
+
+
+@pytest.mark.parametrize(
+    "approved",
+    [
+        pytest.param(lambda ws, sha: ("main", ws.base_sha), id="protected"),
+        pytest.param(lambda ws, sha: ("MAIN", ws.base_sha), id="protected-case"),
+        pytest.param(lambda ws, sha: (HEADS + ws.branch, sha), id="not-as-spelled"),
+        pytest.param(lambda ws, sha: ("+" + ws.branch, sha), id="force-refspec"),
+        pytest.param(lambda ws, sha: (ws.branch + "/../x", sha), id="dot-dot"),
+        pytest.param(lambda ws, sha: (ws.branch, _another_commit(ws, sha)), id="not-the-tip"),
+        pytest.param(lambda ws, sha: (ws.branch, sha.upper()), id="sha-spelling"),
+        pytest.param(lambda ws, sha: (ws.branch, sha[:12]), id="short-sha"),
+        pytest.param(lambda ws, sha: ("riverbeam/other", sha), id="no-such-branch"),
+    ],
+)
+def test_a_push_that_is_not_exactly_the_restored_branch_is_never_staged(
+    job: Job, approved: Callable[[Workspace, str], tuple[str, str]]
+) -> None:
+    again, sha = _restored_with_push(job)
+    branch, commit = approved(again, sha)
+    before = everything(again.outbox)
+    assert not stage_restored_push(again, commit, branch, ["main"])
+    assert everything(again.outbox) == before
+
+
+def test_a_branch_the_outbox_cannot_hold_leaves_it_as_it_was(job: Job) -> None:
+    again, sha = _restored_with_push(job)
+    # A directory where the branch's ref file goes: the rename fails, nothing points at sha.
+    (again.outbox / "refs" / "heads" / again.branch).unlink()
+    (again.outbox / "refs" / "heads" / again.branch / "x").mkdir(parents=True)
+    assert not stage_restored_push(again, sha, again.branch, ["main"])
+    assert outbox_branch(again.outbox, again.branch) is None
+    assert not list((again.outbox / "refs" / "heads").rglob("*.lock"))

@@ -31,7 +31,7 @@ from pygit2.enums import FileMode, ObjectType
 from bot.core.errors import BeamError
 from sandbox.inside.refs import HEADS
 
-__all__ = ["import_commit", "outbox_branch", "untrusted_odb"]
+__all__ = ["copy_commit", "import_commit", "outbox_branch", "untrusted_odb"]
 
 MAX_LOOSE_REF_BYTES = 1024
 MAX_PACKED_REFS_BYTES = 16 << 20
@@ -55,7 +55,14 @@ def import_commit(outbox: Path, mirror: pygit2.Repository, sha: str) -> int:
     BEM-350 when the outbox lacks the commit or an object it needs, or holds something that
     is not what its id says. Returns how many objects were copied.
     """
-    source = untrusted_odb(outbox / "objects")
+    return copy_commit(untrusted_odb(outbox / "objects"), mirror.odb, sha)
+
+
+def copy_commit(source: pygit2.Odb, target: pygit2.Odb, sha: str) -> int:
+    """Copy commit ``sha`` and what it needs that ``target`` lacks, each object re-hashed.
+
+    BEM-350 as ``import_commit``. Returns how many objects were copied.
+    """
     root = pygit2.Oid(hex=sha)
     if not source.exists(root) or source.read_header(root)[0] != ObjectType.COMMIT:
         raise BeamError(
@@ -67,7 +74,7 @@ def import_commit(outbox: Path, mirror: pygit2.Repository, sha: str) -> int:
     view.set_odb(source)
     # Children before parents: if the copy stops half-way, every object already in the
     # mirror still has everything it points at, so "present" keeps meaning "complete".
-    order = _missing_closure(view, mirror.odb, root)
+    order = _missing_closure(view, target, root)
     for oid in order:
         try:
             kind, data = source.read(oid)
@@ -75,7 +82,7 @@ def import_commit(outbox: Path, mirror: pygit2.Repository, sha: str) -> int:
             raise _corrupt(oid) from None
         # libgit2 verifies hashes on read; checking the id the write computes keeps the
         # guarantee here, whatever the library's settings.
-        if mirror.odb.write(kind, data) != oid:
+        if target.write(kind, data) != oid:
             raise _corrupt(oid)
     return len(order)
 
@@ -136,7 +143,8 @@ def untrusted_odb(objects: Path) -> pygit2.Odb:
     odb = pygit2.Odb()
     # No alternates backend: a path the container wrote must not widen what the host reads.
     odb.add_backend(pygit2.OdbBackendPack(str(objects)), 2)
-    odb.add_backend(pygit2.OdbBackendLoose(str(objects), 0, False), 1)
+    # Level -1 (zlib's default): at 0 libgit2 writes loose objects uncompressed, unreadable.
+    odb.add_backend(pygit2.OdbBackendLoose(str(objects), -1, False), 1)
     return odb
 
 

@@ -6,7 +6,8 @@ decision to the parked run and drives it on. A segment, on the worker that claim
 1. checks the sandbox image (BEM-401) and finds the job's model (BEM-508);
 2. gets the job's workspace: a new one for the first segment; for a resume the local one
    when it still holds the approved commit, else a new one with the parked snapshot restored
-   into it (the job parked on another host);
+   into it (the job parked on another host) and an approved push staged into its outbox
+   from there, on the host (``sandbox.host.workspace.outbox_staging``);
 3. prepares the hardened container on it, with the kind's compare point, started when the
    segment needs it (``jobs.container_start``): by default on a background thread as soon as
    the segment knows a tool call is coming (a first segment; a resume whose approved call
@@ -690,7 +691,7 @@ def _tool_call_coming(approval: Approval | None, workspace: Workspace) -> bool:
     """Whether a segment knows, before its model answers, that it will call a container
     tool: a first segment does (every skill with a tree reads it before it answers), and a
     resume whose approved call runs in the container (an author's ``git_push``), unless the
-    push was staged in this host's outbox when the job parked."""
+    push was staged in this host's outbox (when the job parked, or after the restore)."""
     if approval is None:
         return True
     if approval.state is not ApprovalState.APPROVED or approval.tool not in TOOL_SPECS:

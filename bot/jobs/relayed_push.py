@@ -9,6 +9,8 @@ credentials the container never sees. Anything else is BEM-603 and nothing goes 
 The segment that parked on the push already had the container push the branch into the
 outbox (``Executor`` stages it, see ``bot.jobs.executor``): when the outbox holds the approved
 commit on the approved branch, that push is not run again, and the resume needs no container.
+A resume on another host stages it there from the restored tree, on the host
+(``sandbox.host.workspace.outbox_staging``).
 The outbox is the job's own repository on the worker; nothing in it leaves the host but
 through the relay, after the approval.
 

@@ -53,20 +53,14 @@ def add_approvals_commands(commands: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from bot.cli.common import console, operator, services
+    from bot.cli.common import operator, print_listing, services
     from bot.cli.render import approvals_table
 
     with services() as running:
         pending = running.service.approvals(operator(None), repo=args.repo)
-    if args.json:
-        for approval in pending:
-            print(approval.model_dump_json())
-        return 0
-    out = console()
-    if not pending:
-        out.print("no pushes wait for a decision")
-        return 0
-    out.print(approvals_table(pending))
+    print_listing(
+        pending, as_json=args.json, empty="no pushes wait for a decision", table=approvals_table
+    )
     return 0
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import getpass
 import os
 import pwd
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
+from pydantic import BaseModel
 from rich.console import Console
+from rich.table import Table
 
 from bot.config import Settings, load_settings
 
@@ -35,6 +37,26 @@ def console() -> Console:
     out = Console(highlight=False, markup=False)
     if not out.is_terminal and not os.environ.get("COLUMNS"):
         out.width = PIPE_WIDTH
+    return out
+
+
+Item = TypeVar("Item", bound=BaseModel)
+
+
+def print_listing(
+    items: Sequence[Item], *, as_json: bool, empty: str, table: Callable[[list[Item]], Table]
+) -> Console | None:
+    """A listing as JSON lines (one document each), or as a table, or ``empty`` when there is
+    nothing; the console when it printed a table, for what the caller adds under it."""
+    if as_json:
+        for item in items:
+            print(item.model_dump_json())
+        return None
+    out = console()
+    if not items:
+        out.print(empty)
+        return None
+    out.print(table(list(items)))
     return out
 
 

@@ -79,7 +79,7 @@ def _choice(enum: type[JobState] | type[JobKind], value: str | None, what: str) 
 
 
 def _list(args: argparse.Namespace) -> int:
-    from bot.cli.common import console, operator, services
+    from bot.cli.common import operator, print_listing, services
     from bot.cli.render import jobs_table
 
     state = _choice(JobState, args.state, "state")
@@ -95,17 +95,8 @@ def _list(args: argparse.Namespace) -> int:
             requested_by=args.by,
             limit=args.limit,
         )
-    records, more = found.records, found.next_cursor
-    if args.json:
-        for record in records:
-            print(record.model_dump_json())
-        return 0
-    out = console()
-    if not records:
-        out.print("no jobs")
-        return 0
-    out.print(jobs_table(records))
-    if more:
+    out = print_listing(found.records, as_json=args.json, empty="no jobs", table=jobs_table)
+    if out is not None and found.next_cursor:
         out.print(f"(more: raise --limit above {args.limit})", style="dim")
     return 0
 

@@ -15,7 +15,7 @@ from pydantic import JsonValue
 from bot.core.errors import BeamError
 from bot.core.frames import ToolCallRecord, ToolFrame
 from bot.service.access import Principal
-from bot.store.models import JobKind, JobRecord, JobState
+from bot.store.models import Approval, JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import REQUESTER, Stack, job_stack
 from sandbox.host.container.deferred import DeferredSandbox
@@ -182,14 +182,9 @@ def test_a_resume_on_another_host_stages_the_push_there_and_starts_none(
     starts: list[str],
 ) -> None:
     with job_stack() as stack:
-        job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
-        assert _segment(stack, job.id).state is JobState.AWAITING_APPROVAL
-        decided = stack.decide(job.id, approve=True)
         # Another host rebuilds the tree from the parked snapshot and stages the approved
         # commit into its fresh outbox itself: the relay sends it with no container.
-        resumed = stack.worker("elsewhere").resume_job(job.id)
-        assert resumed is not None and resumed.state is JobState.SUCCEEDED, stack.log_tails()
-        assert stack.upstream_ref(f"riverbeam/{job.id}") == decided.commit_sha
+        job, decided = _approved_and_resumed_elsewhere(stack)
         assert starts == [job.id]
         (record,) = [r for r in _tool_records(stack, job.id) if r.name == "git_push"]
         assert record.ok and isinstance(record.result, dict)
@@ -208,12 +203,7 @@ def test_a_resume_elsewhere_that_cannot_stage_pushes_from_a_container(
     # The outbox write fails on the host: the container pushes, as before staging existed.
     monkeypatch.setattr(outbox_staging, "copy_commit", full_disk)
     with job_stack() as stack:
-        job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
-        assert _segment(stack, job.id).state is JobState.AWAITING_APPROVAL
-        decided = stack.decide(job.id, approve=True)
-        resumed = stack.worker("elsewhere").resume_job(job.id)
-        assert resumed is not None and resumed.state is JobState.SUCCEEDED, stack.log_tails()
-        assert stack.upstream_ref(f"riverbeam/{job.id}") == decided.commit_sha
+        job, _ = _approved_and_resumed_elsewhere(stack)
         assert starts == [job.id, job.id]
         assert stack.sandbox_containers(job.id) == []
 
@@ -287,3 +277,15 @@ def test_a_cancel_during_the_start_ends_the_job_with_nothing_left(
         assert ended.state is JobState.CANCELLED
         assert ended.error is not None and ended.error.code == "BEM-506"
         assert stack.upstream_ref(f"riverbeam/{job.id}") is None
+
+
+def _approved_and_resumed_elsewhere(stack: Stack) -> tuple[JobRecord, Approval]:
+    """An author job parked, approved, and resumed by a worker on another host, which
+    pushed exactly the approved commit upstream."""
+    job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+    assert _segment(stack, job.id).state is JobState.AWAITING_APPROVAL
+    decided = stack.decide(job.id, approve=True)
+    resumed = stack.worker("elsewhere").resume_job(job.id)
+    assert resumed is not None and resumed.state is JobState.SUCCEEDED, stack.log_tails()
+    assert stack.upstream_ref(f"riverbeam/{job.id}") == decided.commit_sha
+    return job, decided

@@ -30,7 +30,8 @@ import importlib.util
 import json
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import docker
@@ -171,27 +172,33 @@ def _digest(parts: list[bytes]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _build_service(
-    client: docker.DockerClient, settings: Settings, ref: str, *, refresh: bool
-) -> None:
+@contextmanager
+def _debian_root(
+    settings: Settings, packages: tuple[str, ...], image: str, *, refresh: bool
+) -> Iterator[tuple[Path, Path]]:
+    """A scratch directory in the image cache (removed after) and, in it, ``root``: the cached
+    Debian tree with ``packages``, unpacked for an image to be laid out in."""
     cache = cache_dir(settings.sandbox)
     base = base_tarball(
-        cache / "rootfs",
-        settings.sandbox.debian_mirror,
-        DEBIAN_PACKAGES,
-        refresh=refresh,
-        code=CODE,
+        cache / "rootfs", settings.sandbox.debian_mirror, packages, refresh=refresh, code=CODE
     )
-    wheels = cache / "service-wheels"
     cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="riverbeam-service-", dir=cache) as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"riverbeam-{image}-", dir=cache) as scratch:
         root = Path(scratch) / "root"
         root.mkdir()
         run_step(
             ["tar", "--numeric-owner", "-xpf", str(base), "-C", str(root)], "unpacking", code=CODE
         )
+        yield Path(scratch), root
+
+
+def _build_service(
+    client: docker.DockerClient, settings: Settings, ref: str, *, refresh: bool
+) -> None:
+    wheels = cache_dir(settings.sandbox) / "service-wheels"
+    with _debian_root(settings, DEBIAN_PACKAGES, "service", refresh=refresh) as (scratch, root):
         site, app = root / SITE_DIR.lstrip("/"), root / APP_DIR.lstrip("/")
-        pip = _image_pip(root, Path(scratch) / "pip")
+        pip = _image_pip(root, scratch / "pip")
         constraints = ["--constraint", str(PROJECT_ROOT / "constraints.txt")]
         # The pinned set, as wheels made here: nothing is compiled or downloaded in the image.
         wheel = [*pip, "wheel", "--wheel-dir", str(wheels), *constraints, str(PROJECT_ROOT)]
@@ -284,17 +291,7 @@ def _finish_service(root: Path, site: Path) -> None:
 def _build_redis(
     client: docker.DockerClient, settings: Settings, ref: str, *, refresh: bool
 ) -> None:
-    cache = cache_dir(settings.sandbox)
-    base = base_tarball(
-        cache / "rootfs", settings.sandbox.debian_mirror, REDIS_PACKAGES, refresh=refresh, code=CODE
-    )
-    cache.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="riverbeam-redis-", dir=cache) as scratch:
-        root = Path(scratch) / "root"
-        root.mkdir()
-        run_step(
-            ["tar", "--numeric-owner", "-xpf", str(base), "-C", str(root)], "unpacking", code=CODE
-        )
+    with _debian_root(settings, REDIS_PACKAGES, "redis", refresh=refresh) as (_, root):
         add_account(root, "root", 0, "/root")
         add_account(root, "redis", REDIS_UID, "/data")
         # Only Redis's programs stay: no shell, and none of the Perl adduser pulled in.

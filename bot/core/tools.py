@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol, runtime_checkable
 
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
+from bot.core.arguments import invalid_arguments, json_params
 from bot.core.errors import BeamError
 from bot.core.input import AgentInput
+
+__all__ = [
+    "MCP_ALLOWLIST_PATTERN",
+    "MCP_SEPARATOR",
+    "MCP_SERVER_NAME_PATTERN",
+    "TOOL_NAME_PATTERN",
+    "Tool",
+    "ToolSpec",
+    "allowlist_name",
+    "json_params",
+    "mcp_call",
+    "mcp_tool_name",
+    "validate_arguments",
+]
 
 TOOL_NAME_PATTERN: Final = r"^[a-zA-Z0-9_-]{1,64}$"
 """What a tool may be called: 1 to 64 letters, digits, '_' or '-'."""
@@ -83,31 +97,15 @@ class Tool(Protocol):
     async def invoke(self, args: dict[str, JsonValue], input: AgentInput) -> JsonValue: ...
 
 
-def json_params(properties: Mapping[str, Any], required: Sequence[str]) -> dict[str, Any]:
-    """A JSON Schema object for tool arguments; unknown arguments are refused."""
-    missing = [name for name in required if name not in properties]
-    if missing:
-        raise ValueError(f"required arguments without a property: {missing}")
-    return {
-        "type": "object",
-        "properties": dict(properties),
-        "required": list(required),
-        "additionalProperties": False,
-    }
-
-
 def validate_arguments(spec: ToolSpec, args: Any) -> dict[str, JsonValue]:
     """Check arguments against the tool's schema; BEM-090 says what to fix."""
     if not isinstance(args, dict):
         raise BeamError("BEM-090", f"{spec.name}: arguments must be a JSON object")
     validator = Draft202012Validator(spec.parameters)
-    problems = sorted(validator.iter_errors(args), key=lambda e: [str(p) for p in e.path])
+    problems = [
+        (tuple(str(part) for part in problem.path), str(problem.message))
+        for problem in validator.iter_errors(args)
+    ]
     if problems:
-        details = "; ".join(_describe(problem) for problem in problems[:5])
-        raise BeamError("BEM-090", f"{spec.name}: invalid arguments: {details}")
+        raise invalid_arguments(spec.name, problems)
     return args
-
-
-def _describe(problem: Any) -> str:
-    where = "/".join(str(part) for part in problem.path)
-    return f"{where}: {problem.message}" if where else str(problem.message)

@@ -1,48 +1,57 @@
 """The nine sandbox tools: a synchronous dispatcher, and thin async ``Tool`` wrappers over it.
 
-``call_tool(tree, name, args)`` is the whole implementation: it validates the arguments
-against the tool's schema (BEM-090), runs the tool under the tree's lock, and returns a JSON
-object. Every failure leaves as a ``BeamError``: libgit2 errors as BEM-320, a missing file
-as BEM-100, refusals with their own codes. The in-container tool server calls the dispatcher
-directly; ``sandbox_tools(tree)`` gives the agent the same tools as ``bot.Tool`` objects,
-which run the dispatcher on a worker thread so the event loop never waits on the disk.
+``call_tool(tree, name, args)`` is the whole implementation: it checks the arguments against
+the tool's schema (``sandbox.inside.tool_schemas``, BEM-090), runs the tool under the tree's
+lock, and returns a JSON object. Every failure leaves as a ``BeamError``: libgit2 errors as
+BEM-320, a missing file as BEM-100, refusals with their own codes. The in-container tool
+server calls the dispatcher directly; ``sandbox_tools(tree)`` gives the agent the same tools
+as ``bot.Tool`` objects, which run the dispatcher on a worker thread so the event loop never
+waits on the disk. The tool server loads only the dispatcher: the specs and the agent's types
+(pydantic, JSON Schema) are the wrappers' business.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pygit2
-from pydantic import JsonValue
 
 from bot.core.errors import BeamError
 from bot.core.identity import utf8
-from bot.core.input import AgentInput
-from bot.core.tools import Tool, ToolSpec, validate_arguments
-from sandbox.inside.tool_specs import MAX_LIST_ENTRIES, MAX_READ_CHARS, TOOL_SPECS
+from sandbox.inside.tool_schemas import (
+    MAX_LIST_ENTRIES,
+    MAX_READ_CHARS,
+    TOOL_PARAMETERS,
+    check_tool_arguments,
+)
 from sandbox.inside.worktree import WorkingTree
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
+
+    from bot.core.input import AgentInput
+    from bot.core.tools import Tool, ToolSpec
 
 __all__ = ["TOOL_NAMES", "SandboxTool", "call_tool", "decode_text", "sandbox_tools"]
 
-TOOL_NAMES = tuple(TOOL_SPECS)
+TOOL_NAMES = tuple(TOOL_PARAMETERS)
 MAX_DIRECTORY_SUMMARY = 200
 # git's own test for binary content: a NUL byte in the first 8000 bytes.
 _BINARY_PROBE = 8000
 
-Result = dict[str, JsonValue]
+Result = dict[str, "JsonValue"]
 Handler = Callable[[WorkingTree, dict[str, Any]], Result]
 
 
 def call_tool(tree: WorkingTree, name: str, args: Mapping[str, Any]) -> Result:
     """Run sandbox tool ``name`` with ``args`` on ``tree``; a JSON object or a BeamError."""
-    spec = TOOL_SPECS.get(name)
-    if spec is None:
+    if name not in TOOL_PARAMETERS:
         raise BeamError(
             "BEM-089", f"there is no sandbox tool {name!r}; the tools are {', '.join(TOOL_NAMES)}"
         )
-    checked = validate_arguments(spec, dict(args) if isinstance(args, Mapping) else args)
+    checked = check_tool_arguments(name, dict(args) if isinstance(args, Mapping) else args)
     with tree.lock:
         try:
             return _HANDLERS[name](tree, checked)
@@ -244,6 +253,8 @@ class SandboxTool:
         return f"SandboxTool({self.name!r}, {self._tree!r})"
 
     def spec(self) -> ToolSpec:
+        from sandbox.inside.tool_specs import TOOL_SPECS
+
         return TOOL_SPECS[self.name]
 
     async def invoke(self, args: dict[str, JsonValue], input: AgentInput) -> JsonValue:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 from bot.core.errors import BeamError
 from sandbox.inside.protocol import encode_frame, error_reply, ok_reply, ready_frame
+from sandbox.inside.tool_schemas import TOOL_PARAMETERS
 
 if TYPE_CHECKING:
     from sandbox.inside.jail import SandboxRoot
@@ -53,19 +54,8 @@ Dispatch = Callable[[str, dict[str, Any]], Any]
 
 # The modules ``main`` imports when it needs them, not with this module.
 LOADED_LATER = ("sandbox.inside.tree_checks", "sandbox.inside.sandbox_tools")
-# The tools' names, as ``sandbox.inside.tool_specs`` orders them (the server's tests compare
-# the ready line with the specs), so that the ready line need not wait for the specs.
-TOOL_NAMES = (
-    "list_tree",
-    "read_file",
-    "write_file",
-    "git_status",
-    "git_diff",
-    "git_log",
-    "git_add",
-    "git_commit",
-    "git_push",
-)
+# The tools' names, in the order the model is offered them.
+TOOL_NAMES = tuple(TOOL_PARAMETERS)
 
 # Enough to find the id at the start of an oversize request, so its reply can name it.
 _ID_PREFIX = re.compile(rb'^\s*\{\s*"id"\s*:\s*"([^"\\]{1,128})"')

@@ -4,25 +4,28 @@ Descriptions are written for the model: what the tool does, when to reach for it
 limits, and what its errors mean, so that a failed call can be corrected rather than retried
 blindly. Argument names are the contract of DESIGN §3.3; ``read_file.start_line`` and
 ``limit`` (the line offset and count) and ``git_diff.path`` are optional additions for
-reading past a cap.
+reading past a cap. The arguments themselves are in ``sandbox.inside.tool_schemas``, which
+the tool server checks calls against without loading these specs.
 """
 
 from __future__ import annotations
 
-from bot.core.tools import ToolSpec, json_params
+from bot.core.tools import ToolSpec
+from sandbox.inside.tool_schemas import (
+    MAX_LIST_ENTRIES,
+    MAX_LOG_LIMIT,
+    MAX_READ_CHARS,
+    READ_FILE_BEFORE_LIMIT,
+    TOOL_PARAMETERS,
+)
 
 __all__ = ["EARLIER_SPECS", "MAX_LIST_ENTRIES", "MAX_LOG_LIMIT", "MAX_READ_CHARS", "TOOL_SPECS"]
-
-MAX_LIST_ENTRIES = 2_000
-MAX_READ_CHARS = 100_000
-MAX_LOG_LIMIT = 200
 
 _PATH_RULES = (
     "Paths are relative to the working tree root, like 'docs/index.md'. Absolute paths, '..', "
     "and anything inside .git are refused (BEM-300..304); symlinks are followed only while "
     "they stay inside the working tree."
 )
-_PATH = {"type": "string", "maxLength": 1024}
 
 # read_file as the previous release offered it; a run it parked still resumes (see
 # EARLIER_SPECS).
@@ -37,17 +40,7 @@ _READ_FILE_BEFORE_LIMIT = ToolSpec(
         "a special file or a file over the size cap; BEM-303 for a hard-linked file or a "
         "symlink leading outside; BEM-100 when the file does not exist."
     ),
-    parameters=json_params(
-        {
-            "path": {**_PATH, "description": "File to read, like 'docs/index.md'."},
-            "start_line": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "First line to return (1-based); default 1.",
-            },
-        },
-        ["path"],
-    ),
+    parameters=READ_FILE_BEFORE_LIMIT,
 )
 
 _READ_FILE = ToolSpec(
@@ -55,17 +48,7 @@ _READ_FILE = ToolSpec(
     description=_READ_FILE_BEFORE_LIMIT.description
     + " Pass 'limit' to read at most that many lines from start_line (a window of a long"
     " file; 'total_lines' says how many there are).",
-    parameters=json_params(
-        {
-            **_READ_FILE_BEFORE_LIMIT.parameters["properties"],
-            "limit": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "Most lines to return; default: as many as fit.",
-            },
-        },
-        ["path"],
-    ),
+    parameters=TOOL_PARAMETERS["read_file"],
 )
 
 EARLIER_SPECS: dict[str, tuple[ToolSpec, ...]] = {"read_file": (_READ_FILE_BEFORE_LIMIT,)}
@@ -83,10 +66,7 @@ _SPECS = [
             f"path=<subdirectory> to narrow. {_PATH_RULES} "
             "Errors: BEM-305 when the path is a file; BEM-100 when it does not exist."
         ),
-        parameters=json_params(
-            {"path": {**_PATH, "description": "Directory to list; '' (default) is the root."}},
-            [],
-        ),
+        parameters=TOOL_PARAMETERS["list_tree"],
     ),
     _READ_FILE,
     ToolSpec(
@@ -99,13 +79,7 @@ _SPECS = [
             f"{_PATH_RULES} Errors: BEM-305 when the body is over the write cap or the path "
             "is a directory; BEM-304 for anything under .git."
         ),
-        parameters=json_params(
-            {
-                "path": {**_PATH, "description": "File to write, like 'docs/install.md'."},
-                "body": {"type": "string", "description": "The complete new file content."},
-            },
-            ["path", "body"],
-        ),
+        parameters=TOOL_PARAMETERS["write_file"],
     ),
     ToolSpec(
         name="git_status",
@@ -115,7 +89,7 @@ _SPECS = [
             "(index to files, including 'untracked' new files). Use it before git_add and "
             "git_commit to see what would be committed. At most 1000 paths are listed."
         ),
-        parameters=json_params({}, []),
+        parameters=TOOL_PARAMETERS["git_status"],
     ),
     ToolSpec(
         name="git_diff",
@@ -131,15 +105,7 @@ _SPECS = [
             "with path=<file or directory> to see one part in full. Errors: BEM-300..304 for "
             "a refused path."
         ),
-        parameters=json_params(
-            {
-                "path": {
-                    **_PATH,
-                    "description": "Only show changes under this file or directory.",
-                }
-            },
-            [],
-        ),
+        parameters=TOOL_PARAMETERS["git_diff"],
     ),
     ToolSpec(
         name="git_log",
@@ -152,18 +118,7 @@ _SPECS = [
             "see them. Use it to see what a change consists of, recent history, or house "
             f"style for messages. limit: 1 to {MAX_LOG_LIMIT}, default 20."
         ),
-        parameters=json_params(
-            {
-                "limit": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": MAX_LOG_LIMIT,
-                    "default": 20,
-                    "description": "How many commits to return.",
-                }
-            },
-            [],
-        ),
+        parameters=TOOL_PARAMETERS["git_log"],
     ),
     ToolSpec(
         name="git_add",
@@ -173,10 +128,7 @@ _SPECS = [
             "staged. Returns everything now staged. Errors: BEM-320 when the path matches no "
             "file or is ignored; BEM-300..304 for a refused path."
         ),
-        parameters=json_params(
-            {"path": {**_PATH, "description": "File or directory to stage; '.' for all."}},
-            ["path"],
-        ),
+        parameters=TOOL_PARAMETERS["git_add"],
     ),
     ToolSpec(
         name="git_commit",
@@ -186,18 +138,7 @@ _SPECS = [
             "Errors: BEM-321 when nothing is staged (call git_add first); BEM-320 for an "
             "empty message."
         ),
-        parameters=json_params(
-            {
-                "message": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": 65536,
-                    "pattern": "\\S",
-                    "description": "The commit message: subject line, blank line, body.",
-                }
-            },
-            ["message"],
-        ),
+        parameters=TOOL_PARAMETERS["git_commit"],
     ),
     ToolSpec(
         name="git_push",
@@ -212,16 +153,7 @@ _SPECS = [
             "local branch; BEM-327 the remote has newer commits; BEM-322 no origin."
         ),
         confirm_required=True,
-        parameters=json_params(
-            {
-                "ref": {
-                    "type": "string",
-                    "maxLength": 256,
-                    "description": "Branch to push; default: the current branch.",
-                }
-            },
-            [],
-        ),
+        parameters=TOOL_PARAMETERS["git_push"],
     ),
 ]
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from pydantic import BaseModel, JsonValue, ValidationError
+from pydantic import JsonValue, TypeAdapter, ValidationError
 
 from bot.clients.base import Completion, Message, ToolCall
 from bot.clients.playbook import PlaybookClient, PlaybookStep, last_tool_result, tool_results
@@ -103,13 +103,13 @@ def _report(messages: Sequence[Message]) -> str:
 # -- review ----------------------------------------------------------------------------------
 
 MAX_REVIEW_FILES = 20
-_Read = TypeVar("_Read", bound=BaseModel)
+_Read = TypeVar("_Read")
 
 
 def _read(messages: Sequence[Message], tool: str, model: type[_Read]) -> _Read | None:
     """The newest result of ``tool``, as the report it is; None when it failed or is absent."""
     try:
-        return model.model_validate(last_tool_result(messages, tool))
+        return TypeAdapter(model).validate_python(last_tool_result(messages, tool))
     except ValidationError:
         return None
 

@@ -109,7 +109,7 @@ class RelayedPush:
             # What the container's push answers when the outbox already holds the commit.
             pushed: JsonValue = PushResult(
                 remote="origin", ref=HEADS + approved.branch, sha=approved.sha
-            ).model_dump(mode="json")
+            ).as_json()
         else:
             pushed = await self._inner.invoke(args, input)
         sha, branch = _pushed(pushed)

@@ -1,18 +1,27 @@
-"""What the working tree reports back: typed here, plain JSON once ``model_dump``-ed.
+"""What the working tree reports back: typed here, plain JSON once ``as_json``-ed.
 
 Every list a model reads is capped; a capped report says so (``truncated``) and its ``note``
 says how to ask for the rest.
+
+The reports are frozen dataclasses, not pydantic models: the tool server builds them on every
+git call and would otherwise load pydantic and build twelve validators at its start. The host
+reads a report from a tool's JSON result with ``pydantic.TypeAdapter(<report>)``.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import dataclasses
+from typing import Any
 
 
-class _Report(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Report:
+    def as_json(self) -> dict[str, Any]:
+        """The report as the JSON object a tool returns: nested reports as objects too."""
+        return dataclasses.asdict(self)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class FileStatus(_Report):
     """One path that differs. ``staged``: HEAD → index; ``unstaged``: index → files."""
 
@@ -21,6 +30,7 @@ class FileStatus(_Report):
     unstaged: str | None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class StatusReport(_Report):
     branch: str | None
     head: str | None
@@ -32,6 +42,7 @@ class StatusReport(_Report):
     note: str | None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class FileDiff(_Report):
     """Per-file stats; ``additions``/``deletions`` are None once the patch cap was reached."""
 
@@ -43,6 +54,7 @@ class FileDiff(_Report):
     deletions: int | None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ComparePoint(_Report):
     """The commit a job's change is compared with, and the host's name for it (``main``)."""
 
@@ -50,6 +62,7 @@ class ComparePoint(_Report):
     label: str
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class DiffReport(_Report):
     """``base`` is the old side's commit; ``against`` is set when that is a compare point."""
 
@@ -63,6 +76,7 @@ class DiffReport(_Report):
     note: str | None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LogEntry(_Report):
     sha: str
     author: str
@@ -71,6 +85,7 @@ class LogEntry(_Report):
     body: str
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LogReport(_Report):
     """``since``: the compare point whose history is left out (``git log <since>..HEAD``)."""
 
@@ -80,6 +95,7 @@ class LogReport(_Report):
     more: bool
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class StageReport(_Report):
     path: str
     staged: list[FileStatus]
@@ -88,6 +104,7 @@ class StageReport(_Report):
     note: str | None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class CommitResult(_Report):
     commit: str
     branch: str | None
@@ -95,6 +112,7 @@ class CommitResult(_Report):
     subject: str
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class PushResult(_Report):
     remote: str
     ref: str

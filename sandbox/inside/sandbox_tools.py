@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
+from bot.core.authors import utf8
 from bot.core.errors import BeamError
-from bot.core.identity import utf8
 from sandbox.inside.tool_schemas import (
     MAX_LIST_ENTRIES,
     MAX_READ_CHARS,
@@ -203,27 +203,27 @@ def _write_file(tree: WorkingTree, args: dict[str, Any]) -> Result:
 
 
 def _git_status(tree: WorkingTree, args: dict[str, Any]) -> Result:
-    return tree.status().model_dump(mode="json")
+    return tree.status().as_json()
 
 
 def _git_diff(tree: WorkingTree, args: dict[str, Any]) -> Result:
-    return tree.diff(args.get("path")).model_dump(mode="json")
+    return tree.diff(args.get("path")).as_json()
 
 
 def _git_log(tree: WorkingTree, args: dict[str, Any]) -> Result:
-    return tree.log(args.get("limit", 20)).model_dump(mode="json")
+    return tree.log(args.get("limit", 20)).as_json()
 
 
 def _git_add(tree: WorkingTree, args: dict[str, Any]) -> Result:
-    return tree.add(args["path"]).model_dump(mode="json")
+    return tree.add(args["path"]).as_json()
 
 
 def _git_commit(tree: WorkingTree, args: dict[str, Any]) -> Result:
-    return tree.commit(args["message"]).model_dump(mode="json")
+    return tree.commit(args["message"]).as_json()
 
 
 def _git_push(tree: WorkingTree, args: dict[str, Any]) -> Result:
-    return tree.push(args.get("ref")).model_dump(mode="json")
+    return tree.push(args.get("ref")).as_json()
 
 
 _HANDLERS: dict[str, Handler] = {

@@ -211,14 +211,13 @@ def check_tree(args: argparse.Namespace) -> None:
 def open_tree(args: argparse.Namespace) -> WorkingTree:
     """The job's working tree, as the arguments describe it; a compare point the repository
     does not hold fails here, not on every git_diff."""
-    from bot.core.identity import Identity, Trailer
+    from bot.core.authors import Author
     from sandbox.inside.worktree import WorkingTree
 
-    identity = Identity(name=args.identity_name, email=args.identity_email)
     make = functools.partial(
         WorkingTree,
-        identity=identity,
-        trailers=[Trailer.parse(line) for line in args.trailer],
+        identity=Author(args.identity_name, args.identity_email),
+        trailers=args.trailer,
         compare_to=args.compare_to,
         compare_label=args.compare_label,
     )
@@ -247,14 +246,11 @@ class _ToolsAfterReady:
         self._dispatch: Dispatch | None = None
 
     def load(self) -> None:
-        # The image holds no pydantic plugins; looking for them would scan every directory on
-        # the import path for package metadata, a good part of this load.
-        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
         from sandbox.inside.sandbox_tools import call_tool
 
         try:
             self._dispatch = functools.partial(call_tool, open_tree(self._args))
-        except (BeamError, OSError, ValueError) as error:  # ValueError: pydantic's refusals
+        except (BeamError, OSError, ValueError) as error:  # ValueError: a bad identity or trailer
             _refuse(self._args.root, error)
 
     def __call__(self, tool: str, args: dict[str, Any]) -> Any:

@@ -27,13 +27,14 @@ import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import pygit2
 from pygit2.enums import DeltaStatus, FileMode
 from pygit2.remotes import PushUpdate
 
+from bot.core.authors import DEFAULT_AUTHOR, Author, Named, compose_message, trailer_line, utf8
 from bot.core.errors import BeamError
-from bot.core.identity import Identity, Named, Trailer, compose_message, utf8
 from sandbox.inside.jail import SandboxRoot
 from sandbox.inside.refs import HEADS, ProtectedRefs, branch_name, full_ref
 from sandbox.inside.repo_guard import (
@@ -65,10 +66,18 @@ from sandbox.inside.views import (
 )
 from sandbox.inside.worktree_changes import SCAN_FLAGS, Changes, diff_index_to_workdir, scan
 
+if TYPE_CHECKING:
+    from bot.core.identity import Trailer
+
 __all__ = ["WorkingTree"]
 
 MAX_MESSAGE_CHARS = 65_536
 _ZERO = pygit2.Oid(hex="0" * 40)
+
+
+def _trailer_lines(trailers: Sequence[Trailer | str]) -> tuple[str, ...]:
+    """Each trailer as its checked ``Key: value`` line (ValueError for a bad one)."""
+    return tuple(trailer_line(str(trailer)) for trailer in trailers)
 
 
 @contextmanager
@@ -89,7 +98,7 @@ class WorkingTree:
         protected_refs: Iterable[str] = ("main", "master"),
         *,
         identity: Named | None = None,
-        trailers: Sequence[Trailer] = (),
+        trailers: Sequence[Trailer | str] = (),
         workers: int | None = None,
         compare_to: str | None = None,
         compare_label: str | None = None,
@@ -97,8 +106,10 @@ class WorkingTree:
         self._root = root
         self._compare = _compare_point(compare_to, compare_label)
         self._policy = ProtectedRefs(protected_refs)
-        self._identity = Identity() if identity is None else Identity.of(identity)
-        self._trailers = tuple(trailers)
+        # Checked here, without pydantic (the tool server runs without it), whatever the
+        # caller built them with.
+        self._identity = DEFAULT_AUTHOR if identity is None else Author.of(identity)
+        self._trailers = _trailer_lines(trailers)
         self._workers = max(1, workers or min(4, len(os.sched_getaffinity(0))))
         self._origin: str | None = None
         self._repo: pygit2.Repository | None = None
@@ -118,7 +129,7 @@ class WorkingTree:
         return self._policy
 
     @property
-    def identity(self) -> Identity:
+    def identity(self) -> Author:
         return self._identity
 
     @property
@@ -271,7 +282,9 @@ class WorkingTree:
             staged = self._scan(repo, _head_tree(repo), target).staged
         return stage_report(target or ".", staged, max_files)
 
-    def commit(self, message: str, *, trailers: Sequence[Trailer] | None = None) -> CommitResult:
+    def commit(
+        self, message: str, *, trailers: Sequence[Trailer | str] | None = None
+    ) -> CommitResult:
         """Record the index as a commit by the bot identity on the current branch.
 
         The tree's default trailers (say, ``Requested-by:``) and ``trailers`` end the message.
@@ -301,8 +314,8 @@ class WorkingTree:
                 raise BeamError(
                     "BEM-321", "nothing is staged; stage changes with git_add before committing"
                 )
-            text = compose_message(message, [*self._trailers, *(trailers or ())])
-            signature = self._identity.signature()
+            text = compose_message(message, [*self._trailers, *_trailer_lines(trailers or ())])
+            signature = pygit2.Signature(*self._identity)
             sha = repo.create_commit("HEAD", signature, signature, text, tree, parents)
         return CommitResult(
             commit=str(sha),

@@ -94,6 +94,17 @@ def test_the_hash_covers_the_sources_and_the_wheels(settings: Settings) -> None:
     assert "docker" not in {name for name, _ in distributions}
 
 
+def test_the_tool_server_loads_pygit2_and_nothing_else_from_outside_the_standard_library() -> None:
+    """pydantic, jsonschema and their dependencies were most of the server's start-up CPU; the
+    image (built from this closure) would not even hold them, so one creeping back in fails
+    here rather than as a slower start."""
+    sources, distributions = container_closure()
+    assert {name for name, _ in distributions} == {"cffi", "pygit2"}
+    loaded = {relative for relative, _ in sources}
+    assert not loaded & {"bot/core/identity.py", "bot/core/tools.py", "bot/core/input.py"}
+    assert "sandbox/inside/tool_specs.py" not in loaded
+
+
 def test_pygit2_in_the_image_is_the_hosts(
     image: ImageInfo, docker_client: docker.DockerClient
 ) -> None:

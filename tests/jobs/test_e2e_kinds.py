@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from pydantic import TypeAdapter
 
 from bot.core.errors import BeamError
 from bot.core.frames import DoneFrame
@@ -158,7 +159,7 @@ def test_commit_notes_for_a_range_of_commits(stack: Stack) -> None:
     outcome = done.result.outcome
     assert outcome == CommitNotesOutcome(range=wanted, subject=NOTES_SUBJECT, body=NOTES_BODY)
     (log,) = stack.tool_calls(job.id, "git_log")
-    report = LogReport.model_validate(log.result)
+    report = TypeAdapter(LogReport).validate_python(log.result)
     assert [commit.sha for commit in report.commits] == [end]
     assert report.since is not None and report.since.sha == start
 

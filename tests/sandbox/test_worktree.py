@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from pygit2.enums import CheckoutStrategy, FileStatus, ResetMode
 
 from bot.config import Identity as ConfiguredIdentity
+from bot.core.authors import Author
 from bot.core.errors import BeamError, ConfigError, GitError, JailError
 from bot.core.identity import Identity, Trailer, compose_message
 from sandbox.inside.jail import SandboxRoot
@@ -109,7 +111,7 @@ def test_repr_names_the_root_and_policy(env: GitEnv) -> None:
     assert str(env.work) in repr(env.tree)
     assert env.tree.root.path == env.work
     assert env.tree.protected_refs.is_protected("MAIN")
-    assert env.tree.identity == Identity()
+    assert env.tree.identity == Author.of(Identity())
 
 
 # -- branches ----------------------------------------------------------------------------
@@ -210,7 +212,7 @@ def test_status_reports_staged_unstaged_and_untracked(env: GitEnv) -> None:
     assert report.branch == "feature"
     assert report.head == env.tree.head_sha()
     assert not report.clean
-    assert [f.model_dump() for f in report.files] == [
+    assert [f.as_json() for f in report.files] == [
         {"path": "README.md", "staged": None, "unstaged": "deleted"},
         {"path": "docs/index.md", "staged": "modified", "unstaged": "modified"},
         {"path": "docs/new/page.md", "staged": None, "unstaged": "untracked"},
@@ -251,7 +253,7 @@ def test_diff_shows_staged_and_unstaged_together_against_head(env: GitEnv) -> No
     env.write("docs/index.md", "# Index\n\nWelcome.\nStaged line.\nUnstaged line.\n")
     report = env.tree.diff()
     assert report.base == env.tree.head_sha()
-    assert [f.model_dump() for f in report.files] == [
+    assert [f.as_json() for f in report.files] == [
         {
             "path": "docs/index.md",
             "old_path": None,
@@ -420,7 +422,7 @@ def test_diff_from_a_compare_point_at_head_is_the_plain_diff(env: GitEnv) -> Non
     assert head is not None
     compared = _since(env, head, None).diff()
     assert compared.against == ComparePoint(sha=head, label=head[:12])
-    assert compared.model_copy(update={"against": None}) == env.tree.diff()
+    assert dataclasses.replace(compared, against=None) == env.tree.diff()
 
 
 def test_a_change_undone_since_the_compare_point_is_no_change(env: GitEnv) -> None:
@@ -709,7 +711,7 @@ def test_trailers_join_a_trailer_block_the_message_already_has() -> None:
 def test_any_name_and_email_pair_is_an_identity(tmp_path: Path) -> None:
     configured = ConfiguredIdentity(name="Docs Bot", email="bot@example.com")
     tree = WorkingTree(SandboxRoot(tmp_path), identity=configured)
-    assert tree.identity == Identity(name="Docs Bot", email="bot@example.com")
+    assert tree.identity == Author("Docs Bot", "bot@example.com")
     assert str(Trailer.requested_by(configured)) == "Requested-by: Docs Bot <bot@example.com>"
     with pytest.raises(ValueError):
         WorkingTree(SandboxRoot(tmp_path), identity=ConfiguredIdentity(name="a\nb"))
@@ -777,7 +779,7 @@ def test_push_sends_the_current_branch_and_reports_it(env: GitEnv) -> None:
     sha = env.commit_file("docs/index.md", "pushed\n")
     before = refs_of(env.upstream)
     result = env.tree.push()
-    assert result.model_dump() == {"remote": "origin", "ref": "refs/heads/feature", "sha": sha}
+    assert result.as_json() == {"remote": "origin", "ref": "refs/heads/feature", "sha": sha}
     assert refs_of(env.upstream) == {**before, "refs/heads/feature": sha}
 
 

@@ -6,7 +6,10 @@ On the current sandbox image, in one run:
   server's first line, its imports, the tree check, the ready line back on the host), for
   three setups started in turn: the *previous* server (every module imported before the ready
   line, as before the imports were deferred: a copy of the image whose entrypoint imports
-  them all first) on runc, and the current one on runc and on crun (when the engine has it).
+  them all first) on runc, and the current one on runc and on crun (when the engine has it);
+  with ``--baseline REF``, also an image built from other code (say, main's image, tagged
+  before a change to the server), on crun when the engine has it, so a change to the server
+  is measured against the code before it in the same run.
   Then ready → first reply (the server loads its tools after the ready line), create →
   first reply, so nothing deferred hides, and the CPU time the container used until then
   (from its cgroup);
@@ -274,19 +277,32 @@ def bench_exec(
 
 
 def _setups(
-    client: docker.DockerClient, image: str, previous: str, limits: SandboxLimits
+    client: docker.DockerClient,
+    image: str,
+    previous: str,
+    limits: SandboxLimits,
+    baseline: str | None = None,
 ) -> list[Setup]:
     registered, _ = engine_runtimes(client.api)
     runc = limits.model_copy(update={"runtime": "runc"})
     setups = [Setup("previous, runc", previous, runc), Setup("current, runc", image, runc)]
+    fastest = runc
     if PREFERRED_RUNTIME in registered:
-        crun = limits.model_copy(update={"runtime": PREFERRED_RUNTIME})
-        setups.append(Setup(f"current, {PREFERRED_RUNTIME}", image, crun))
+        fastest = limits.model_copy(update={"runtime": PREFERRED_RUNTIME})
+        setups.append(Setup(f"current, {PREFERRED_RUNTIME}", image, fastest))
+    if baseline is not None:
+        setups.append(Setup(f"baseline, {fastest.runtime}", baseline, fastest))
     return setups
 
 
 def run(
-    files: int, commits: int, runs: int, exec_runs: int, ready_runs: int, stop_runs: int
+    files: int,
+    commits: int,
+    runs: int,
+    exec_runs: int,
+    ready_runs: int,
+    stop_runs: int,
+    baseline: str | None = None,
 ) -> str:
     client = connect()
     settings = Settings()
@@ -301,7 +317,7 @@ def run(
         local_copy = _clone(source, base / "host" / "workspace", os.getuid())
         tree = WorkingTree(SandboxRoot(local_copy), PROTECTED)
         with previous_image(client, image.ref) as previous:
-            setups = _setups(client, image.ref, previous, limits)
+            setups = _setups(client, image.ref, previous, limits, baseline)
             starts = bench_starts(client, setups, workspace, ready_runs)
         stops = bench_stops(client, image.ref, workspace, limits, stop_runs)
         rows: list[tuple[str, Timing, Timing, Timing]] = []
@@ -356,11 +372,19 @@ def render_starts(starts: dict[str, StartFigures], runs: int) -> str:
         + "".join(f"{_ms(statistics.median(c)):>18}" if c else f"{'n/a':>18}" for c in cpu)
     )
     total = {label: statistics.median(starts[label].stages["create-ready"]) for label in labels}
-    current = [label for label in labels if not label.startswith("previous")]
+    current = [label for label in labels if label.startswith("current")]
     lines.append("")
     for label in current:
         ratio = total[labels[0]] / total[label]
         lines.append(f"create → ready, {labels[0]} / {label}: {ratio:.2f}×")
+    for label in labels:
+        if label.startswith("baseline") and starts[label].server_cpu:
+            cpu = {each: statistics.median(starts[each].server_cpu or [0.0]) for each in labels}
+            fastest = current[-1]
+            lines.append(
+                f"create → ready, {label} / {fastest}: {total[label] / total[fastest]:.2f}×; "
+                f"server CPU to first reply: {cpu[label] / cpu[fastest]:.2f}×"
+            )
     if len(current) == 2:
         lines.append(
             f"create → ready, {current[0]} / {current[1]}: "
@@ -417,8 +441,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--exec-runs", type=int, default=10, help="docker execs per call")
     parser.add_argument("--ready-runs", type=int, default=20, help="container starts per setup")
     parser.add_argument("--stop-runs", type=int, default=8, help="container stops per way")
+    parser.add_argument(
+        "--baseline", help="an image built from other code to start beside the current one"
+    )
     args = parser.parse_args(argv)
-    print(run(args.files, args.commits, args.runs, args.exec_runs, args.ready_runs, args.stop_runs))
+    print(
+        run(
+            args.files,
+            args.commits,
+            args.runs,
+            args.exec_runs,
+            args.ready_runs,
+            args.stop_runs,
+            args.baseline,
+        )
+    )
     return 0
 
 

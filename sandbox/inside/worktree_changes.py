@@ -19,7 +19,6 @@ import bisect
 import heapq
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,6 +164,10 @@ def scan(
     if len(groups) == 1:
         unstaged = _unstaged(main, groups[0])
     else:
+        # Imported here: only a large tree scans in parallel, and concurrent.futures (with
+        # logging) would be a share of every tool server's start.
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(len(groups) - 1) as pool:
             others = pool.map(_unstaged, repos[1 : len(groups)], groups[1:])
             first = _unstaged(main, groups[0])

@@ -86,7 +86,7 @@ STAGES = (
     ("attach", "created", "attached"),
     ("engine start → server main", "attached", "interpreter"),
     ("  of which the start call", "attached", "started"),
-    ("imports (pygit2, jail, guard)", "interpreter", "imported"),
+    ("imports (jail, ref policy)", "interpreter", "imported"),
     ("tree check", "imported", "checked"),
     ("ready line → host", "checked", "ready"),
     ("create → ready", "create", "ready"),

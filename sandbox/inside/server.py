@@ -16,10 +16,12 @@ Every failure of one request becomes an error reply and the server carries on:
 - a result over the cap: BEM-406; a result JSON cannot carry: BEM-101.
 
 Start-up is on every job's critical path, so the ready line waits only for what can refuse
-the job (``sandbox.inside.tree_checks``: the jail, the repository guard, pygit2). The working
-tree and the tools, with their pydantic models and JSON Schemas, load right after it, while
-the host goes on with its own work; a request that arrives meanwhile waits in the pipe. The
-ready line carries the monotonic times of the server's stages (the host's clock too: a
+the job (``sandbox.inside.tree_checks``: the jail and the ref policy, and pygit2 with the
+repository guard only for a compare point, the one check that opens the repository). The working
+tree and the tools load right after it, while the host goes on with its own work; a request
+that arrives meanwhile waits in the pipe. Neither part loads pydantic or a JSON Schema library:
+the arguments are checked by ``sandbox.inside.tool_schemas``, the reports are dataclasses.
+The ready line carries the monotonic times of the server's stages (the host's clock too: a
 container has no clock of its own), which ``bench.container_bench`` breaks down.
 
 This module is imported inside the container, so it keeps to the standard library and the
@@ -275,7 +277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     stages = {"interpreter": time.monotonic()}
     args = _arguments(argv)
     reader, writer = _protocol_streams()
-    import sandbox.inside.tree_checks  # noqa: F401  (timed here: pygit2, the jail and the guard)
+    # Timed here: the jail and the ref policy (pygit2 too when the job has a compare point).
+    import sandbox.inside.jail
+    import sandbox.inside.tree_checks  # noqa: F401
 
     stages["imported"] = time.monotonic()
     try:

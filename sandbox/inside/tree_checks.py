@@ -3,10 +3,12 @@ modules the tools need later.
 
 The server says it is ready once these pass (``check_tree``): the protected-ref patterns, the
 origin URL and, when the job has one, that the compare point is a commit of the repository,
-opened under the guard (``sandbox.inside.repo_guard``). They need the jail, the guard and pygit2
-only; the working tree (``sandbox.inside.worktree``, whose reports and identity are pydantic
-models) and the tools' JSON Schemas load after the ready line. ``WorkingTree`` applies the same
-checks through the same functions.
+opened under the guard (``sandbox.inside.repo_guard``). They need the jail and the ref policy;
+pygit2 and the guard load here only for a compare point, the one check that opens the
+repository, so a job without one is ready before pygit2 loads. The working tree
+(``sandbox.inside.worktree``, with its views and reports) and the tools with their argument
+schemas load after the ready line. ``WorkingTree`` applies the same checks through the same
+functions.
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import pygit2
-
 from bot.core.errors import BeamError
-from sandbox.inside.jail import SandboxRoot
 from sandbox.inside.refs import ProtectedRefs
-from sandbox.inside.repo_guard import check_layout, enforce_config, open_repository
+
+if TYPE_CHECKING:
+    import pygit2
+
+    from sandbox.inside.jail import SandboxRoot
 
 __all__ = [
     "MAX_LABEL_CHARS",
@@ -53,6 +57,8 @@ def check_tree(
         checked_url(origin)
     target = compare_target(compare_to, compare_label)
     if target is not None:
+        from sandbox.inside.repo_guard import check_layout, enforce_config, open_repository
+
         gitdir = check_layout(root.path, {})
         enforce_config(gitdir)
         compare_commit(open_repository(root.path, gitdir), *target)
@@ -84,6 +90,8 @@ def compare_target(sha: str | None, label: str | None) -> tuple[str, str] | None
 
 
 def compare_commit(repo: pygit2.Repository, sha: str, label: str) -> pygit2.Commit:
+    import pygit2  # loaded already: ``repo`` is a pygit2 repository
+
     found = repo.get(sha)
     if not isinstance(found, pygit2.Commit):
         raise BeamError(

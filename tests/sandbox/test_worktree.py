@@ -423,6 +423,9 @@ def test_diff_from_a_compare_point_at_head_is_the_plain_diff(env: GitEnv) -> Non
     compared = _since(env, head, None).diff()
     assert compared.against == ComparePoint(sha=head, label=head[:12])
     assert dataclasses.replace(compared, against=None) == env.tree.diff()
+    # What the tool returns: every report nested in it an object too, nothing left out.
+    assert compared.as_json() == dataclasses.asdict(compared)
+    assert compared.as_json()["against"] == {"sha": head, "label": head[:12]}
 
 
 def test_a_change_undone_since_the_compare_point_is_no_change(env: GitEnv) -> None:

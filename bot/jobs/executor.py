@@ -18,8 +18,10 @@ decision to the parked run and drives it on. A segment, on the worker that claim
    job's event stream; before each model call and tool call the job is checked for a cancel
    (BEM-506) or a takeover (BEM-507);
 5. runs it. When it stops on a call that needs a person, policy refuses at once what could
-   never be pushed (``bot.jobs.parking``) and the run goes on; otherwise it PARKS: run state
-   and workspace snapshot saved, approval opened, job moved to ``awaiting_approval``;
+   never be pushed (``bot.jobs.parking``) and the run goes on; otherwise it PARKS, once
+   the container is gone: a push staged into the job's outbox on the host (as after a
+   restore), run state and workspace snapshot saved, approval opened, job moved to
+   ``awaiting_approval``;
 6. or, when the run ends, FINISHES: the kind's outcome, the final state (``failed`` when
    the kind's required result is missing or the run ended on a tool error, see
    ``bot.jobs.outcomes.shortfall``).
@@ -103,7 +105,7 @@ from sandbox.host.image.build import check_image
 from sandbox.host.relay import RelayResult, relay_push
 from sandbox.host.upstream.credentials import UpstreamCallbacks, upstream_callbacks
 from sandbox.host.upstream.mirror import sync_mirror
-from sandbox.host.workspace.outbox_staging import stage_restored_push
+from sandbox.host.workspace.outbox_staging import stage_push
 from sandbox.host.workspace.prepare import (
     Workspace,
     job_directory,
@@ -119,6 +121,8 @@ from skills.loader import skill_by_name
 log = logging.getLogger(__name__)
 
 STYLE_NOTES = 20
+# A push is staged when the job parks on it (pending) or when a resume restores it (approved).
+_STAGED_STATES = (ApprovalState.PENDING, ApprovalState.APPROVED)
 CHUNK_EVENT_CHARS = 64
 """A streamed answer is published in events of at least this many characters (the last
 piece, and any piece before another frame, may be shorter)."""
@@ -382,7 +386,7 @@ class Executor:
         )
         if snapshot is not None and approval is not None:
             restore(snapshot, workspace, max_bytes=self._snapshot_cap)
-            _stage_restored(workspace, approval, repo)
+            _stage_on_host(workspace, approval, repo)
         return workspace
 
     @property
@@ -420,7 +424,6 @@ class Executor:
                 return state, None
             verdict = approval_for(record, pending, self._push_target(segment))
             if isinstance(verdict, Approval):
-                await _stage_push(segment, verdict)
                 return state, verdict
             frames = agent.resume(state, verdict)
 
@@ -575,6 +578,9 @@ class Executor:
 
     def _park(self, segment: _Segment, state: RunState, approval: Approval) -> JobRecord | None:
         store, job_id = self._store, segment.record.id
+        if segment.workspace is not None and segment.repo is not None:
+            # Before the job is parked: a resume may claim it the moment it is.
+            _stage_on_host(segment.workspace, approval, segment.repo)
         store.save_run_state(job_id, state.model_dump_json())
         if segment.workspace is not None:
             data = capture(segment.workspace, max_bytes=self._settings.jobs.snapshot_max_bytes)
@@ -702,33 +708,18 @@ def _tool_call_coming(approval: Approval | None, workspace: Workspace) -> bool:
     return True
 
 
-async def _stage_push(segment: _Segment, approval: Approval) -> None:
-    """Have the running container push the branch a person is now asked about into the job's
-    outbox, so that the resume that relays it needs no container of its own (``staged``).
-
-    The outbox is the job's own repository on this worker: nothing in it goes upstream but
-    through the relay, after the approval, and only the approved commit. Best effort: a push
-    that fails here (or a container that is not running) leaves the resume to push as before.
-    """
-    sandbox = segment.sandbox
-    if approval.tool != "git_push" or sandbox is None or not sandbox.running:
-        return
-    try:
-        await asyncio.to_thread(sandbox.call, "git_push", dict(approval.arguments))
-    except BeamError as error:
-        log.info("job %s: push not staged in the outbox (%s)", segment.record.id, error.code)
-
-
-def _stage_restored(workspace: Workspace, approval: Approval, repo: RepositoryConfig) -> None:
-    """Stage an approved push into the fresh outbox of a restored tree, on the host, so that
-    the resume relays it with no container (``staged``), as on the host where it parked.
-    Best effort: when it cannot, the resume pushes from a container as before."""
-    if approval.state is not ApprovalState.APPROVED or approval.tool != "git_push":
+def _stage_on_host(workspace: Workspace, approval: Approval, repo: RepositoryConfig) -> None:
+    """Stage a ``git_push`` into the job's outbox on the host (``stage_push``), so that the
+    approved resume relays it with no container (``staged``): when the job parks on it (the
+    push a person is now asked about; the segment's container is gone by then), and after a
+    restore on another host (the approved push). Best effort: when it cannot, the resume
+    pushes from a container as before. The outbox is the job's own repository on this
+    worker: nothing in it goes upstream but through the relay, after the approval, and only
+    the approved commit."""
+    if approval.tool != "git_push" or approval.state not in _STAGED_STATES:
         return
     if approval.commit_sha and approval.target_ref:
-        stage_restored_push(
-            workspace, approval.commit_sha, approval.target_ref, repo.protected_refs
-        )
+        stage_push(workspace, approval.commit_sha, approval.target_ref, repo.protected_refs)
 
 
 def _final_state(code: str) -> JobState:

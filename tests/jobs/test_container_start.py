@@ -15,12 +15,14 @@ from pydantic import JsonValue
 from bot.core.errors import BeamError
 from bot.core.frames import ToolCallRecord, ToolFrame
 from bot.service.access import Principal
-from bot.store.models import Approval, JobKind, JobRecord, JobState
+from bot.store.models import Approval, ApprovalState, JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import REQUESTER, Stack, job_stack
 from sandbox.host.container.deferred import DeferredSandbox
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.workspace import outbox_staging
+from sandbox.host.workspace.outbox import outbox_branch
+from sandbox.host.workspace.prepare import open_workspace
 from sandbox.inside.tool_specs import TOOL_SPECS
 
 # -- the wrapper alone -------------------------------------------------------------------
@@ -197,15 +199,65 @@ def test_a_resume_on_another_host_stages_the_push_there_and_starts_none(
 def test_a_resume_elsewhere_that_cannot_stage_pushes_from_a_container(
     starts: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def full_disk(*args: Any) -> int:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
     # The outbox write fails on the host: the container pushes, as before staging existed.
-    monkeypatch.setattr(outbox_staging, "copy_commit", full_disk)
+    monkeypatch.setattr(outbox_staging, "copy_commit", _full_disk)
     with job_stack() as stack:
         job, _ = _approved_and_resumed_elsewhere(stack)
         assert starts == [job.id, job.id]
         assert stack.sandbox_containers(job.id) == []
+
+
+def _full_disk(*args: Any) -> int:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.fixture
+def container_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The tool of every call into a container in this process (the in-process worker's)."""
+    called: list[str] = []
+    call = ContainerSandbox.call
+
+    def counted(self: ContainerSandbox, tool: str, *args: Any, **kwargs: Any) -> JsonValue:
+        called.append(tool)
+        return call(self, tool, *args, **kwargs)
+
+    monkeypatch.setattr(ContainerSandbox, "call", counted)
+    yield called
+
+
+@pytest.mark.slow
+def test_the_park_stages_the_push_on_the_host_with_no_call_into_the_container(
+    container_calls: list[str],
+) -> None:
+    with job_stack() as stack:
+        job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+        parked = _segment(stack, job.id)
+        assert parked.state is JobState.AWAITING_APPROVAL
+        assert "git_commit" in container_calls and "git_push" not in container_calls
+        # Staged before anyone decided: the branch the person is asked about, at its commit.
+        asked = stack.store.approval(job.id)
+        assert asked is not None and asked.state is ApprovalState.PENDING
+        workspace = open_workspace(job.id, stack.worker_settings("w").workspaces)
+        assert outbox_branch(workspace.outbox, workspace.branch) == asked.commit_sha
+        # Nothing went upstream before the approval.
+        assert stack.upstream_ref(f"riverbeam/{job.id}") is None
+
+
+@pytest.mark.slow
+def test_a_park_that_cannot_stage_leaves_the_push_to_the_resume_container(
+    starts: list[str], container_calls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with job_stack() as stack:
+        job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+        with monkeypatch.context() as patched:
+            patched.setattr(outbox_staging, "copy_commit", _full_disk)
+            assert _segment(stack, job.id).state is JobState.AWAITING_APPROVAL
+        decided = stack.decide(job.id, approve=True)
+        assert _segment(stack, job.id, resume=True).state is JobState.SUCCEEDED
+        # The resume on the same host found nothing staged and pushed from a container.
+        assert starts == [job.id, job.id]
+        assert container_calls.count("git_push") == 1
+        assert stack.upstream_ref(f"riverbeam/{job.id}") == decided.commit_sha
 
 
 def _tool_records(stack: Stack, job_id: str) -> list[ToolCallRecord]:

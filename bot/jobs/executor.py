@@ -48,7 +48,6 @@ from typing import Any
 
 import docker
 from celery.exceptions import SoftTimeLimitExceeded
-from redis.asyncio import Redis as AsyncRedis
 
 from bot.agents.memory import MemoryStore
 from bot.agents.redis_memory import RedisMemoryStore
@@ -100,7 +99,6 @@ from bot.store.models import (
 from bot.store.store import JobStore
 from sandbox.host.container.deferred import DeferredSandbox
 from sandbox.host.container.lifecycle import ContainerSandbox
-from sandbox.host.engine import engine_errors
 from sandbox.host.image.build import check_image
 from sandbox.host.relay import RelayResult, relay_push
 from sandbox.host.upstream.credentials import UpstreamCallbacks, upstream_callbacks
@@ -131,11 +129,13 @@ piece, and any piece before another frame, may be shorter)."""
 class ImageCheck:
     """The sandbox image one worker process starts its containers from.
 
-    The first segment finds the image built from the code (``check_image`` hashes the
-    sources, about 10 ms of CPU); later segments only look that image up (about 2 ms). The
-    process runs the code it imported, so its containers must run the image of that code,
-    whatever the files on disk say later: a deploy that changes them restarts the workers.
-    An image removed meanwhile is BEM-401, as at the first check.
+    The first segment finds the image built from the code (``check_image`` hashes the sources,
+    about 10 ms of CPU, and asks the engine); later segments reuse that reference with no
+    engine call: a container start names the image, and the engine refuses one removed
+    meanwhile, which the start reports as BEM-401 (as the first check does), while a segment
+    that starts no container (a resume whose push was staged) never needed it. The process
+    runs the code it imported, so its containers must run the image of that code, whatever
+    the files on disk say later: a deploy that changes them restarts the workers.
     """
 
     def __init__(self) -> None:
@@ -146,9 +146,6 @@ class ImageCheck:
         if ref is None:
             ref = check_image(client, settings).ref
             self._refs[settings.sandbox] = ref
-            return ref
-        with engine_errors("BEM-401", f"looking up the sandbox image {ref}"):
-            client.images.get(ref)
         return ref
 
 
@@ -398,21 +395,19 @@ class Executor:
     ) -> tuple[RunState, Approval | None]:
         """Run the agent until it ends or parks on a call a person must decide, with the
         segment's MCP servers started for it and stopped after, whatever happens."""
-        redis = AsyncRedis.from_url(self._settings.redis_url)
         assert segment.toolbox is not None  # made when the segment started
         try:
             async with segment.toolbox:
-                return await self._drive_agent(segment, client, stop, redis)
+                return await self._drive_agent(segment, client, stop)
         except RunAborted as abort:
             raise abort.error from None
-        finally:
-            await redis.aclose()
 
     async def _drive_agent(
-        self, segment: _Segment, client: CompletionClient, stop: StopCheck, redis: AsyncRedis
+        self, segment: _Segment, client: CompletionClient, stop: StopCheck
     ) -> tuple[RunState, Approval | None]:
         record = segment.record
-        memory = RedisMemoryStore(redis, key=self._store.keys.memory)
+        # The store's own client: no connection of the segment's own to open and close.
+        memory = RedisMemoryStore(self._store.client, key=self._store.keys.memory)
         agent = await self._agent(segment, client, memory, stop)
         frames, state = self._first_frames(segment, agent)
         while True:

@@ -156,7 +156,7 @@ def test_a_resume_that_calls_no_tool_starts_no_container(starts: list[str]) -> N
         assert "refused" in ended.result.text
         assert starts == [refused.id]
 
-        # Approved: the parking segment's container pushed the branch into the outbox, so
+        # Approved: the parking segment staged the branch into the outbox on the host, so
         # the resume on this host relays it from there with no container.
         approved = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
         assert _segment(stack, approved.id).state is JobState.AWAITING_APPROVAL

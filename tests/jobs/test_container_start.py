@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -121,18 +120,30 @@ def test_a_failed_start_is_raised_again_as_it_was_raised(failure: BaseException)
 # -- in the worker, on the real engine ---------------------------------------------------
 
 
+def _first_arguments(monkeypatch: pytest.MonkeyPatch, method: str) -> list[str]:
+    """The first argument of every ``ContainerSandbox.<method>`` call in this process (the
+    in-process worker's)."""
+    seen: list[str] = []
+    original = getattr(ContainerSandbox, method)
+
+    def recorded(self: ContainerSandbox, first: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append(first)
+        return original(self, first, *args, **kwargs)
+
+    monkeypatch.setattr(ContainerSandbox, method, recorded)
+    return seen
+
+
 @pytest.fixture
-def starts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The job ids of every container start in this process (the in-process worker's)."""
-    started: list[str] = []
-    start = ContainerSandbox.start
+def starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The job ids of every container start."""
+    return _first_arguments(monkeypatch, "start")
 
-    def counted(self: ContainerSandbox, job_id: str, *args: Any, **kwargs: Any) -> None:
-        started.append(job_id)
-        start(self, job_id, *args, **kwargs)
 
-    monkeypatch.setattr(ContainerSandbox, "start", counted)
-    yield started
+@pytest.fixture
+def container_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The tool of every call into a container."""
+    return _first_arguments(monkeypatch, "call")
 
 
 def _segment(stack: Stack, job_id: str, *, resume: bool = False) -> JobRecord:
@@ -209,20 +220,6 @@ def test_a_resume_elsewhere_that_cannot_stage_pushes_from_a_container(
 
 def _full_disk(*args: Any) -> int:
     raise OSError(errno.ENOSPC, "No space left on device")
-
-
-@pytest.fixture
-def container_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The tool of every call into a container in this process (the in-process worker's)."""
-    called: list[str] = []
-    call = ContainerSandbox.call
-
-    def counted(self: ContainerSandbox, tool: str, *args: Any, **kwargs: Any) -> JsonValue:
-        called.append(tool)
-        return call(self, tool, *args, **kwargs)
-
-    monkeypatch.setattr(ContainerSandbox, "call", counted)
-    yield called
 
 
 @pytest.mark.slow

@@ -236,8 +236,13 @@ def test_the_park_stages_the_push_on_the_host_with_no_call_into_the_container(
         assert asked is not None and asked.state is ApprovalState.PENDING
         workspace = open_workspace(job.id, stack.worker_settings("w").workspaces)
         assert outbox_branch(workspace.outbox, workspace.branch) == asked.commit_sha
-        # Nothing went upstream before the approval.
-        assert stack.upstream_ref(f"riverbeam/{job.id}") is None
+        # Nothing went upstream before the decision, nor after a refusal: the staged commit
+        # stays in the job's own outbox, which only the relay of an approved push reads.
+        assert stack.upstream_ref(workspace.branch) is None
+        stack.decide(job.id, approve=False, comment="not this")
+        assert _segment(stack, job.id, resume=True).state.is_final
+        assert stack.upstream_ref(workspace.branch) is None
+        assert container_calls.count("git_push") == 0
 
 
 @pytest.mark.slow

@@ -671,6 +671,13 @@ def _link_ref_dir(top: Path, branch: str, outside: Path) -> None:
     parent.symlink_to(outside)
 
 
+def _tree_gitdir_linked(ws: Workspace, sha: str, outside: Path) -> None:
+    # A whole, valid repository, with the branch at the commit: but reached through a link.
+    shutil.copytree(ws.tree / ".git", outside, symlinks=True)
+    shutil.rmtree(ws.tree / ".git")
+    (ws.tree / ".git").symlink_to(outside)
+
+
 def _tree_ref_dir_linked(ws: Workspace, sha: str, outside: Path) -> None:
     _link_ref_dir(ws.tree / ".git", ws.branch, outside)
 
@@ -714,6 +721,7 @@ def _outbox_objects_hold_a_link(ws: Workspace, sha: str, outside: Path) -> None:
 @pytest.mark.parametrize(
     "tamper",
     [
+        pytest.param(_tree_gitdir_linked, id="tree-gitdir-symlink"),
         pytest.param(_tree_ref_dir_linked, id="tree-ref-directory-symlink"),
         pytest.param(_tree_ref_file_linked, id="tree-ref-file-symlink"),
         pytest.param(_tree_lacks_an_object, id="tree-lacks-an-object"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from typing import Any, Final, Protocol, runtime_checkable
 
 from jsonschema import Draft202012Validator
@@ -73,7 +75,7 @@ class ToolSpec(BaseModel):
     @field_validator("parameters")
     @classmethod
     def _is_object_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
-        Draft202012Validator.check_schema(schema)
+        _check_schema(json.dumps(schema, sort_keys=True, separators=(",", ":")))
         if schema.get("type") != "object":
             raise ValueError("tool parameters must be a JSON Schema of type 'object'")
         return schema
@@ -88,6 +90,14 @@ class ToolSpec(BaseModel):
                 "parameters": self.parameters,
             },
         }
+
+
+@lru_cache(maxsize=1024)
+def _check_schema(canonical: str) -> None:
+    """Check a schema against the JSON Schema meta-schema, once per distinct schema: the check
+    costs milliseconds, and tools build their specs anew for every agent (every job segment).
+    A failed check raises, so it is never cached."""
+    Draft202012Validator.check_schema(json.loads(canonical))
 
 
 @runtime_checkable

@@ -18,8 +18,10 @@ decision to the parked run and drives it on. A segment, on the worker that claim
    job's event stream; before each model call and tool call the job is checked for a cancel
    (BEM-506) or a takeover (BEM-507);
 5. runs it. When it stops on a call that needs a person, policy refuses at once what could
-   never be pushed (``bot.jobs.parking``) and the run goes on; otherwise it PARKS: run state
-   and workspace snapshot saved, approval opened, job moved to ``awaiting_approval``;
+   never be pushed (``bot.jobs.parking``) and the run goes on; otherwise it PARKS, once
+   the container is gone: a push staged into the job's outbox on the host (as after a
+   restore), run state and workspace snapshot saved, approval opened, job moved to
+   ``awaiting_approval``;
 6. or, when the run ends, FINISHES: the kind's outcome, the final state (``failed`` when
    the kind's required result is missing or the run ended on a tool error, see
    ``bot.jobs.outcomes.shortfall``).
@@ -46,7 +48,6 @@ from typing import Any
 
 import docker
 from celery.exceptions import SoftTimeLimitExceeded
-from redis.asyncio import Redis as AsyncRedis
 
 from bot.agents.memory import MemoryStore
 from bot.agents.redis_memory import RedisMemoryStore
@@ -98,12 +99,11 @@ from bot.store.models import (
 from bot.store.store import JobStore
 from sandbox.host.container.deferred import DeferredSandbox
 from sandbox.host.container.lifecycle import ContainerSandbox
-from sandbox.host.engine import engine_errors
 from sandbox.host.image.build import check_image
 from sandbox.host.relay import RelayResult, relay_push
 from sandbox.host.upstream.credentials import UpstreamCallbacks, upstream_callbacks
 from sandbox.host.upstream.mirror import sync_mirror
-from sandbox.host.workspace.outbox_staging import stage_restored_push
+from sandbox.host.workspace.outbox_staging import stage_push
 from sandbox.host.workspace.prepare import (
     Workspace,
     job_directory,
@@ -119,6 +119,8 @@ from skills.loader import skill_by_name
 log = logging.getLogger(__name__)
 
 STYLE_NOTES = 20
+# A push is staged when the job parks on it (pending) or when a resume restores it (approved).
+_STAGED_STATES = (ApprovalState.PENDING, ApprovalState.APPROVED)
 CHUNK_EVENT_CHARS = 64
 """A streamed answer is published in events of at least this many characters (the last
 piece, and any piece before another frame, may be shorter)."""
@@ -127,11 +129,13 @@ piece, and any piece before another frame, may be shorter)."""
 class ImageCheck:
     """The sandbox image one worker process starts its containers from.
 
-    The first segment finds the image built from the code (``check_image`` hashes the
-    sources, about 10 ms of CPU); later segments only look that image up (about 2 ms). The
-    process runs the code it imported, so its containers must run the image of that code,
-    whatever the files on disk say later: a deploy that changes them restarts the workers.
-    An image removed meanwhile is BEM-401, as at the first check.
+    The first segment finds the image built from the code (``check_image`` hashes the sources,
+    about 10 ms of CPU, and asks the engine); later segments reuse that reference with no
+    engine call: a container start names the image, and the engine refuses one removed
+    meanwhile, which the start reports as BEM-401 (as the first check does), while a segment
+    that starts no container (a resume whose push was staged) never needed it. The process
+    runs the code it imported, so its containers must run the image of that code, whatever
+    the files on disk say later: a deploy that changes them restarts the workers.
     """
 
     def __init__(self) -> None:
@@ -142,9 +146,6 @@ class ImageCheck:
         if ref is None:
             ref = check_image(client, settings).ref
             self._refs[settings.sandbox] = ref
-            return ref
-        with engine_errors("BEM-401", f"looking up the sandbox image {ref}"):
-            client.images.get(ref)
         return ref
 
 
@@ -382,7 +383,7 @@ class Executor:
         )
         if snapshot is not None and approval is not None:
             restore(snapshot, workspace, max_bytes=self._snapshot_cap)
-            _stage_restored(workspace, approval, repo)
+            _stage_on_host(workspace, approval, repo)
         return workspace
 
     @property
@@ -394,21 +395,19 @@ class Executor:
     ) -> tuple[RunState, Approval | None]:
         """Run the agent until it ends or parks on a call a person must decide, with the
         segment's MCP servers started for it and stopped after, whatever happens."""
-        redis = AsyncRedis.from_url(self._settings.redis_url)
         assert segment.toolbox is not None  # made when the segment started
         try:
             async with segment.toolbox:
-                return await self._drive_agent(segment, client, stop, redis)
+                return await self._drive_agent(segment, client, stop)
         except RunAborted as abort:
             raise abort.error from None
-        finally:
-            await redis.aclose()
 
     async def _drive_agent(
-        self, segment: _Segment, client: CompletionClient, stop: StopCheck, redis: AsyncRedis
+        self, segment: _Segment, client: CompletionClient, stop: StopCheck
     ) -> tuple[RunState, Approval | None]:
         record = segment.record
-        memory = RedisMemoryStore(redis, key=self._store.keys.memory)
+        # The store's own client: no connection of the segment's own to open and close.
+        memory = RedisMemoryStore(self._store.client, key=self._store.keys.memory)
         agent = await self._agent(segment, client, memory, stop)
         frames, state = self._first_frames(segment, agent)
         while True:
@@ -420,7 +419,6 @@ class Executor:
                 return state, None
             verdict = approval_for(record, pending, self._push_target(segment))
             if isinstance(verdict, Approval):
-                await _stage_push(segment, verdict)
                 return state, verdict
             frames = agent.resume(state, verdict)
 
@@ -575,6 +573,9 @@ class Executor:
 
     def _park(self, segment: _Segment, state: RunState, approval: Approval) -> JobRecord | None:
         store, job_id = self._store, segment.record.id
+        if segment.workspace is not None and segment.repo is not None:
+            # Before the job is parked: a resume may claim it the moment it is.
+            _stage_on_host(segment.workspace, approval, segment.repo)
         store.save_run_state(job_id, state.model_dump_json())
         if segment.workspace is not None:
             data = capture(segment.workspace, max_bytes=self._settings.jobs.snapshot_max_bytes)
@@ -702,33 +703,18 @@ def _tool_call_coming(approval: Approval | None, workspace: Workspace) -> bool:
     return True
 
 
-async def _stage_push(segment: _Segment, approval: Approval) -> None:
-    """Have the running container push the branch a person is now asked about into the job's
-    outbox, so that the resume that relays it needs no container of its own (``staged``).
-
-    The outbox is the job's own repository on this worker: nothing in it goes upstream but
-    through the relay, after the approval, and only the approved commit. Best effort: a push
-    that fails here (or a container that is not running) leaves the resume to push as before.
-    """
-    sandbox = segment.sandbox
-    if approval.tool != "git_push" or sandbox is None or not sandbox.running:
-        return
-    try:
-        await asyncio.to_thread(sandbox.call, "git_push", dict(approval.arguments))
-    except BeamError as error:
-        log.info("job %s: push not staged in the outbox (%s)", segment.record.id, error.code)
-
-
-def _stage_restored(workspace: Workspace, approval: Approval, repo: RepositoryConfig) -> None:
-    """Stage an approved push into the fresh outbox of a restored tree, on the host, so that
-    the resume relays it with no container (``staged``), as on the host where it parked.
-    Best effort: when it cannot, the resume pushes from a container as before."""
-    if approval.state is not ApprovalState.APPROVED or approval.tool != "git_push":
+def _stage_on_host(workspace: Workspace, approval: Approval, repo: RepositoryConfig) -> None:
+    """Stage a ``git_push`` into the job's outbox on the host (``stage_push``), so that the
+    approved resume relays it with no container (``staged``): when the job parks on it (the
+    push a person is now asked about; the segment's container is gone by then), and after a
+    restore on another host (the approved push). Best effort: when it cannot, the resume
+    pushes from a container as before. The outbox is the job's own repository on this
+    worker: nothing in it goes upstream but through the relay, after the approval, and only
+    the approved commit."""
+    if approval.tool != "git_push" or approval.state not in _STAGED_STATES:
         return
     if approval.commit_sha and approval.target_ref:
-        stage_restored_push(
-            workspace, approval.commit_sha, approval.target_ref, repo.protected_refs
-        )
+        stage_push(workspace, approval.commit_sha, approval.target_ref, repo.protected_refs)
 
 
 def _final_state(code: str) -> JobState:

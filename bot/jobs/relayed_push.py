@@ -6,13 +6,13 @@ approved (commit and branch): the container pushes into the job's outbox, and if
 exactly that commit to exactly that branch, the host relay sends the commit upstream with
 credentials the container never sees. Anything else is BEM-603 and nothing goes upstream.
 
-The segment that parked on the push already had the container push the branch into the
-outbox (``Executor`` stages it, see ``bot.jobs.executor``): when the outbox holds the approved
-commit on the approved branch, that push is not run again, and the resume needs no container.
-A resume on another host stages it there from the restored tree, on the host
-(``sandbox.host.workspace.outbox_staging``).
-The outbox is the job's own repository on the worker; nothing in it leaves the host but
-through the relay, after the approval.
+The segment that parked on the push already staged the branch into the outbox, on the host,
+from the tree its container left; a resume on another host does the same from the tree it
+restored (``stage_push`` in ``sandbox.host.workspace.outbox_staging``, called by
+``bot.jobs.executor``). When the outbox holds the approved commit on the approved branch, the
+container's push is not run, and the resume needs no container. The outbox is the job's own
+repository on the worker; nothing in it leaves the host but through the relay, after the
+approval, and only the approved commit (whatever else the outbox holds).
 
 The relay answers ``already_there`` when the upstream branch is already at the commit, so a
 segment that runs twice (a redelivered task that took the job over) pushes once.

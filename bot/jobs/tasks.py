@@ -221,12 +221,14 @@ def register(app: Celery, settings: Settings) -> None:
             workers[pid] = JobWorker(settings, name=f"{host}:{pid}")
         return workers[pid]
 
-    @app.task(name=RUN_JOB, bind=True, shared=False)
+    # A job's segments store no Celery result: the job record says how each ended, and
+    # nothing reads the result (a key written and published per segment, for nobody).
+    @app.task(name=RUN_JOB, bind=True, shared=False, ignore_result=True)
     def run_job(task: Task[Any, Any], job_id: str) -> str | None:
         record = worker_for(task).run_job(job_id)
         return None if record is None else record.state.value
 
-    @app.task(name=RESUME_JOB, bind=True, shared=False)
+    @app.task(name=RESUME_JOB, bind=True, shared=False, ignore_result=True)
     def resume_job(task: Task[Any, Any], job_id: str) -> str | None:
         record = worker_for(task).resume_job(job_id)
         return None if record is None else record.state.value

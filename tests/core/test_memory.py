@@ -2,7 +2,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from redis.asyncio import Redis
+from redis import Redis
 
 from bot.agents.memory import MAX_NOTE_CHARS, InMemoryStore, MemoryStore, RememberTool
 from bot.agents.redis_memory import RedisMemoryStore
@@ -23,7 +23,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         try:
             yield RedisMemoryStore(client, key=Keys("riverbeam").memory, keep=3)
         finally:
-            await client.aclose()
+            client.close()
 
 
 async def test_recall_returns_the_newest_notes_oldest_first(store: MemoryStore) -> None:

@@ -1,4 +1,6 @@
 import pytest
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
 from bot.core.errors import ToolLoopError
@@ -51,6 +53,30 @@ def test_invalid_arguments_name_what_to_fix(args: object, fragment: str) -> None
 def test_a_spec_needs_an_object_schema() -> None:
     with pytest.raises(ValidationError, match="type 'object'"):
         ToolSpec(name="t", description="d", parameters={"type": "string"})
+
+
+def test_a_schema_is_checked_once_however_many_specs_carry_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    checked: list[object] = []
+    check = Draft202012Validator.check_schema
+
+    def counted(schema: object) -> None:
+        checked.append(schema)
+        check(schema)
+
+    monkeypatch.setattr(Draft202012Validator, "check_schema", counted)
+    # A schema no other test builds: the check of an earlier one is remembered.
+    schema = json_params({"once": {"type": "string", "maxLength": 31337}}, ["once"])
+    for name in ("a", "b", "c"):
+        ToolSpec(name=name, description="d", parameters=dict(schema))
+    assert checked == [schema]
+    # A schema the meta-schema refuses is refused every time, never remembered as checked.
+    bad = {"type": "object", "properties": {"x": {"type": "no-such-type"}}}
+    for _ in range(2):
+        with pytest.raises(SchemaError):
+            ToolSpec(name="t", description="d", parameters=bad)
+    assert checked == [schema, bad, bad]
 
 
 def test_openai_format() -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,12 +14,14 @@ from pydantic import JsonValue
 from bot.core.errors import BeamError
 from bot.core.frames import ToolCallRecord, ToolFrame
 from bot.service.access import Principal
-from bot.store.models import Approval, JobKind, JobRecord, JobState
+from bot.store.models import Approval, ApprovalState, JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import REQUESTER, Stack, job_stack
 from sandbox.host.container.deferred import DeferredSandbox
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.workspace import outbox_staging
+from sandbox.host.workspace.outbox import outbox_branch
+from sandbox.host.workspace.prepare import open_workspace
 from sandbox.inside.tool_specs import TOOL_SPECS
 
 # -- the wrapper alone -------------------------------------------------------------------
@@ -119,18 +120,30 @@ def test_a_failed_start_is_raised_again_as_it_was_raised(failure: BaseException)
 # -- in the worker, on the real engine ---------------------------------------------------
 
 
+def _first_arguments(monkeypatch: pytest.MonkeyPatch, method: str) -> list[str]:
+    """The first argument of every ``ContainerSandbox.<method>`` call in this process (the
+    in-process worker's)."""
+    seen: list[str] = []
+    original = getattr(ContainerSandbox, method)
+
+    def recorded(self: ContainerSandbox, first: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append(first)
+        return original(self, first, *args, **kwargs)
+
+    monkeypatch.setattr(ContainerSandbox, method, recorded)
+    return seen
+
+
 @pytest.fixture
-def starts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The job ids of every container start in this process (the in-process worker's)."""
-    started: list[str] = []
-    start = ContainerSandbox.start
+def starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The job ids of every container start."""
+    return _first_arguments(monkeypatch, "start")
 
-    def counted(self: ContainerSandbox, job_id: str, *args: Any, **kwargs: Any) -> None:
-        started.append(job_id)
-        start(self, job_id, *args, **kwargs)
 
-    monkeypatch.setattr(ContainerSandbox, "start", counted)
-    yield started
+@pytest.fixture
+def container_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The tool of every call into a container."""
+    return _first_arguments(monkeypatch, "call")
 
 
 def _segment(stack: Stack, job_id: str, *, resume: bool = False) -> JobRecord:
@@ -154,7 +167,7 @@ def test_a_resume_that_calls_no_tool_starts_no_container(starts: list[str]) -> N
         assert "refused" in ended.result.text
         assert starts == [refused.id]
 
-        # Approved: the parking segment's container pushed the branch into the outbox, so
+        # Approved: the parking segment staged the branch into the outbox on the host, so
         # the resume on this host relays it from there with no container.
         approved = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
         assert _segment(stack, approved.id).state is JobState.AWAITING_APPROVAL
@@ -197,15 +210,56 @@ def test_a_resume_on_another_host_stages_the_push_there_and_starts_none(
 def test_a_resume_elsewhere_that_cannot_stage_pushes_from_a_container(
     starts: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def full_disk(*args: Any) -> int:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
     # The outbox write fails on the host: the container pushes, as before staging existed.
-    monkeypatch.setattr(outbox_staging, "copy_commit", full_disk)
+    monkeypatch.setattr(outbox_staging, "copy_commit", _full_disk)
     with job_stack() as stack:
         job, _ = _approved_and_resumed_elsewhere(stack)
         assert starts == [job.id, job.id]
         assert stack.sandbox_containers(job.id) == []
+
+
+def _full_disk(*args: Any) -> int:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.slow
+def test_the_park_stages_the_push_on_the_host_with_no_call_into_the_container(
+    container_calls: list[str],
+) -> None:
+    with job_stack() as stack:
+        job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+        parked = _segment(stack, job.id)
+        assert parked.state is JobState.AWAITING_APPROVAL
+        assert "git_commit" in container_calls and "git_push" not in container_calls
+        # Staged before anyone decided: the branch the person is asked about, at its commit.
+        asked = stack.store.approval(job.id)
+        assert asked is not None and asked.state is ApprovalState.PENDING
+        workspace = open_workspace(job.id, stack.worker_settings("w").workspaces)
+        assert outbox_branch(workspace.outbox, workspace.branch) == asked.commit_sha
+        # Nothing went upstream before the decision, nor after a refusal: the staged commit
+        # stays in the job's own outbox, which only the relay of an approved push reads.
+        assert stack.upstream_ref(workspace.branch) is None
+        stack.decide(job.id, approve=False, comment="not this")
+        assert _segment(stack, job.id, resume=True).state.is_final
+        assert stack.upstream_ref(workspace.branch) is None
+        assert container_calls.count("git_push") == 0
+
+
+@pytest.mark.slow
+def test_a_park_that_cannot_stage_leaves_the_push_to_the_resume_container(
+    starts: list[str], container_calls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with job_stack() as stack:
+        job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+        with monkeypatch.context() as patched:
+            patched.setattr(outbox_staging, "copy_commit", _full_disk)
+            assert _segment(stack, job.id).state is JobState.AWAITING_APPROVAL
+        decided = stack.decide(job.id, approve=True)
+        assert _segment(stack, job.id, resume=True).state is JobState.SUCCEEDED
+        # The resume on the same host found nothing staged and pushed from a container.
+        assert starts == [job.id, job.id]
+        assert container_calls.count("git_push") == 1
+        assert stack.upstream_ref(f"riverbeam/{job.id}") == decided.commit_sha
 
 
 def _tool_records(stack: Stack, job_id: str) -> list[ToolCallRecord]:

@@ -116,6 +116,17 @@ def test_an_author_job_parks_its_push_and_lands_it_after_approval(stack: Stack) 
     assert len(stack.upstream_updates(branch)) == 1
 
 
+def test_a_job_s_segments_store_no_celery_result(stack: Stack) -> None:
+    # The job record says how each segment ended; a Celery result per segment is read by
+    # nobody, so none is written (a key and a publish on Redis per segment).
+    results = "celery-task-meta-*"
+    before = set(stack.store.client.keys(results))
+    job, _ = _park(stack)
+    stack.decide(job.id, approve=True)
+    stack.wait_for(job.id, JobState.SUCCEEDED)
+    assert set(stack.store.client.keys(results)) == before
+
+
 def test_a_refused_push_is_an_answer_the_model_reads(stack: Stack) -> None:
     main = stack.upstream_ref("main")
     job, approval = _park(stack)

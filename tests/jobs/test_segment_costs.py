@@ -3,23 +3,24 @@ the upstream callbacks it builds (once)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from docker.errors import ImageNotFound
 
 from bot.config import SandboxLimits, Settings
-from bot.core.errors import BeamError
 from bot.jobs import executor
 from bot.jobs.executor import ImageCheck
 from bot.jobs.timings import PREFIX, SegmentTimings
-from bot.store.models import JobKind, JobState
+from bot.store.models import JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST, FIXED_INSTALL
 from harness.stack import PUBLISH_REF, REPO, job_stack
-from sandbox.host.image.build import ImageInfo
+from sandbox.host.image.build import ImageInfo, check_image
 from sandbox.host.upstream.credentials import UpstreamAccess, UpstreamCallbacks
 
 
@@ -49,21 +50,18 @@ def test_segment_timings_add_up_phases_and_log_one_json_line(
 
 
 class Engine:
-    """The engine's image lookups, as ``ImageCheck`` makes them after its first check."""
+    """An engine that records every image lookup (it has no image to be removed)."""
 
     def __init__(self) -> None:
         self.looked_up: list[str] = []
-        self.removed: set[str] = set()
         self.images = self
 
     def get(self, ref: str) -> object:
         self.looked_up.append(ref)
-        if ref in self.removed:
-            raise ImageNotFound(f"no such image: {ref}")
         return object()
 
 
-def test_the_image_is_found_once_and_then_only_looked_up(
+def test_the_image_is_found_once_and_then_never_asked_for(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     checked: list[SandboxLimits] = []
@@ -76,16 +74,38 @@ def test_the_image_is_found_once_and_then_only_looked_up(
     engine, images, settings = Engine(), ImageCheck(), Settings()
     client: Any = engine
     assert [images.current(client, settings) for _ in range(3)] == ["ref-1"] * 3
-    assert len(checked) == 1 and engine.looked_up == ["ref-1", "ref-1"]
+    # Found once; later segments ask the engine nothing (a start names the image).
+    assert len(checked) == 1 and engine.looked_up == []
     # Other sandbox settings name another image: found afresh.
     other = settings.model_copy(update={"sandbox": SandboxLimits(image="elsewhere")})
     assert images.current(client, other) == "ref-2"
-    assert [limits.image for limits in checked] == ["riverbeam-sandbox", "elsewhere"]
-    # Removed since: BEM-401, as the first check says for a missing image.
-    engine.removed.add("ref-1")
-    with pytest.raises(BeamError) as caught:
-        images.current(client, settings)
-    assert caught.value.code == "BEM-401" and "ref-1" in caught.value.message
+    assert [limits.image for limits in checked] == [settings.sandbox.image, "elsewhere"]
+
+
+@pytest.mark.slow
+def test_an_image_removed_after_the_first_check_fails_the_next_start_with_bem_401(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with job_stack() as stack:
+        worker = stack.worker("w")
+        client = worker.docker
+        # The worker's image under a tag of this test's own, which it then removes.
+        current = check_image(client, worker.settings)
+        copy = f"riverbeam-sandbox-removed:{uuid.uuid4().hex[:12]}"
+        client.images.get(current.ref).tag(copy)
+        monkeypatch.setattr(
+            executor, "check_image", lambda *args: dataclasses.replace(current, ref=copy)
+        )
+        first = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+        parked = worker.run_job(first.id)
+        assert parked is not None and parked.state is JobState.AWAITING_APPROVAL
+        client.images.remove(copy)
+        second = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+        ended = worker.run_job(second.id)
+        assert ended is not None and ended.state is JobState.FAILED
+        assert ended.error is not None and ended.error.code == "BEM-401"
+        assert copy in ended.error.message and "riverbeam sandbox build" in ended.error.message
+        assert stack.sandbox_containers(second.id) == []
 
 
 @pytest.mark.slow
@@ -129,3 +149,22 @@ def test_the_upstream_callbacks_are_built_once_per_segment(monkeypatch: pytest.M
         stack.decide(publish.id, approve=True)
         assert segments(publish.id, resume=True) is JobState.SUCCEEDED
         assert stack.upstream_ref(PUBLISH_REF) == stack.upstream_ref("docs/fix")
+
+
+@pytest.mark.slow
+def test_a_segment_opens_no_redis_connection_of_its_own() -> None:
+    with job_stack() as stack:
+        worker = stack.worker("w")
+
+        def connections_opened(segment: Callable[[], JobRecord | None]) -> int:
+            before = stack.store.client.info("stats")["total_connections_received"]
+            assert segment() is not None, stack.log_tails()
+            return int(stack.store.client.info("stats")["total_connections_received"] - before)
+
+        # The first job opens the worker's pooled connections, which later segments reuse.
+        warm = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+        assert worker.run_job(warm.id) is not None
+        job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+        assert connections_opened(lambda: worker.run_job(job.id)) == 0
+        stack.decide(job.id, approve=True)
+        assert connections_opened(lambda: worker.resume_job(job.id)) == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 import struct
 import tempfile
@@ -32,7 +33,7 @@ from sandbox.host.relay import relay_push
 from sandbox.host.upstream.credentials import upstream_callbacks
 from sandbox.host.workspace.objectstore import PackError, pack_objects, unpack
 from sandbox.host.workspace.outbox import outbox_branch
-from sandbox.host.workspace.outbox_staging import stage_restored_push
+from sandbox.host.workspace.outbox_staging import stage_push
 from sandbox.host.workspace.prepare import SANDBOX_UID, Workspace, hand_over, prepare_workspace
 from sandbox.host.workspace.snapshot import MAGIC, capture, read_header, restore
 from sandbox.inside.jail import SandboxRoot
@@ -596,38 +597,46 @@ def test_files_git_would_read_through_are_refused_at_capture(
     assert pygit2.option(Option.GET_OWNER_VALIDATION)
 
 
-# -- staging the approved push on the host that restored the tree -------------------------
+# -- staging a push into the outbox on the host: at the park, and after a restore ---------
 
 
-def _restored_with_push(job: Job) -> tuple[Workspace, str]:
-    """The job's tree restored on the second host, and the commit its branch is at."""
+@pytest.fixture(params=["park", "restore"])
+def pushed(request: pytest.FixtureRequest, job: Job) -> tuple[Workspace, str]:
+    """A job's tree with a commit to push, and that commit: the tree its container left when
+    the job parked (``park``), or the tree a resume on another host rebuilt (``restore``)."""
     busy_job(job.workspace)
-    again = job.resume_elsewhere(capture(job.workspace, max_bytes=CAP))
-    restore(capture(job.workspace, max_bytes=CAP), again)
-    return again, git("-C", str(again.tree), "rev-parse", again.branch, sandbox=True)
+    workspace = job.workspace
+    if request.param == "restore":
+        data = capture(job.workspace, max_bytes=CAP)
+        workspace = job.resume_elsewhere(data)
+        restore(data, workspace)
+    return workspace, git("-C", str(workspace.tree), "rev-parse", workspace.branch, sandbox=True)
 
 
-def test_an_approved_push_is_staged_from_the_restored_tree_and_relays(job: Job) -> None:
-    again, sha = _restored_with_push(job)
-    assert outbox_branch(again.outbox, again.branch) == again.base_sha
-    assert stage_restored_push(again, sha, again.branch, job.config.protected_refs)
-    assert outbox_branch(again.outbox, again.branch) == sha
+def test_a_push_is_staged_from_the_job_tree_and_relays(
+    job: Job, settings: WorkspaceSettings, pushed: tuple[Workspace, str]
+) -> None:
+    workspace, sha = pushed
+    assert outbox_branch(workspace.outbox, workspace.branch) == workspace.base_sha
+    assert stage_push(workspace, sha, workspace.branch, job.config.protected_refs)
+    assert outbox_branch(workspace.outbox, workspace.branch) == sha
     # The outbox holds the whole commit: the relay finds every object it needs there.
-    callbacks = upstream_callbacks("docs", job.config, job.elsewhere)
-    relayed = relay_push(again, sha, again.branch, job.config, callbacks=callbacks)
+    host = settings if workspace is job.workspace else job.elsewhere
+    callbacks = upstream_callbacks("docs", job.config, host)
+    relayed = relay_push(workspace, sha, workspace.branch, job.config, callbacks=callbacks)
     assert relayed.pushed
-    assert git("--git-dir", job.config.upstream, "rev-parse", HEADS + again.branch) == sha
+    assert git("--git-dir", job.config.upstream, "rev-parse", HEADS + workspace.branch) == sha
     # What the container's later pushes need to write stays the sandbox uid's.
-    ref = again.outbox / "refs" / "heads" / again.branch
-    assert ref.stat().st_uid == again.outbox.stat().st_uid
+    ref = workspace.outbox / "refs" / "heads" / workspace.branch
+    assert ref.stat().st_uid == workspace.outbox.stat().st_uid
 
 
-def _another_commit(again: Workspace, sha: str) -> str:
-    return git("-C", str(again.tree), "rev-parse", f"{sha}~1", sandbox=True)
+def _another_commit(workspace: Workspace, sha: str) -> str:
+    return git("-C", str(workspace.tree), "rev-parse", f"{sha}~1", sandbox=True)
 
 
 @pytest.mark.parametrize(
-    "approved",
+    "asked",
     [
         pytest.param(lambda ws, sha: ("main", ws.base_sha), id="protected"),
         pytest.param(lambda ws, sha: ("MAIN", ws.base_sha), id="protected-case"),
@@ -640,21 +649,116 @@ def _another_commit(again: Workspace, sha: str) -> str:
         pytest.param(lambda ws, sha: ("riverbeam/other", sha), id="no-such-branch"),
     ],
 )
-def test_a_push_that_is_not_exactly_the_restored_branch_is_never_staged(
-    job: Job, approved: Callable[[Workspace, str], tuple[str, str]]
+def test_a_push_that_is_not_exactly_the_tree_branch_is_never_staged(
+    pushed: tuple[Workspace, str], asked: Callable[[Workspace, str], tuple[str, str]]
 ) -> None:
-    again, sha = _restored_with_push(job)
-    branch, commit = approved(again, sha)
-    before = everything(again.outbox)
-    assert not stage_restored_push(again, commit, branch, ["main"])
-    assert everything(again.outbox) == before
+    workspace, sha = pushed
+    branch, commit = asked(workspace, sha)
+    before = everything(workspace.outbox)
+    assert not stage_push(workspace, commit, branch, ["main"])
+    assert everything(workspace.outbox) == before
 
 
-def test_a_branch_the_outbox_cannot_hold_leaves_it_as_it_was(job: Job) -> None:
-    again, sha = _restored_with_push(job)
+def _loose(gitdir: Path, oid: str) -> Path:
+    return gitdir / "objects" / oid[:2] / oid[2:]
+
+
+def _link_ref_dir(top: Path, branch: str, outside: Path) -> None:
+    """Make the directory of ``branch``'s ref under ``top`` a symlink to a copy outside."""
+    parent = (top / "refs" / "heads" / branch).parent
+    shutil.copytree(parent, outside)
+    shutil.rmtree(parent)
+    parent.symlink_to(outside)
+
+
+def _tree_gitdir_linked(ws: Workspace, sha: str, outside: Path) -> None:
+    # A whole, valid repository, with the branch at the commit: but reached through a link.
+    shutil.copytree(ws.tree / ".git", outside, symlinks=True)
+    shutil.rmtree(ws.tree / ".git")
+    (ws.tree / ".git").symlink_to(outside)
+
+
+def _tree_ref_dir_linked(ws: Workspace, sha: str, outside: Path) -> None:
+    _link_ref_dir(ws.tree / ".git", ws.branch, outside)
+
+
+def _tree_ref_file_linked(ws: Workspace, sha: str, outside: Path) -> None:
+    ref = ws.tree / ".git" / "refs" / "heads" / ws.branch
+    outside.mkdir()
+    (outside / "tip").write_text(sha + "\n")
+    ref.unlink()
+    ref.symlink_to(outside / "tip")
+
+
+def _tree_lacks_an_object(ws: Workspace, sha: str, outside: Path) -> None:
+    # The commit names a tree the job's objects no longer hold; the object exists elsewhere,
+    # named by an alternates file, which the host never honours.
+    gitdir = ws.tree / ".git"
+    tree = git("-C", str(ws.tree), "rev-parse", f"{sha}^{{tree}}", sandbox=True)
+    shutil.copytree(gitdir / "objects", outside)
+    _loose(gitdir, tree).unlink()
+    (gitdir / "objects" / "info").mkdir(exist_ok=True)
+    (gitdir / "objects" / "info" / "alternates").write_text(f"{outside}\n")
+
+
+def _tree_objects_hold_a_link(ws: Workspace, sha: str, outside: Path) -> None:
+    loose = _loose(ws.tree / ".git", sha)
+    outside.mkdir()
+    shutil.move(loose, outside / "commit")
+    loose.symlink_to(outside / "commit")
+
+
+def _outbox_ref_dir_linked(ws: Workspace, sha: str, outside: Path) -> None:
+    _link_ref_dir(ws.outbox, ws.branch, outside)
+
+
+def _outbox_objects_hold_a_link(ws: Workspace, sha: str, outside: Path) -> None:
+    outside.mkdir()
+    (ws.outbox / "objects" / "ab").mkdir(exist_ok=True)
+    (ws.outbox / "objects" / "ab" / ("cd" * 19)).symlink_to(outside)
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(_tree_gitdir_linked, id="tree-gitdir-symlink"),
+        pytest.param(_tree_ref_dir_linked, id="tree-ref-directory-symlink"),
+        pytest.param(_tree_ref_file_linked, id="tree-ref-file-symlink"),
+        pytest.param(_tree_lacks_an_object, id="tree-lacks-an-object"),
+        pytest.param(_tree_objects_hold_a_link, id="tree-object-symlink"),
+        pytest.param(_outbox_ref_dir_linked, id="outbox-ref-directory-symlink"),
+        pytest.param(_outbox_objects_hold_a_link, id="outbox-object-symlink"),
+    ],
+)
+def test_a_tampered_tree_or_outbox_stages_nothing_and_writes_nothing_outside(
+    base_dir: Path,
+    pushed: tuple[Workspace, str],
+    tamper: Callable[[Workspace, str, Path], None],
+) -> None:
+    # What a hostile container could leave in the tree or the outbox (both bind-mounted in
+    # it) by the time the job parks; the snapshot refuses most of it, the host's read all.
+    workspace, sha = pushed
+    outside = base_dir / "outside"
+    tamper(workspace, sha, outside)
+    before = _but_objects(workspace.outbox), everything(outside)
+    assert not stage_push(workspace, sha, workspace.branch, ["main"])
+    # Objects copied before the branch could not be written are unreferenced and harmless.
+    assert (_but_objects(workspace.outbox), everything(outside)) == before
+    assert not list(workspace.outbox.rglob("*.lock"))
+
+
+def _but_objects(outbox: Path) -> dict[str, tuple[int, bytes]]:
+    objects = str(outbox / "objects")
+    return {path: seen for path, seen in everything(outbox).items() if objects not in path}
+
+
+def test_a_branch_the_outbox_cannot_hold_leaves_it_as_it_was(
+    pushed: tuple[Workspace, str],
+) -> None:
+    workspace, sha = pushed
     # A directory where the branch's ref file goes: the rename fails, nothing points at sha.
-    (again.outbox / "refs" / "heads" / again.branch).unlink()
-    (again.outbox / "refs" / "heads" / again.branch / "x").mkdir(parents=True)
-    assert not stage_restored_push(again, sha, again.branch, ["main"])
-    assert outbox_branch(again.outbox, again.branch) is None
-    assert not list((again.outbox / "refs" / "heads").rglob("*.lock"))
+    (workspace.outbox / "refs" / "heads" / workspace.branch).unlink()
+    (workspace.outbox / "refs" / "heads" / workspace.branch / "x").mkdir(parents=True)
+    assert not stage_push(workspace, sha, workspace.branch, ["main"])
+    assert outbox_branch(workspace.outbox, workspace.branch) is None
+    assert not list((workspace.outbox / "refs" / "heads").rglob("*.lock"))

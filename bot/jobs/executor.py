@@ -42,6 +42,7 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -78,6 +79,7 @@ from bot.jobs.parking import (
 )
 from bot.jobs.plans import Baseline, TreePlan, compare_point, request_text, tree_plan
 from bot.jobs.relayed_push import ApprovedPush, PushGuard, Relay, recorded_pushes, staged
+from bot.jobs.spares import SparePool
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolbox import Toolbox, servers_for
 from bot.jobs.toolsets import JobTools, job_tools
@@ -181,12 +183,14 @@ class Executor:
         worker: str,
         docker_client: docker.DockerClient,
         images: ImageCheck | None = None,
+        spares: SparePool | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
         self._worker = worker
         self._docker = docker_client
         self._images = images or ImageCheck()
+        self._spares = spares
 
     def execute(self, record: JobRecord) -> JobRecord | None:
         """Run the next segment of ``record``, which this worker has just claimed: the first
@@ -288,10 +292,21 @@ class Executor:
         image: str,
     ) -> None:
         record, settings, timings = segment.record, self._settings, segment.timings
-        with timings.phase("workspace"):
-            workspace = self._workspace(record, plan, repo, callbacks, segment.approval)
-            segment.workspace = workspace
-            segment.compare = compare_point(plan, workspace)
+        spares = self._spares
+        # A first segment builds its workspace in a spare's directories and claims it.
+        spare = spares.take(image, settings.sandbox) if spares and not segment.approval else None
+        try:
+            with timings.phase("workspace"):
+                staging = spare.directory if spare else None
+                workspace = self._workspace(
+                    record, plan, repo, callbacks, segment.approval, staging=staging
+                )
+                segment.workspace = workspace
+                segment.compare = compare_point(plan, workspace)
+        except BaseException:
+            if spare is not None:
+                spare.discard()
+            raise
         approval = segment.approval
         segment.base_sha = (approval.base_sha if approval else None) or workspace.base_sha
         if approval is not None and approval.state is ApprovalState.APPROVED:
@@ -316,8 +331,12 @@ class Executor:
                 replace_leftover=True,
                 deployment=deployment,
             )
+            if spares is not None:
+                # For the next job on this worker (the one after this segment).
+                spares.refill(image, settings.sandbox, deployment)
 
-        sandbox = DeferredSandbox(ContainerSandbox(self._docker, image), start)
+        container = spare.sandbox if spare else ContainerSandbox(self._docker, image)
+        sandbox = DeferredSandbox(container, start)
         segment.sandbox = sandbox
         mode = settings.jobs.container_start
         if mode == "eager":
@@ -350,6 +369,8 @@ class Executor:
         repo: RepositoryConfig,
         callbacks: UpstreamCallbacks,
         approval: Approval | None,
+        *,
+        staging: Path | None = None,
     ) -> Workspace:
         workspaces = self._settings.workspaces
         snapshot: bytes | None = None
@@ -379,6 +400,7 @@ class Executor:
             workspaces,
             sandbox_uid=self._settings.sandbox.uid,
             callbacks=callbacks,
+            staging=staging,
         )
         if snapshot is not None and approval is not None:
             restore(snapshot, workspace, max_bytes=self._snapshot_cap)

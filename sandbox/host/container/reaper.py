@@ -11,6 +11,13 @@ job store, which knows only its own jobs. So a reaper given its ``deployment`` j
 job only the containers labelled with it; any other sandbox container (another
 deployment's, or one started by a release that set no deployment label) it removes only
 once its deadline passed, when no deployment still needs it.
+
+A spare container (``bot.jobs.spares``) carries no job label and no deployment label, only
+``riverbeam.spare=<deployment>``: an idle one (``riverbeam-spare-<token>``) is removed past its
+deadline; a claimed one, renamed ``riverbeam-job-<id>``, is its job's container, judged by
+that job as any other of its deployment. A reaper of a release before spares sees neither
+label, and so removes a spare, claimed or not, only past its deadline, which the job that
+claimed it never outlives.
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ from bot.core.errors import BeamError
 from sandbox.host.container.hardening import (
     DEADLINE_LABEL,
     DEPLOYMENT_LABEL,
-    JOB_LABEL,
     ROLE_LABEL,
     ROLE_SANDBOX,
+    SPARE_LABEL,
+    container_job,
 )
 from sandbox.host.engine import connect, engine_errors
 
@@ -58,9 +66,12 @@ def reap(
     removed: list[str] = []
     for container in containers:
         labels = container.get("Labels") or {}
-        job_id = labels.get(JOB_LABEL, "")
+        job_id = container_job(labels, container.get("Names") or [])
+        started_by = labels.get(SPARE_LABEL, labels.get(DEPLOYMENT_LABEL))
         deadline = labels.get(DEADLINE_LABEL)
-        if deployment is None or labels.get(DEPLOYMENT_LABEL) == deployment:
+        if SPARE_LABEL in labels and not job_id:
+            reason = _overdue(deadline, moment)  # idle: its worker holds it for a next job
+        elif deployment is None or started_by == deployment:
             reason = _reason(job_id, deadline, moment, is_active)
         else:
             reason = _overdue(deadline, moment)

@@ -453,8 +453,8 @@ def _stop_all(stack: Stack) -> None:
             stack.stop_worker(name)
         else:
             stack.workers.pop(name)
-    for worker in stack.in_process.values():
-        worker.close()
+    for in_process in stack.in_process.values():
+        in_process.close()
     # A container a test left behind (a worker killed mid-segment) goes, if it belongs to
     # a job of this stack, or is one of its spares; tests assert on containers before this.
     client = connect()

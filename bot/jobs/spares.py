@@ -84,11 +84,12 @@ class SparePool:
         self._closed = False
 
     def take(self, image: str, limits: SandboxLimits) -> Spare | None:
-        """A spare for a job on ``image`` with ``limits``, or None; one started meanwhile is
-        waited for (it is further on than a fresh start). A spare not fit is removed."""
-        self._join()
-        with self._lock:
-            spare = self._spares.pop(0) if self._spares else None
+        """A spare for a job on ``image`` with ``limits``, or None; when none is ready, one
+        under way is waited for (it is further on than a fresh start). One unfit is removed."""
+        spare = self._pop()
+        if spare is None:
+            self._join()
+            spare = self._pop()
         if spare is None:
             return None
         fresh = time.monotonic() - spare.made < SPARE_IDLE_SECONDS
@@ -118,6 +119,10 @@ class SparePool:
             spares, self._spares = self._spares, []
         for spare in spares:
             spare.discard()
+
+    def _pop(self) -> Spare | None:
+        with self._lock:
+            return self._spares.pop(0) if self._spares else None
 
     def _join(self) -> None:
         thread = self._thread

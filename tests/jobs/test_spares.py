@@ -1,10 +1,12 @@
 """Spare containers in the worker (``jobs.spare_containers``): a first segment claims the spare
 its process started ahead, each spare serves one job, and nothing is left behind: not after
-a segment, a cancel, a spare that died, an image change, nor a worker's shutdown."""
+a segment, a cancel, the time limit, a spare that died, an image change, a worker's
+shutdown, nor (at the spare's deadline) a worker killed."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,8 +17,10 @@ from bot.store.models import JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import REQUESTER, Stack, job_stack, wait_until
 from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.host.container.reaper import reap
 from sandbox.host.engine import connect
-from sandbox.host.workspace.spare_dirs import SPARE_DIRECTORY_PREFIX
+from sandbox.host.workspace.retention import collect_workspaces
+from sandbox.host.workspace.spare_dirs import SPARE_DIRECTORY_PREFIX, spare_deadline
 
 SPARES = {"jobs": {"spare_containers": 1}}
 
@@ -171,3 +175,42 @@ def test_no_spare_is_started_at_zero(containers: list[tuple[str, str, bool]]) ->
         _author(stack)
         assert stack.worker("w").spares is None and stack.spare_containers() == []
         assert [claimed for _, _, claimed in containers] == [False, False]
+
+
+@pytest.mark.slow
+def test_a_job_on_a_claimed_spare_past_its_soft_time_limit_leaves_nothing() -> None:
+    limits = {"soft_time_limit_seconds": 2, "time_limit_seconds": 60, "spare_containers": 1}
+    with job_stack(more_config={"jobs": limits}) as stack:
+        stack.start_worker("a")
+        first = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+        stack.wait_for(first.id, JobState.AWAITING_APPROVAL)
+        spare = _idle_spare(stack)
+        # author-slow thinks for 3 s before its second call: past the soft limit.
+        slow = stack.submit(JobKind.AUTHOR, "author-slow", request=AUTHOR_REQUEST)
+        failed = stack.wait_for(slow.id, JobState.FAILED)
+        assert failed.error is not None and failed.error.code == "BEM-505"
+        assert stack.tool_calls(slow.id), "the job ran in the spare it claimed"
+        assert not _exists(spare) and stack.sandbox_containers(slow.id) == []
+
+
+@pytest.mark.slow
+def test_a_killed_workers_spare_goes_at_its_deadline_with_its_directory() -> None:
+    with job_stack(more_config=SPARES) as stack:
+        stack.start_worker("a")
+        job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+        stack.wait_for(job.id, JobState.AWAITING_APPROVAL)
+        spare = _idle_spare(stack)
+        stack.kill_worker("a")
+        settings = stack.worker_settings("a").workspaces
+        (directory,) = _spare_directories(stack, "a")
+        deadline = spare_deadline(directory)
+        assert deadline is not None
+        # Before its deadline, neither the reaper nor retention touches it.
+        stack.worker("reaper").reap_sandboxes()
+        collect_workspaces(settings, lambda _: True)
+        assert _exists(spare) and _spare_directories(stack, "a") == [directory]
+        # Past it, both do.
+        later = deadline + timedelta(seconds=1)
+        reap(connect(), lambda _: True, later, deployment=stack.store.deployment())
+        collect_workspaces(settings, lambda _: True, later.timestamp())
+        assert not _exists(spare) and _spare_directories(stack, "a") == []

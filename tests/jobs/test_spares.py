@@ -1,7 +1,7 @@
 """Spare containers in the worker (``jobs.spare_containers``): a first segment claims the spare
 its process started ahead, each spare serves one job, and nothing is left behind: not after
 a segment, a cancel, the time limit, a spare that died, an image change, a worker's
-shutdown, nor (at the spare's deadline) a worker killed."""
+shutdown, nor a worker killed."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from bot.store.models import JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import REQUESTER, Stack, job_stack, wait_until
 from sandbox.host.container.lifecycle import ContainerSandbox
-from sandbox.host.container.reaper import reap
 from sandbox.host.engine import connect
 from sandbox.host.workspace.retention import collect_workspaces
 from sandbox.host.workspace.spare_dirs import SPARE_DIRECTORY_PREFIX, spare_deadline
@@ -194,23 +193,26 @@ def test_a_job_on_a_claimed_spare_past_its_soft_time_limit_leaves_nothing() -> N
 
 
 @pytest.mark.slow
-def test_a_killed_workers_spare_goes_at_its_deadline_with_its_directory() -> None:
+def test_a_killed_workers_spare_is_reaped_and_its_directory_goes_at_its_deadline() -> None:
     with job_stack(more_config=SPARES) as stack:
         stack.start_worker("a")
         job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
         stack.wait_for(job.id, JobState.AWAITING_APPROVAL)
         spare = _idle_spare(stack)
-        stack.kill_worker("a")
         settings = stack.worker_settings("a").workspaces
         (directory,) = _spare_directories(stack, "a")
         deadline = spare_deadline(directory)
         assert deadline is not None
-        # Before its deadline, neither the reaper nor retention touches it.
+        # While its worker lives, the reaper keeps it (and retention its directory).
         stack.worker("reaper").reap_sandboxes()
         collect_workspaces(settings, lambda _: True)
         assert _exists(spare) and _spare_directories(stack, "a") == [directory]
-        # Past it, both do.
-        later = deadline + timedelta(seconds=1)
-        reap(connect(), lambda _: True, later, deployment=stack.store.deployment())
-        collect_workspaces(settings, lambda _: True, later.timestamp())
-        assert not _exists(spare) and _spare_directories(stack, "a") == []
+        # Its worker killed: the reaper on this host removes it, the process being gone;
+        # the directory waits for the deadline its name carries.
+        stack.kill_worker("a")
+        stack.worker("reaper").reap_sandboxes()
+        assert not _exists(spare)
+        collect_workspaces(settings, lambda _: True)
+        assert _spare_directories(stack, "a") == [directory]
+        collect_workspaces(settings, lambda _: True, (deadline + timedelta(seconds=1)).timestamp())
+        assert _spare_directories(stack, "a") == []

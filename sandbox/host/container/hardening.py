@@ -7,6 +7,8 @@ explains each one; the container tests read every one back with ``docker inspect
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,6 +32,7 @@ __all__ = [
     "ROLE_LABEL",
     "ROLE_SANDBOX",
     "SPARE_LABEL",
+    "SPARE_OWNER_LABEL",
     "SPARE_PREFIX",
     "WORKSPACE_MOUNT",
     "SandboxJob",
@@ -51,6 +54,9 @@ ROLE_SANDBOX = "sandbox"
 # A spare carries neither the job label nor the deployment label: a reaper (of this release
 # or an older one) that knows nothing of spares removes it only past its deadline.
 SPARE_LABEL = "riverbeam.spare"
+# The process that started a spare, "<host name>:<pid>": a reaper on that host removes an
+# idle spare whose process is gone (a wrong verdict costs an idle spare, never a job).
+SPARE_OWNER_LABEL = "riverbeam.spare-owner"
 SPARE_PREFIX = "riverbeam-spare-"
 SPARE_ARGUMENTS = ("--spare",)
 
@@ -187,6 +193,7 @@ def _labels(job: SandboxJob) -> dict[str, str]:
 def _spare_labels(job: SandboxJob) -> dict[str, str]:
     return {
         SPARE_LABEL: job.deployment or "",
+        SPARE_OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}",
         DEADLINE_LABEL: job.deadline.isoformat(),
         ROLE_LABEL: ROLE_SANDBOX,
     }

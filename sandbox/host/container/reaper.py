@@ -13,19 +13,21 @@ deployment's, or one started by a release that set no deployment label) it remov
 once its deadline passed, when no deployment still needs it.
 
 A spare container (``bot.jobs.spares``) carries no job label and no deployment label, only
-``riverbeam.spare=<deployment>``: an idle one (``riverbeam-spare-<token>``) is removed past its
-deadline; a claimed one, renamed ``riverbeam-job-<id>``, is its job's container, judged by
-that job as any other of its deployment. A reaper of a release before spares sees neither
-label, and so removes a spare, claimed or not, only past its deadline, which the job that
-claimed it never outlives.
+``riverbeam.spare=<deployment>``: an idle one (``riverbeam-spare-<token>``) is removed past
+its deadline, or once the worker process that started it (on this host) is gone; a claimed
+one, renamed ``riverbeam-job-<id>``, is its job's container, judged by that job as any other
+of its deployment. A reaper of a release before spares sees neither label, and so removes a
+spare, claimed or not, only past its deadline, which the job that claimed it never outlives.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import docker
 from docker.errors import NotFound
@@ -37,6 +39,7 @@ from sandbox.host.container.hardening import (
     ROLE_LABEL,
     ROLE_SANDBOX,
     SPARE_LABEL,
+    SPARE_OWNER_LABEL,
     container_job,
 )
 from sandbox.host.engine import connect, engine_errors
@@ -46,6 +49,7 @@ __all__ = ["reap", "reap_after_cancel"]
 log = logging.getLogger(__name__)
 
 REAP_CONNECT_TIMEOUT = 5.0
+_PROC = Path("/proc")
 
 
 def reap(
@@ -70,7 +74,8 @@ def reap(
         started_by = labels.get(SPARE_LABEL, labels.get(DEPLOYMENT_LABEL))
         deadline = labels.get(DEADLINE_LABEL)
         if SPARE_LABEL in labels and not job_id:
-            reason = _overdue(deadline, moment)  # idle: its worker holds it for a next job
+            # Idle: its worker holds it for a next job, unless that worker is gone.
+            reason = _overdue(deadline, moment) or _owner_gone(labels.get(SPARE_OWNER_LABEL))
         elif deployment is None or started_by == deployment:
             reason = _reason(job_id, deadline, moment, is_active)
         else:
@@ -117,6 +122,22 @@ def _reason(
     if not is_active(job_id):
         return "job finished or unknown"
     return None
+
+
+def _owner_gone(owner: str | None) -> str | None:
+    """Why an idle spare goes before its deadline: the process on this host that started it
+    is gone (killed; a zombie not yet reaped counts as gone). None when it lives, is on
+    another host, or cannot be told."""
+    host, _, pid = (owner or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit() or not _PROC.is_dir():
+        return None
+    try:
+        state = (_PROC / pid / "stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return f"its worker process {pid} is gone"
+    except (OSError, IndexError):
+        return None
+    return f"its worker process {pid} is gone" if state in ("Z", "X") else None
 
 
 def _overdue(deadline: str | None, now: datetime) -> str | None:

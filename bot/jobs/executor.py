@@ -12,7 +12,9 @@ decision to the parked run and drives it on. A segment, on the worker that claim
    segment needs it (``jobs.container_start``): by default on a background thread as soon as
    the segment knows a tool call is coming (a first segment; a resume whose approved call
    runs in the container), else at the first tool call; a segment that calls no tool never
-   starts one (``sandbox.host.container.deferred``);
+   starts one (``sandbox.host.container.deferred``); with ``jobs.spare_containers``, a first
+   segment builds its workspace in the directory of a spare its worker process started ahead
+   and claims that container instead of creating one (``bot.jobs.spares``);
 4. builds the agent for the kind's skill, with its tools (``bot.jobs.toolsets``), prompt
    values (house-style notes recalled for the repository) and hooks: every frame goes to the
    job's event stream; before each model call and tool call the job is checked for a cancel

@@ -230,7 +230,7 @@ class JobWorker:
 
 def _close_at_shutdown(workers: dict[int, JobWorker]) -> None:
     """A pool process that ends (a warm shutdown, a recycled child) removes its spares; one
-    killed with SIGKILL leaves them to their deadline (the reaper, workspace retention)."""
+    killed with SIGKILL leaves them to the reaper and to workspace retention."""
 
     def close_workers(**_: Any) -> None:
         for worker in workers.values():

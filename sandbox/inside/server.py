@@ -22,7 +22,7 @@ the host goes on with its own work; a request that arrives meanwhile waits in th
 ready line carries the monotonic times of the server's stages (the host's clock too: a
 container has no clock of its own), which ``bench.container_bench`` breaks down.
 
-A spare (``--spare``, the only argument then; see ``sandbox.host.container.spares``) starts
+A spare (``--spare``, the only argument then; see ``bot.jobs.spares``) starts
 before its job exists: it loads all of the above, writes a spare line, and reads exactly one
 line from the host, the job's arguments as a JSON list of strings; then it goes on as a
 server started with them. Any other first line (or EOF) ends it with exit code 2.

@@ -294,9 +294,11 @@ class Executor:
         image: str,
     ) -> None:
         record, settings, timings = segment.record, self._settings, segment.timings
-        spares = self._spares
+        spares, deployment = self._spares, self._store.deployment()
         # A first segment builds its workspace in a spare's directories and claims it.
-        spare = spares.take(image, settings.sandbox) if spares and not segment.approval else None
+        spare = None
+        if spares is not None and segment.approval is None:
+            spare = spares.take(image, settings.sandbox, deployment)
         try:
             with timings.phase("workspace"):
                 staging = spare.directory if spare else None
@@ -314,7 +316,6 @@ class Executor:
         if approval is not None and approval.state is ApprovalState.APPROVED:
             check_still_bound(approval, workspace)
         compare = segment.compare
-        deployment = self._store.deployment()
 
         def start(sandbox: ContainerSandbox) -> None:
             sandbox.start(
@@ -333,9 +334,6 @@ class Executor:
                 replace_leftover=True,
                 deployment=deployment,
             )
-            if spares is not None:
-                # For the next job on this worker (the one after this segment).
-                spares.refill(image, settings.sandbox, deployment)
 
         container = spare.sandbox if spare else ContainerSandbox(self._docker, image)
         sandbox = DeferredSandbox(container, start)

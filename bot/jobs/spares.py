@@ -8,7 +8,8 @@ everything, then waits for one line, the job's arguments. When a first segment t
 job's workspace is built in that directory and renamed into place (a bind mount follows the
 directory, not its path), and ``ContainerSandbox.start`` claims it: the container is renamed
 the job's, the arguments sent, the ready line awaited. After that one segment it is removed
-as any job container is; the next spare is started for the next job.
+as any job container is. Once the segment is over, the worker process starts the next spare
+for its next job (``refill``), so that the start competes with no job's own work.
 
 Nothing is shared between jobs: a spare has never seen a job before its own, and never sees
 another. A spare that cannot be used (it died, it is of another image or limits, or it has
@@ -82,10 +83,14 @@ class SparePool:
         self._spares: list[Spare] = []
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._wanted: tuple[str, SandboxLimits, str | None] | None = None
 
-    def take(self, image: str, limits: SandboxLimits) -> Spare | None:
+    def take(self, image: str, limits: SandboxLimits, deployment: str | None) -> Spare | None:
         """A spare for a job on ``image`` with ``limits``, or None; when none is ready, one
-        under way is waited for (it is further on than a fresh start). One unfit is removed."""
+        under way is waited for (it is further on than a fresh start). One unfit is removed.
+        The next spares (``refill``) are made for the same image, limits and deployment."""
+        with self._lock:
+            self._wanted = (image, limits, deployment)
         spare = self._pop()
         if spare is None:
             self._join()
@@ -98,16 +103,17 @@ class SparePool:
         spare.discard()
         return None
 
-    def refill(self, image: str, limits: SandboxLimits, deployment: str | None) -> None:
-        """Start spares up to the count on a background thread (unless one runs)."""
+    def refill(self) -> None:
+        """Start spares up to the count on a background thread (unless one runs), for what
+        the last ``take`` asked. Called between segments: a spare's start then competes
+        with no job's own work on the worker."""
         with self._lock:
-            if self._closed or len(self._spares) >= self._count:
+            wanted = self._wanted
+            if self._closed or wanted is None or len(self._spares) >= self._count:
                 return
             if self._thread is not None and self._thread.is_alive():
                 return
-            self._thread = threading.Thread(
-                target=self._fill, args=(image, limits, deployment), name="spare-start"
-            )
+            self._thread = threading.Thread(target=self._fill, args=wanted, name="spare-start")
             self._thread.start()
 
     def close(self) -> None:

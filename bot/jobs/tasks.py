@@ -147,7 +147,12 @@ class JobWorker:
             images=self._images,
             spares=self.spares,
         )
-        return executor.execute(claimed)
+        try:
+            return executor.execute(claimed)
+        finally:
+            if self._spares is not None:
+                # For this process's next job, now that this segment is over.
+                self._spares.refill()
 
     def recover_jobs(self, app: Celery) -> list[str]:
         """Queue again every running job whose lease ran out: its worker died (``kill -9``,

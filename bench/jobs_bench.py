@@ -311,6 +311,7 @@ class Report:
             rows["  image check + model client"].append(
                 phases.get("image", 0) + phases.get("model", 0)
             )
+            rows["  spare taken (one still starting waited for)"].append(phases.get("spare", 0))
             rows["  workspace"].append(phases.get("workspace", 0))
             rows["  agent run minus model and tools"].append(
                 phases.get("agent", 0) - split.model_ms - split.tools_ms

@@ -12,8 +12,9 @@ as any job container is. Once the segment is over, the worker process starts the
 for its next job (``refill``), so that the start competes with no job's own work.
 
 Nothing is shared between jobs: a spare has never seen a job before its own, and never sees
-another. A spare that cannot be used (it died, it is of another image or limits, or it has
-waited longer than ``SPARE_IDLE_SECONDS``) is removed and the job starts a fresh container.
+another. A spare still idle after ``SPARE_IDLE_SECONDS`` is replaced by a new one. A spare
+that cannot be used (it died, it is of another image or limits, or it is past that idle
+limit) is removed and the job starts a fresh container.
 
 Clean-up, where the worker does not get to do it:
 
@@ -47,8 +48,8 @@ __all__ = ["SPARE_IDLE_SECONDS", "Spare", "SparePool"]
 
 log = logging.getLogger(__name__)
 
-# A spare unclaimed this long is not used (it is replaced): its deadline must leave a whole
-# job time limit after it.
+# A spare unclaimed this long is replaced (and not handed to a job): its deadline leaves a
+# whole job time limit after it.
 SPARE_IDLE_SECONDS = 300.0
 _DEADLINE_MARGIN_SECONDS = 60.0
 
@@ -84,6 +85,8 @@ class SparePool:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._wanted: tuple[str, SandboxLimits, str | None] | None = None
+        # Read when the pool is made: every spare of it has the same idle limit.
+        self._idle = SPARE_IDLE_SECONDS
 
     def take(self, image: str, limits: SandboxLimits, deployment: str | None) -> Spare | None:
         """A spare for a job on ``image`` with ``limits``, or None; when none is ready, one
@@ -97,7 +100,7 @@ class SparePool:
             spare = self._pop()
         if spare is None:
             return None
-        fresh = time.monotonic() - spare.made < SPARE_IDLE_SECONDS
+        fresh = time.monotonic() - spare.made < self._idle
         if spare.image == image and spare.limits == limits and fresh:
             return spare
         spare.discard()
@@ -136,18 +139,33 @@ class SparePool:
             thread.join()
 
     def _fill(self, image: str, limits: SandboxLimits, deployment: str | None) -> None:
-        while True:
+        with self._lock:
+            missing = self._count - len(self._spares)
+        for _ in range(missing):
             with self._lock:
-                if self._closed or len(self._spares) >= self._count:
+                if self._closed:
                     return
             spare = self._start(image, limits, deployment)
             if spare is None:
                 return  # the next refill tries again; the jobs meanwhile start fresh ones
             with self._lock:
                 self._spares.append(spare)
+            recycle = threading.Timer(self._idle, self._recycle, args=(spare,))
+            recycle.daemon = True
+            recycle.start()
+
+    def _recycle(self, spare: Spare) -> None:
+        """A spare still idle at its idle limit is replaced, so that the next job's is fresh
+        (about one container start per idle worker process per ``SPARE_IDLE_SECONDS``)."""
+        with self._lock:
+            if spare not in self._spares:
+                return  # claimed, or removed with the pool
+            self._spares.remove(spare)
+        spare.discard()
+        self.refill()
 
     def _start(self, image: str, limits: SandboxLimits, deployment: str | None) -> Spare | None:
-        seconds = SPARE_IDLE_SECONDS + self._time_limit + _DEADLINE_MARGIN_SECONDS
+        seconds = self._idle + self._time_limit + _DEADLINE_MARGIN_SECONDS
         deadline = (datetime.now(UTC) + timedelta(seconds=seconds)).replace(microsecond=0)
         sandbox = ContainerSandbox(self._client, image)
         try:

@@ -116,9 +116,7 @@ def test_a_spare_that_died_or_is_of_another_image_is_not_used_and_the_job_runs(
 
 
 @pytest.mark.slow
-def test_a_spare_idle_too_long_or_of_other_limits_is_replaced(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_spare_of_other_limits_is_replaced() -> None:
     with job_stack(more_config=SPARES) as stack:
         _author(stack)
         pool = stack.worker("w").spares
@@ -131,9 +129,27 @@ def test_a_spare_idle_too_long_or_of_other_limits_is_replaced(
         pool.take(image, stack.settings.sandbox, deployment)  # none: asks for the next
         pool.refill()
         spare = _idle_spare(stack)
-        monkeypatch.setattr("bot.jobs.spares.SPARE_IDLE_SECONDS", 0.0)
-        assert pool.take(image, stack.settings.sandbox, deployment) is None
+        # One of the same image and limits is handed over (one still starting waited for).
+        taken = pool.take(image, stack.settings.sandbox, deployment)
+        assert taken is not None and taken.sandbox.container_id == spare
+        taken.discard()
         assert not _exists(spare) and _spare_directories(stack) == []
+
+
+@pytest.mark.slow
+def test_an_idle_spare_is_replaced_at_its_idle_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Read when the worker's pool is made, at its first job.
+    monkeypatch.setattr("bot.jobs.spares.SPARE_IDLE_SECONDS", 2.0)
+    with job_stack(more_config=SPARES) as stack:
+        _author(stack)
+        first = _idle_spare(stack)
+        wait_until(
+            lambda: not _exists(first) and len(stack.spare_containers()) == 1,
+            30,
+            lambda: f"not replaced: {stack.spare_containers()}",
+        )
+        assert _idle_spare(stack) != first
+        assert len(_spare_directories(stack)) == 1
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@ Three parts, each read before and after a measured stretch (``CpuMeter.start`` /
 
 - **workers**: every worker's process tree (its main process and pool processes, and what
   they reaped): user + system time from ``/proc/<pid>/stat``. Exactly this run's.
-- **containers**: the run's sandbox containers (labelled with one of its jobs): each one's
+- **containers**: the run's sandbox containers (labelled with one of its jobs, or its
+  deployment's spares, idle or claimed, ``bot.jobs.spares``): each one's
   cgroup CPU (``cpuacct.usage``, cgroup v1, or ``cpu.stat`` ``usage_usec``, v2), read every
   ``POLL_SECONDS`` while it exists, so the last moments before its removal may be missed
   (a lower bound); plus its ``containerd-shim`` process tree (the shim and the ``runc``
@@ -30,10 +31,12 @@ from docker import DockerClient
 from docker.errors import DockerException
 
 from harness.stack import Stack
-from sandbox.host.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
+from sandbox.host.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX, SPARE_LABEL
 from sandbox.host.engine import connect
 
 POLL_SECONDS = 0.1
+# What ``CpuMeter`` notes for a spare of the run's workers: it counts, claimed or idle.
+_SPARE = "(spare)"
 CONTAINER_STARTS = ("ahead", "on_demand", "eager")
 TICKS = os.sysconf("SC_CLK_TCK")
 ENGINE_DAEMONS = ("dockerd", "containerd")
@@ -95,9 +98,19 @@ def process_tree(root: int) -> set[int]:
 
 
 def add_setting_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--container-start`` (the setting measured) and ``--baseline`` (measured first)."""
+    """``--container-start`` and ``--spares`` (the setting measured), and ``--baseline`` and
+    ``--baseline-spares`` (measured first)."""
     parser.add_argument(
         "--container-start", choices=CONTAINER_STARTS, default="ahead", help="jobs.container_start"
+    )
+    parser.add_argument(
+        "--spares", type=int, default=1, help="jobs.spare_containers of the measured setting"
+    )
+    parser.add_argument(
+        "--baseline-spares",
+        type=int,
+        default=0,
+        help="jobs.spare_containers of the baseline (0: none, as before spares)",
     )
     parser.add_argument(
         "--baseline",
@@ -113,29 +126,39 @@ def add_setting_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _named(container_start: str, spares: int) -> str:
+    return f"{container_start}+spares={spares}" if spares else container_start
+
+
 def settings_to_run(options: argparse.Namespace) -> list[str]:
-    """The settings of ``jobs.container_start`` to measure, the baseline first."""
-    return (
-        [options.container_start]
-        if options.baseline == "none"
-        else [
-            options.baseline,
-            options.container_start,
-        ]
-    )
+    """The settings to measure, the baseline first: ``jobs.container_start``, and
+    ``+spares=N`` when it runs with ``jobs.spare_containers`` N."""
+    measured = _named(options.container_start, options.spares)
+    if options.baseline == "none":
+        return [measured]
+    return [_named(options.baseline, options.baseline_spares), measured]
+
+
+def container_start_of(setting: str) -> str:
+    """The ``jobs.container_start`` of a setting's name."""
+    return setting.partition("+")[0]
 
 
 def runtime_of(options: argparse.Namespace, setting: str) -> str:
     """The ``sandbox.runtime`` a setting's stack runs with: the baseline's own, so that the
     baseline is the configuration before issue 18 (start in line, on runc)."""
-    baseline = setting == options.baseline and setting != options.container_start
-    return str(options.baseline_runtime if baseline else options.runtime)
+    baseline, measured = settings_to_run(options)[0], settings_to_run(options)[-1]
+    return str(options.baseline_runtime if setting == baseline != measured else options.runtime)
 
 
-def stack_config(options: argparse.Namespace, setting: str) -> dict[str, dict[str, str]]:
+def stack_config(options: argparse.Namespace, setting: str) -> dict[str, dict[str, object]]:
     """The configuration a setting's stack adds to the benchmark's."""
+    spares = setting.partition("+spares=")[2]
     return {
-        "jobs": {"container_start": setting},
+        "jobs": {
+            "container_start": container_start_of(setting),
+            "spare_containers": int(spares or 0),
+        },
         "sandbox": {"runtime": runtime_of(options, setting)},
     }
 
@@ -247,16 +270,21 @@ class CpuMeter:
                     self._shims[pid] = max(self._shims.get(pid, 0.0), seconds)
 
     def _is_ours(self, container_id: str) -> bool:
-        """Whether the container is one of the run's jobs' (its labels, looked up once)."""
+        """Whether the container is one of the run's jobs', or a spare of its workers (its
+        labels, looked up once: a spare claimed later keeps them)."""
         if container_id not in self._job_of:
             try:
                 labels = self._client.api.inspect_container(container_id)["Config"]["Labels"] or {}
             except (DockerException, KeyError):
                 return False  # gone, or not yet known to the engine: asked again next time
             sandbox = labels.get(ROLE_LABEL) == ROLE_SANDBOX
-            self._job_of[container_id] = labels.get(JOB_LABEL) if sandbox else None
+            spare = labels.get(SPARE_LABEL) == self.stack.store.deployment()
+            self._job_of[container_id] = (
+                _SPARE if sandbox and spare else labels.get(JOB_LABEL) if sandbox else None
+            )
         # The job, not the verdict, is kept: ``jobs`` grows while the run submits them.
-        return self._job_of[container_id] in self.jobs
+        job = self._job_of[container_id]
+        return job == _SPARE or job in self.jobs
 
 
 def cpu_lines(runs: dict[str, tuple[CpuFigures, int]], floor_cpu: list[float]) -> list[str]:

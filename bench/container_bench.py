@@ -13,6 +13,10 @@ On the current sandbox image, in one run:
   Then ready → first reply (the server loads its tools after the ready line), create →
   first reply, so nothing deferred hides, and the CPU time the container used until then
   (from its cgroup);
+- claim → ready of a spare (``bot.jobs.spares``), in turn with the starts above: a spare
+  started ahead on the sandbox's settings, the job's clone built in its directory and renamed
+  into place, then ``ContainerSandbox.start`` claims it (rename, arguments line, tree check,
+  ready line); beside it, create → ready of the same run;
 - stop, four ways, each after a served call: the previous stop (close stdin, wait for the
   exit, remove), ``stop`` + remove, ``kill`` + remove, and ``remove(force=True)`` (the current
   ``ContainerSandbox.stop``); each checks that the container is gone;
@@ -32,6 +36,7 @@ import argparse
 import functools
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -49,9 +54,10 @@ from bench import percentile
 from bench._repo import bench_repository
 from bot.config import SandboxLimits, Settings
 from sandbox.host.container.lifecycle import ContainerSandbox
-from sandbox.host.container.runtime import PREFERRED_RUNTIME, engine_runtimes
+from sandbox.host.container.runtime import PREFERRED_RUNTIME, engine_runtimes, resolve_runtime
 from sandbox.host.engine import connect
 from sandbox.host.image.build import build_image
+from sandbox.host.workspace.spare_dirs import make_spare_directory
 from sandbox.inside.jail import SandboxRoot
 from sandbox.inside.sandbox_tools import call_tool
 from sandbox.inside.worktree import WorkingTree
@@ -91,6 +97,15 @@ STAGES = (
     ("ready line → host", "checked", "ready"),
     ("create → ready", "create", "ready"),
 )
+# The same for a claimed spare (``ContainerSandbox.start`` on a started spare).
+CLAIM_STAGES = (
+    ("rename", "claim", "renamed"),
+    ("arguments → server", "renamed", "claimed"),
+    ("tree check", "claimed", "checked"),
+    ("ready line → host", "checked", "ready"),
+    ("claim → ready", "claim", "ready"),
+)
+SPARE = "spare"
 STOPS = ("previous: EOF, exit, remove", "stop + remove", "kill + remove", "remove(force=True)")
 
 
@@ -186,33 +201,83 @@ def previous_image(client: docker.DockerClient, image: str) -> Iterator[str]:
 
 
 def bench_starts(
-    client: docker.DockerClient, setups: list[Setup], workspace: Path, runs: int
+    client: docker.DockerClient,
+    setups: list[Setup],
+    workspace: Path,
+    runs: int,
+    spare: tuple[Setup, Path, Path] | None = None,
 ) -> dict[str, StartFigures]:
     """``runs`` starts per setup, taken in turn so that the machine's load falls on all alike;
-    each start serves one small read and stops."""
+    each start serves one small read and stops. ``spare``: the setup, source repository and
+    scratch directory of a spare's claim, measured in turn with the others (as ``SPARE``)."""
     figures = {setup.label: StartFigures({}, [], [], []) for setup in setups}
+    figures[SPARE] = StartFigures({}, [], [], [])
     for index in range(runs + 1):
         for setup in setups:
             sandbox = ContainerSandbox(client, setup.image)
             sandbox.start("bench-ready", workspace, PROTECTED, setup.limits, deadline=_deadline())
-            sandbox.call("read_file", SMALL_READ)
-            replied = time.monotonic()
-            cpu = _container_cpu(sandbox.container_id)
-            sandbox.stop()
-            if index == 0:
-                continue  # warms the engine's caches
-            stamps = sandbox.startup_stages
-            into = figures[setup.label]
-            if cpu is not None:
-                into.server_cpu.append(cpu)
-            for _, first, last in STAGES:
-                if first in stamps and last in stamps:
-                    into.stages.setdefault(f"{first}-{last}", []).append(
-                        stamps[last] - stamps[first]
-                    )
-            into.first_reply.append(replied - stamps["ready"])
-            into.to_first_reply.append(replied - stamps["create"])
+            _served(sandbox, figures[setup.label], "create", keep=index > 0)
+        if spare is not None:
+            _claim_once(client, *spare, figures[SPARE], index)
+    if spare is None:
+        del figures[SPARE]
     return figures
+
+
+def _served(sandbox: ContainerSandbox, into: StartFigures, first: str, *, keep: bool) -> None:
+    """One small read, then the stop; the start's figures kept unless it warmed the engine."""
+    sandbox.call("read_file", SMALL_READ)
+    replied = time.monotonic()
+    cpu = _container_cpu(sandbox.container_id)
+    sandbox.stop()
+    if not keep:
+        return
+    stamps = sandbox.startup_stages
+    if cpu is not None:
+        into.server_cpu.append(cpu)
+    for _, start, end in (*STAGES, *CLAIM_STAGES):
+        if start in stamps and end in stamps:
+            into.stages.setdefault(f"{start}-{end}", []).append(stamps[end] - stamps[start])
+    into.first_reply.append(replied - stamps["ready"])
+    into.to_first_reply.append(replied - stamps[first])
+
+
+def _claim_once(
+    client: docker.DockerClient,
+    setup: Setup,
+    source: Path,
+    scratch: Path,
+    into: StartFigures,
+    index: int,
+) -> None:
+    """A spare started ahead (not timed), a clone built in its directory and renamed as a
+    job's workspace is, then the claim (timed by its stages)."""
+    sandbox = ContainerSandbox(client, setup.image)
+    token, directory = make_spare_directory(scratch, _deadline())
+    sandbox.start_spare(token, directory, setup.limits, deadline=_deadline())
+    uid = setup.limits.uid
+    _clone(source, directory / "tree", uid)
+    pygit2.init_repository(str(directory / "outbox.git"), bare=True)
+    for top, _, names in os.walk(directory / "outbox.git"):
+        os.chown(top, uid, uid)
+        for name in names:
+            os.lchown(os.path.join(top, name), uid, uid)
+    job = scratch / f"bench-claim-{index}"
+    os.rename(directory, job)
+    try:
+        sandbox.start(
+            "bench-claim",
+            job / "tree",
+            PROTECTED,
+            setup.limits,
+            deadline=_deadline(),
+            outbox=job / "outbox.git",
+        )
+        assert "claim" in sandbox.startup_stages, "the spare was not claimed"
+        _served(sandbox, into, "claim", keep=index > 0)
+    finally:
+        sandbox.stop()
+        shutil.rmtree(job, ignore_errors=True)
 
 
 def _container_cpu(container_id: str | None) -> float | None:
@@ -316,9 +381,12 @@ def run(
         # The in-process tree belongs to this process's user: libgit2 checks the owner.
         local_copy = _clone(source, base / "host" / "workspace", os.getuid())
         tree = WorkingTree(SandboxRoot(local_copy), PROTECTED)
+        scratch = base / "spares"
+        scratch.mkdir(mode=0o711)
+        spare = (Setup(SPARE, image.ref, limits), source, scratch)
         with previous_image(client, image.ref) as previous:
             setups = _setups(client, image.ref, previous, limits, baseline)
-            starts = bench_starts(client, setups, workspace, ready_runs)
+            starts = bench_starts(client, setups, workspace, ready_runs, spare)
         stops = bench_stops(client, image.ref, workspace, limits, stop_runs)
         rows: list[tuple[str, Timing, Timing, Timing]] = []
         with ContainerSandbox(client, image.ref) as sandbox:
@@ -336,8 +404,15 @@ def run(
         f"repository; load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end "
         f"on {os.cpu_count()} CPUs"
     )
+    runtime = resolve_runtime(client.api, limits.runtime)
     return "\n\n".join(
-        [header, render_starts(starts, ready_runs), render_stops(stops), render_calls(rows)]
+        [
+            header,
+            render_starts(starts, ready_runs),
+            render_claims(starts, runtime),
+            render_stops(stops),
+            render_calls(rows),
+        ]
     )
 
 
@@ -345,7 +420,32 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:9.1f} ms"
 
 
+def render_claims(starts: dict[str, StartFigures], runtime: str) -> str:
+    """A spare's claim → ready by stage, beside create → ready of the same run."""
+    claims = starts[SPARE]
+    lines = [
+        f"claim → ready of a spare (sandbox.runtime = {runtime}; median, in turn with the above)"
+    ]
+    for row, first, last in CLAIM_STAGES:
+        lines.append(f"{row:32}{_ms(statistics.median(claims.stages[f'{first}-{last}'])):>18}")
+    lines.append(f"{'ready → first reply':32}{_ms(statistics.median(claims.first_reply)):>18}")
+    lines.append(f"{'claim → first reply':32}{_ms(statistics.median(claims.to_first_reply)):>18}")
+    if claims.server_cpu:
+        cpu = statistics.median(claims.server_cpu)
+        lines.append(f"{'spare CPU, start to first reply':32}{_ms(cpu):>18}")
+    claimed = statistics.median(claims.stages["claim-ready"])
+    for label, figures in starts.items():
+        if label != SPARE:
+            created = statistics.median(figures.stages["create-ready"])
+            lines.append(
+                f"create → ready, {label}: {_ms(created).strip()}; "
+                f"claim → ready {created / claimed:.1f}× shorter"
+            )
+    return "\n".join(lines)
+
+
 def render_starts(starts: dict[str, StartFigures], runs: int) -> str:
+    starts = {label: figures for label, figures in starts.items() if label != SPARE}
     labels = list(starts)
     lines = [
         f"create → ready, by stage (median of {runs} starts per setup, in turn)",

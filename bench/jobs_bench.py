@@ -1,7 +1,8 @@
 """The job service end to end: scripted author jobs through real workers, in one run.
 
     python -m bench.jobs_bench [--jobs 60] [--workers 2] [--concurrency 1] [--latency-jobs 10]
-                               [--container-start ahead] [--baseline eager|none]
+                               [--container-start ahead] [--spares 1]
+                               [--baseline eager|none] [--baseline-spares 0]
 
 Everything but the model is real: a ``redis-server``, ``--workers`` Celery worker processes
 (prefork, ``--concurrency`` pool processes each, each worker with its own workspace root and
@@ -16,7 +17,9 @@ landed the commit upstream). The benchmark is its own approver: it approves each
 as soon as it sees it. The workers start each segment's container as ``--container-start``
 says (``jobs.container_start``); first, on a stack of its own, the same runs with
 ``--baseline`` (``eager``: the container started in line before the agent, in every segment,
-as before 2026-12), so both figures come from the same run. Per setting, three runs:
+as before 2026-12), so both figures come from the same run. ``--spares`` is the measured
+setting's ``jobs.spare_containers`` (``--baseline-spares`` the baseline's, 0 by default):
+``--baseline ahead --container-start ahead`` compares spares alone. Per setting, three runs:
 
 1. **unloaded**: ``--latency-jobs`` jobs one at a time: the latency of one job;
 2. **under load**: ``--jobs`` jobs submitted at once: jobs per minute end to end (first
@@ -73,6 +76,7 @@ from bench._jobs_cpu import (
     CpuFigures,
     CpuMeter,
     add_setting_arguments,
+    container_start_of,
     cpu_lines,
     runtime_of,
     settings_to_run,
@@ -248,7 +252,7 @@ class Report:
         lines = [
             f"jobs_bench: author jobs ({PLAYBOOK} playbook), {o.workers} workers x prefork "
             f"{o.concurrency}, real Redis, Celery, containers and relay; "
-            f"jobs.container_start = {self.setting}, "
+            f"jobs.container_start[+spare_containers] = {self.setting}, "
             f"sandbox.runtime = {runtime_of(self.options, self.setting)}",
             f"{'':36}{'median':>11} {'p95':>11}",
             f"unloaded: {len(self.unloaded)} jobs one at a time",
@@ -290,7 +294,9 @@ class Report:
             # The start counts for what the segment waited of it; the rest ran meanwhile.
             # Unless in line, that wait was inside the first tool call, as the runner timed it.
             waited = phases.get("container_wait", 0)
-            tools_ms = split.tools_ms - (waited if self.setting != "eager" else 0)
+            tools_ms = split.tools_ms - (
+                waited if container_start_of(self.setting) != "eager" else 0
+            )
             container = waited + phases.get("stop", 0) + tools_ms
             outside = total - split.model_ms - container
             queue = (split.started - times.submitted) * 1000
@@ -305,6 +311,7 @@ class Report:
             rows["  image check + model client"].append(
                 phases.get("image", 0) + phases.get("model", 0)
             )
+            rows["  spare taken (one still starting waited for)"].append(phases.get("spare", 0))
             rows["  workspace"].append(phases.get("workspace", 0))
             rows["  agent run minus model and tools"].append(
                 phases.get("agent", 0) - split.model_ms - split.tools_ms

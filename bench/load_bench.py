@@ -1,7 +1,8 @@
 """Load: 200 scripted author jobs at once through real workers, in two worker layouts.
 
     python -m bench.load_bench [--jobs 200] [--scenario two-workers|two-hosts|both]
-                               [--container-start ahead] [--baseline eager|none]
+                               [--container-start ahead] [--spares 1]
+                               [--baseline eager|none] [--baseline-spares 0]
                                [--baseline-jobs 60]
 
 Everything but the model is real (the end-to-end stack of ``harness.stack``, as in
@@ -32,9 +33,10 @@ beside the floor: the same playbook in this process on in-process tools (``bench
 its CPU too. The workers start containers as ``--container-start`` says
 (``jobs.container_start``); before it, each scenario runs with ``--baseline`` (``eager``, the
 start in line of every segment, as before 2026-12) on ``--baseline-jobs`` jobs, so both
-figures come from the same run. Targets: at least 60 jobs per minute end to end (issue 18:
-200 in ``two-workers``), zero lost, duplicated and orphans, and CPU-seconds per job at most
-half the baseline's. Figures are printed, never asserted.
+figures come from the same run; ``--spares`` and ``--baseline-spares`` set each one's
+``jobs.spare_containers`` (1 and 0 by default). Targets: at least 60 jobs per minute end to
+end (issue 18: 200 in ``two-workers``), zero lost, duplicated and orphans, and CPU-seconds
+per job at most half the baseline's. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench import percentile
 from bench._jobs import MODEL_FACTORY, PLAYBOOK, Floor, decide, run_floor, run_one
@@ -62,7 +65,7 @@ from bench._jobs_cpu import (
 from bot.store.models import JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import Stack, job_stack
-from sandbox.host.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
+from sandbox.host.container.hardening import ROLE_LABEL, ROLE_SANDBOX, SPARE_LABEL, container_job
 from sandbox.host.engine import connect
 
 TARGET_JOBS_PER_MINUTE = 60.0
@@ -146,15 +149,22 @@ class Sampler:
             self._thread.join()
 
     def _run(self) -> None:
-        client = connect()
+        client, deployment = connect(), self.stack.store.deployment()
         started = time.monotonic()
         while not self._stop.wait(SAMPLE_SECONDS):
             for name, worker in self.stack.workers.items():
                 rss = _tree_rss_kib(worker.process.pid)
                 self.peak_rss_kib[name] = max(self.peak_rss_kib.get(name, 0), rss)
             found = client.api.containers(filters={"label": f"{ROLE_LABEL}={ROLE_SANDBOX}"})
-            ours = [c for c in found if (c.get("Labels") or {}).get(JOB_LABEL) in self.jobs]
+            # A job's container, claimed spare or not, and the workers' idle spares.
+            ours = [c for c in found if _ours(c, self.jobs, deployment)]
             self.containers.append((time.monotonic() - started, len(ours)))
+
+
+def _ours(container: dict[str, Any], jobs: set[str], deployment: str) -> bool:
+    labels = container.get("Labels") or {}
+    job = container_job(labels, container.get("Names") or [])
+    return job in jobs or labels.get(SPARE_LABEL) == deployment
 
 
 # -- one scenario ----------------------------------------------------------------------

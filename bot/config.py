@@ -301,6 +301,9 @@ class JobSettings(BaseModel):
     container_start: Literal["ahead", "on_demand", "eager"] = Field(
         default="ahead", description="when a segment starts its container (docs/jobs.md)"
     )
+    spare_containers: int = Field(
+        default=1, ge=0, le=4, description="spare containers per worker process (0: none)"
+    )
 
     @model_validator(mode="after")
     def _limits_in_order(self) -> JobSettings:

@@ -67,7 +67,12 @@ from harness.git_http import GitHttpServer
 from harness.gitkit import commit_all, git, traversable_dir, write_files
 from harness.playbooks import seed_upstream
 from harness.redis_server import RedisServer, running_redis
-from sandbox.host.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
+from sandbox.host.container.hardening import (
+    ROLE_LABEL,
+    ROLE_SANDBOX,
+    SPARE_LABEL,
+    container_job,
+)
 from sandbox.host.container.reaper import reap_after_cancel
 from sandbox.host.engine import connect
 from sandbox.host.image.build import build_image
@@ -117,6 +122,7 @@ class Stack:
     redis: RedisServer
     workers: dict[str, WorkerProcess] = field(default_factory=dict)
     hosts: dict[str, str] = field(default_factory=dict)
+    in_process: dict[str, JobWorker] = field(default_factory=dict)
 
     @property
     def service(self) -> JobService:
@@ -226,9 +232,13 @@ class Stack:
 
     def worker(self, name: str) -> JobWorker:
         """An in-process ``JobWorker`` with its own workspace root under ``<base>/<name>``:
-        calls the task bodies directly (a redelivered message, a duplicate)."""
-        (self.base / name).mkdir(mode=0o711, exist_ok=True)
-        return JobWorker(self.worker_settings(name), name=f"{name}@in-process", store=self.store)
+        calls the task bodies directly (a redelivered message, a duplicate). One per name,
+        as one worker process, closed (its spares removed) when the stack stops."""
+        if name not in self.in_process:
+            (self.base / name).mkdir(mode=0o711, exist_ok=True)
+            settings = self.worker_settings(name)
+            self.in_process[name] = JobWorker(settings, name=f"{name}@in-process", store=self.store)
+        return self.in_process[name]
 
     # -- jobs ---------------------------------------------------------------------------
 
@@ -317,10 +327,20 @@ class Stack:
         return log.read_text().splitlines()[::-1] if log.exists() else []
 
     def sandbox_containers(self, job_id: str | None = None) -> list[str]:
-        labels = [f"{ROLE_LABEL}={ROLE_SANDBOX}"]
-        if job_id is not None:
-            labels.append(f"{JOB_LABEL}={job_id}")
-        found = connect().api.containers(all=True, filters={"label": labels})
+        """The sandbox containers of ``job_id`` (by its label, or a claimed spare's name),
+        or with None every sandbox container on the engine."""
+        found = connect().api.containers(
+            all=True, filters={"label": f"{ROLE_LABEL}={ROLE_SANDBOX}"}
+        )
+        return [
+            container["Id"] for container in found if job_id is None or _job_of(container) == job_id
+        ]
+
+    def spare_containers(self) -> list[str]:
+        """This stack's spare containers, claimed or idle (``bot.jobs.spares``)."""
+        found = connect().api.containers(
+            all=True, filters={"label": f"{SPARE_LABEL}={self.store.deployment()}"}
+        )
         return [container["Id"] for container in found]
 
 
@@ -433,15 +453,25 @@ def _stop_all(stack: Stack) -> None:
             stack.stop_worker(name)
         else:
             stack.workers.pop(name)
+    for in_process in stack.in_process.values():
+        in_process.close()
     # A container a test left behind (a worker killed mid-segment) goes, if it belongs to
-    # a job of this stack; tests assert on containers before this runs.
+    # a job of this stack, or is one of its spares; tests assert on containers before this.
     client = connect()
+    try:
+        spares = set(stack.spare_containers())
+    except BeamError:
+        spares = set()  # the store is unreachable (a fault test): its spares go by deadline
     for container in client.api.containers(
         all=True, filters={"label": f"{ROLE_LABEL}={ROLE_SANDBOX}"}
     ):
-        job_id = (container.get("Labels") or {}).get(JOB_LABEL, "")
-        if job_id and not _unknown(stack.store, job_id):
+        job_id = _job_of(container)
+        if container["Id"] in spares or (job_id and not _unknown(stack.store, job_id)):
             client.api.remove_container(container["Id"], force=True)
+
+
+def _job_of(container: dict[str, Any]) -> str:
+    return container_job(container.get("Labels") or {}, container.get("Names") or [])
 
 
 def _unknown(store: JobStore, job_id: str) -> bool:

@@ -12,7 +12,9 @@ decision to the parked run and drives it on. A segment, on the worker that claim
    segment needs it (``jobs.container_start``): by default on a background thread as soon as
    the segment knows a tool call is coming (a first segment; a resume whose approved call
    runs in the container), else at the first tool call; a segment that calls no tool never
-   starts one (``sandbox.host.container.deferred``);
+   starts one (``sandbox.host.container.deferred``); with ``jobs.spare_containers``, a first
+   segment builds its workspace in the directory of a spare its worker process started ahead
+   and claims that container instead of creating one (``bot.jobs.spares``);
 4. builds the agent for the kind's skill, with its tools (``bot.jobs.toolsets``), prompt
    values (house-style notes recalled for the repository) and hooks: every frame goes to the
    job's event stream; before each model call and tool call the job is checked for a cancel
@@ -44,6 +46,7 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -79,6 +82,7 @@ from bot.jobs.parking import (
 )
 from bot.jobs.plans import Baseline, TreePlan, compare_point, request_text, tree_plan
 from bot.jobs.relayed_push import ApprovedPush, PushGuard, Relay, recorded_pushes, staged
+from bot.jobs.spares import SparePool
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolbox import Toolbox, servers_for
 from bot.jobs.toolsets import JobTools, job_tools
@@ -182,12 +186,14 @@ class Executor:
         worker: str,
         docker_client: docker.DockerClient,
         images: ImageCheck | None = None,
+        spares: SparePool | None = None,
     ) -> None:
         self._settings = settings
         self._store = store
         self._worker = worker
         self._docker = docker_client
         self._images = images or ImageCheck()
+        self._spares = spares
 
     def execute(self, record: JobRecord) -> JobRecord | None:
         """Run the next segment of ``record``, which this worker has just claimed: the first
@@ -289,16 +295,30 @@ class Executor:
         image: str,
     ) -> None:
         record, settings, timings = segment.record, self._settings, segment.timings
-        with timings.phase("workspace"):
-            workspace = self._workspace(record, plan, repo, callbacks, segment.approval)
-            segment.workspace = workspace
-            segment.compare = compare_point(plan, workspace)
+        spares, deployment = self._spares, self._store.deployment()
+        # A first segment builds its workspace in a spare's directories and claims it.
+        spare = None
+        if spares is not None and segment.approval is None:
+            # Timed on its own: one still starting is waited for.
+            with timings.phase("spare"):
+                spare = spares.take(image, settings.sandbox, deployment)
+        try:
+            with timings.phase("workspace"):
+                staging = spare.directory if spare else None
+                workspace = self._workspace(
+                    record, plan, repo, callbacks, segment.approval, staging=staging
+                )
+                segment.workspace = workspace
+                segment.compare = compare_point(plan, workspace)
+        except BaseException:
+            if spare is not None:
+                spare.discard()
+            raise
         approval = segment.approval
         segment.base_sha = (approval.base_sha if approval else None) or workspace.base_sha
         if approval is not None and approval.state is ApprovalState.APPROVED:
             check_still_bound(approval, workspace)
         compare = segment.compare
-        deployment = self._store.deployment()
 
         def start(sandbox: ContainerSandbox) -> None:
             sandbox.start(
@@ -318,7 +338,8 @@ class Executor:
                 deployment=deployment,
             )
 
-        sandbox = DeferredSandbox(ContainerSandbox(self._docker, image), start)
+        container = spare.sandbox if spare else ContainerSandbox(self._docker, image)
+        sandbox = DeferredSandbox(container, start)
         segment.sandbox = sandbox
         mode = settings.jobs.container_start
         if mode == "eager":
@@ -351,6 +372,8 @@ class Executor:
         repo: RepositoryConfig,
         callbacks: UpstreamCallbacks,
         approval: Approval | None,
+        *,
+        staging: Path | None = None,
     ) -> Workspace:
         workspaces = self._settings.workspaces
         snapshot: bytes | None = None
@@ -380,6 +403,7 @@ class Executor:
             workspaces,
             sandbox_uid=self._settings.sandbox.uid,
             callbacks=callbacks,
+            staging=staging,
         )
         if snapshot is not None and approval is not None:
             restore(snapshot, workspace, max_bytes=self._snapshot_cap)

@@ -28,10 +28,12 @@ from typing import Any
 
 import docker
 from celery import Celery, Task
+from celery.signals import worker_process_shutdown, worker_shutdown
 
 from bot.config import Settings
 from bot.jobs.executor import Executor, ImageCheck
 from bot.jobs.schedules import SCHEDULE_REQUESTER, ScheduleRuns, SummarySchedule, poll_delay
+from bot.jobs.spares import SparePool
 from bot.service.access import Principal, TokenRegistry
 from bot.service.jobs import JobService
 from bot.service.queues import (
@@ -85,6 +87,25 @@ class JobWorker:
         self._docker = docker_client
         self._images = ImageCheck()
         self._schedule: SummarySchedule | None = None
+        self._spares: SparePool | None = None
+
+    @property
+    def spares(self) -> SparePool | None:
+        """This process's spare containers (``jobs.spare_containers``; None when 0)."""
+        count = self.settings.jobs.spare_containers
+        if self._spares is None and count > 0:
+            self._spares = SparePool(
+                self.docker,
+                self.settings.workspaces.root,
+                count=count,
+                time_limit=self.settings.jobs.time_limit_seconds,
+            )
+        return self._spares
+
+    def close(self) -> None:
+        """The process ends: its spares go with it."""
+        if self._spares is not None:
+            self._spares.close()
 
     @property
     def docker(self) -> docker.DockerClient:
@@ -124,8 +145,14 @@ class JobWorker:
             worker=self.name,
             docker_client=self.docker,
             images=self._images,
+            spares=self.spares,
         )
-        return executor.execute(claimed)
+        try:
+            return executor.execute(claimed)
+        finally:
+            if self._spares is not None:
+                # For this process's next job, now that this segment is over.
+                self._spares.refill()
 
     def recover_jobs(self, app: Celery) -> list[str]:
         """Queue again every running job whose lease ran out: its worker died (``kill -9``,
@@ -206,12 +233,25 @@ class JobWorker:
         return record is not None and record.state is JobState.RUNNING
 
 
+def _close_at_shutdown(workers: dict[int, JobWorker]) -> None:
+    """A pool process that ends (a warm shutdown, a recycled child) removes its spares; one
+    killed with SIGKILL leaves them to the reaper and to workspace retention."""
+
+    def close_workers(**_: Any) -> None:
+        for worker in workers.values():
+            worker.close()
+
+    worker_process_shutdown.connect(close_workers, weak=False)
+    worker_shutdown.connect(close_workers, weak=False)
+
+
 def register(app: Celery, settings: Settings) -> None:
     """Register Riverbeam's tasks on ``app``; each worker process builds its ``JobWorker``
     on first use (after the fork, so no connection is shared between processes). The tasks
     are not ``shared``: a process that builds two apps (a test, a CLI talking to two
     configurations) must not have each app adopt the other's task bodies when finalized."""
     workers: dict[int, JobWorker] = {}
+    _close_at_shutdown(workers)
 
     def worker_for(task: Task[Any, Any]) -> JobWorker:
         pid = os.getpid()

@@ -24,6 +24,11 @@ the arguments are checked by ``sandbox.inside.tool_schemas``, the reports are da
 The ready line carries the monotonic times of the server's stages (the host's clock too: a
 container has no clock of its own), which ``bench.container_bench`` breaks down.
 
+A spare (``--spare``, the only argument then; see ``bot.jobs.spares``) starts
+before its job exists: it loads all of the above, writes a spare line, and reads exactly one
+line from the host, the job's arguments as a JSON list of strings; then it goes on as a
+server started with them. Any other first line (or EOF) ends it with exit code 2.
+
 This module is imported inside the container, so it keeps to the standard library and the
 modules the tools need; those load when used (``LOADED_LATER`` names them for the image build).
 """
@@ -43,7 +48,13 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 from bot.core.errors import BeamError
-from sandbox.inside.protocol import encode_frame, error_reply, ok_reply, ready_frame
+from sandbox.inside.protocol import (
+    PROTOCOL_VERSION,
+    encode_frame,
+    error_reply,
+    ok_reply,
+    ready_frame,
+)
 from sandbox.inside.tool_schemas import TOOL_PARAMETERS
 
 if TYPE_CHECKING:
@@ -62,6 +73,9 @@ TOOL_NAMES = tuple(TOOL_PARAMETERS)
 # Enough to find the id at the start of an oversize request, so its reply can name it.
 _ID_PREFIX = re.compile(rb'^\s*\{\s*"id"\s*:\s*"([^"\\]{1,128})"')
 _SKIP_CHUNK = 1 << 16
+SPARE = "--spare"
+# A job's arguments are a few hundred bytes; the cap only bounds what a spare reads.
+_ARGUMENTS_CAP = 1 << 16
 
 
 class _CallTimeout(BaseException):
@@ -248,8 +262,7 @@ class _ToolsAfterReady:
         self._dispatch: Dispatch | None = None
 
     def load(self) -> None:
-        from sandbox.inside.sandbox_tools import call_tool
-
+        call_tool = _load_tools()
         try:
             self._dispatch = functools.partial(call_tool, open_tree(self._args))
         except (BeamError, OSError, ValueError) as error:  # ValueError: a bad identity or trailer
@@ -258,6 +271,32 @@ class _ToolsAfterReady:
     def __call__(self, tool: str, args: dict[str, Any]) -> Any:
         assert self._dispatch is not None, "load() runs before the first request is read"
         return self._dispatch(tool, args)
+
+
+def _load_tools() -> Callable[..., Any]:
+    from sandbox.inside.sandbox_tools import call_tool
+
+    return call_tool
+
+
+def _await_job(reader: BinaryIO, writer: BinaryIO, stages: dict[str, float]) -> list[str]:
+    """A spare's start: everything a job needs loaded, then the job's arguments, one line."""
+    import sandbox.inside.tree_checks  # noqa: F401
+
+    _load_tools()
+    stages["loaded"] = time.monotonic()
+    writer.write(encode_frame({"spare": True, "version": PROTOCOL_VERSION}))
+    writer.flush()
+    line = reader.readline(_ARGUMENTS_CAP + 1)
+    stages["claimed"] = time.monotonic()
+    try:
+        words = json.loads(line) if line.endswith(b"\n") else None
+    except ValueError:
+        words = None
+    if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
+        print("sandbox.inside.server: a spare takes one JSON list of arguments", file=sys.stderr)
+        sys.exit(2)
+    return words
 
 
 def _refuse(root: str, error: Exception) -> NoReturn:
@@ -275,8 +314,11 @@ def _protocol_streams() -> tuple[BinaryIO, BinaryIO]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     stages = {"interpreter": time.monotonic()}
-    args = _arguments(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
     reader, writer = _protocol_streams()
+    if given == [SPARE]:
+        given = _await_job(reader, writer, stages)
+    args = _arguments(given)
     # Timed here: the jail and the ref policy (pygit2 too when the job has a compare point).
     import sandbox.inside.jail
     import sandbox.inside.tree_checks  # noqa: F401

@@ -17,7 +17,7 @@ from harness.gitkit import traversable_dir
 from harness.redis_server import free_port
 from harness.stack import job_stack
 from harness.stub_model import STUB_MODEL, StubModel, completion, tool_call
-from sandbox.host.container.hardening import JOB_LABEL
+from sandbox.host.container.hardening import ROLE_LABEL, ROLE_SANDBOX, container_job
 from sandbox.host.engine import connect
 from tests.cli.kit import Background, assert_all_gone, cli, environment, started_pids
 
@@ -79,8 +79,9 @@ def test_the_demo_lands_the_fix_upstream_and_leaves_nothing_running(
     assert f"{branch}: {str(fixed.id)[:12]}" in out
 
     # Nothing left: no container of the job, no process the demo started.
-    containers = connect().api.containers(all=True, filters={"label": f"{JOB_LABEL}={job_id}"})
-    assert containers == []
+    # By its label, or by its name for a spare the job claimed.
+    found = connect().api.containers(all=True, filters={"label": f"{ROLE_LABEL}={ROLE_SANDBOX}"})
+    assert [c for c in found if container_job(c["Labels"] or {}, c["Names"]) == job_id] == []
     assert_all_gone(started_pids(out))
     assert "stopped  redis" in out and "stopped  worker" in out and "stopped  beat" in out
 

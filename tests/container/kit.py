@@ -21,6 +21,8 @@ import pygit2
 
 from bot.config import SandboxLimits
 from sandbox.host.container.hardening import SandboxJob
+from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.host.workspace.spare_dirs import make_spare_directory
 
 PROTECTED = ("main", "release/*")
 PAGES = {
@@ -37,8 +39,10 @@ class Workspace:
     branch: str
 
 
-def make_workspace(base: Path, *, job_id: str = "job-1", uid: int = 10001) -> Workspace:
-    path, outbox = base / "workspace", base / "outbox.git"
+def make_workspace(
+    base: Path, *, job_id: str = "job-1", uid: int = 10001, tree: str = "workspace"
+) -> Workspace:
+    path, outbox = base / tree, base / "outbox.git"
     repo = pygit2.init_repository(str(path), initial_head="main")
     for name, text in PAGES.items():
         (path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -54,6 +58,58 @@ def make_workspace(base: Path, *, job_id: str = "job-1", uid: int = 10001) -> Wo
     chown_tree(path, uid)
     chown_tree(outbox, uid)
     return Workspace(path, outbox, branch)
+
+
+def claim_spare(
+    sandbox: ContainerSandbox,
+    root: Path,
+    limits: SandboxLimits,
+    *,
+    job_id: str = "job-1",
+    deployment: str | None = None,
+    replace_leftover: bool = False,
+) -> tuple[Workspace, Path]:
+    """Start ``sandbox`` as a spare under ``root``, and ``claim`` it for ``job_id``."""
+    token, directory = make_spare_directory(root, deadline())
+    sandbox.start_spare(token, directory, limits, deadline=deadline(), deployment=deployment)
+    workspace = claim(
+        sandbox,
+        directory,
+        limits,
+        job_id=job_id,
+        deployment=deployment,
+        replace_leftover=replace_leftover,
+    )
+    return workspace, directory
+
+
+def claim(
+    sandbox: ContainerSandbox,
+    directory: Path,
+    limits: SandboxLimits,
+    *,
+    job_id: str,
+    deployment: str | None = None,
+    replace_leftover: bool = False,
+) -> Workspace:
+    """Build ``job_id``'s workspace in a spare's ``directory``, rename it beside it to
+    ``job_id`` (as ``prepare_workspace`` does) and start the job on ``sandbox``: the claim
+    when ``sandbox`` is that spare."""
+    root = directory.parent
+    made = make_workspace(directory, job_id=job_id, tree="tree")
+    os.rename(directory, root / job_id)
+    workspace = Workspace(root / job_id / "tree", root / job_id / "outbox.git", made.branch)
+    sandbox.start(
+        job_id,
+        workspace.path,
+        PROTECTED,
+        limits,
+        deadline=deadline(),
+        outbox=workspace.outbox,
+        deployment=deployment,
+        replace_leftover=replace_leftover,
+    )
+    return workspace
 
 
 def chown_tree(path: Path, uid: int) -> None:

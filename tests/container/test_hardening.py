@@ -25,7 +25,13 @@ from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.container.probe import ProbeReport, inspect_flags, run_probe
 from sandbox.host.image.build import ImageInfo
 from tests.container.conftest import PROTECTED
-from tests.container.kit import Workspace, deadline, probe_job, runtimes_under_test
+from tests.container.kit import (
+    Workspace,
+    claim_spare,
+    deadline,
+    probe_job,
+    runtimes_under_test,
+)
 
 CANARY = "RIVERBEAM_TEST_CANARY"
 ALLOWED_ENV = {"HOME", "LANG", "PATH", "PYTHONDONTWRITEBYTECODE", "HOSTNAME"}
@@ -115,6 +121,44 @@ def test_every_flag_reads_back_from_docker_inspect(
     assert not any(canary in entry for entry in env)
     assert inspected["Config"]["Labels"]["riverbeam.role"] == "sandbox"
     assert inspected["Config"]["Labels"]["riverbeam.job"] == "job-1"
+
+
+def test_a_claimed_spare_reads_back_as_a_fresh_container_does(
+    hardened: ContainerSandbox,
+    docker_client: docker.DockerClient,
+    image: ImageInfo,
+    limits: SandboxLimits,
+    runtime: str,
+    tmp_path: Path,
+) -> None:
+    """A spare is created by the same code with the same flags; claimed, it differs from a
+    fresh job container (read back above) in its command and its labels only, and its
+    mounts, named by the spare directory's first path, are the job's directories."""
+    tmp_path.chmod(0o711)
+    on_runtime = limits.model_copy(update={"runtime": runtime})
+    with ContainerSandbox(docker_client, image.ref) as spare:
+        workspace, first = claim_spare(spare, tmp_path / "root", on_runtime, job_id="job-2")
+        claimed = docker_client.api.inspect_container(str(spare.container_id))
+        fresh = docker_client.api.inspect_container(str(hardened.container_id))
+        claimed_flags, fresh_flags = inspect_flags(claimed), inspect_flags(fresh)
+        mounts = sorted(claimed_flags.pop("Mounts"), key=lambda mount: mount[1], reverse=True)
+        fresh_flags.pop("Mounts")
+        assert claimed_flags == fresh_flags
+        assert mounts == [
+            (str(first / "tree"), "/workspace"),
+            (str(first / "outbox.git"), "/outbox"),
+        ]
+        assert not first.exists() and "README.md" in str(spare.call("list_tree", {}))
+        assert workspace.path.parent == tmp_path / "root" / "job-2"
+        same = ("Runtime", "Init", "Ulimits", "Binds", "VolumesFrom", "Links", "LogConfig")
+        assert {key: claimed["HostConfig"][key] for key in same} == {
+            key: fresh["HostConfig"][key] for key in same
+        }
+        assert claimed["HostConfig"]["Runtime"] == runtime
+        for key in ("Env", "User", "WorkingDir", "Entrypoint", "Image", "OpenStdin", "Tty"):
+            assert claimed["Config"][key] == fresh["Config"][key], key
+        assert claimed["Config"]["Cmd"] == ["--spare"]
+        assert claimed["Name"] == "/riverbeam-job-job-2"
 
 
 def test_through_the_tools_only_the_working_tree_is_reachable(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bot.config import RepositoryConfig, WorkspaceSettings
@@ -15,6 +16,7 @@ from sandbox.host.workspace.prepare import (
     release_workspace,
 )
 from sandbox.host.workspace.retention import STAGING_GRACE, collect_workspaces
+from sandbox.host.workspace.spare_dirs import make_spare_directory
 
 HOUR = 3600.0
 
@@ -92,3 +94,24 @@ def test_a_symlink_planted_in_a_tree_is_removed_not_followed(
 def test_a_missing_root_is_nothing_to_collect(base_dir: Path) -> None:
     settings = WorkspaceSettings(root=base_dir / "absent", mirrors=base_dir / "m")
     assert collect_workspaces(settings, lambda _: True) == []
+
+
+def test_a_spare_directory_stays_until_its_deadline_and_a_claimed_one_is_its_jobs(
+    repo_config: RepositoryConfig, settings: WorkspaceSettings
+) -> None:
+    now = datetime.now(UTC)
+    # Live spares, one past its creation grace for staging: its container may be waiting.
+    _, live = make_spare_directory(settings.root, now + timedelta(minutes=30))
+    _age(live, STAGING_GRACE + 1)
+    _, overdue = make_spare_directory(settings.root, now - timedelta(seconds=1))
+    # A claimed spare: the job's workspace was built in it and it was renamed the job's.
+    _, claimed = make_spare_directory(settings.root, now - timedelta(hours=1))
+    prepare_workspace("claimed-job", "docs", repo_config, None, settings, staging=claimed)
+    (settings.root / ".spare-nonsense").mkdir()
+
+    removed = collect_workspaces(settings, lambda _: False, now.timestamp())
+
+    assert sorted(removed) == sorted([overdue.name, ".spare-nonsense"])
+    assert sorted(os.listdir(settings.root)) == sorted(["claimed-job", live.name])
+    assert (settings.root / "claimed-job" / "tree" / ".git").is_dir()
+    assert not claimed.exists()

@@ -7,6 +7,9 @@ explains each one; the container tests read every one back with ``docker inspect
 
 from __future__ import annotations
 
+import os
+import socket
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -28,8 +31,12 @@ __all__ = [
     "OUTBOX_MOUNT",
     "ROLE_LABEL",
     "ROLE_SANDBOX",
+    "SPARE_LABEL",
+    "SPARE_OWNER_LABEL",
+    "SPARE_PREFIX",
     "WORKSPACE_MOUNT",
     "SandboxJob",
+    "container_job",
     "container_name",
     "create_arguments",
 ]
@@ -43,6 +50,15 @@ ROLE_LABEL = "riverbeam.role"
 # remove it before its deadline. See ``sandbox.host.container.reaper``.
 DEPLOYMENT_LABEL = "riverbeam.deployment"
 ROLE_SANDBOX = "sandbox"
+# A spare container (``sandbox.host.container.spares``), with the deployment that started it.
+# A spare carries neither the job label nor the deployment label: a reaper (of this release
+# or an older one) that knows nothing of spares removes it only past its deadline.
+SPARE_LABEL = "riverbeam.spare"
+# The process that started a spare, "<host name>:<pid>": a reaper on that host removes an
+# idle spare whose process is gone (a wrong verdict costs an idle spare, never a job).
+SPARE_OWNER_LABEL = "riverbeam.spare-owner"
+SPARE_PREFIX = "riverbeam-spare-"
+SPARE_ARGUMENTS = ("--spare",)
 
 # The environment is built here and nothing is inherited from the worker's: no tokens, no
 # proxies, no DOCKER_HOST. HOME points at the tmpfs because the root filesystem is read-only.
@@ -85,6 +101,19 @@ def container_name(job_id: str) -> str:
     return f"riverbeam-job-{job_id}"
 
 
+def container_job(labels: Mapping[str, str], names: Iterable[str]) -> str:
+    """The job a sandbox container runs for: its job label, or for a claimed spare the job
+    it was renamed for (``names`` as the engine lists them, "/name"); "" for an idle spare."""
+    if SPARE_LABEL not in labels:
+        return labels.get(JOB_LABEL, "")
+    prefix = container_name("")
+    for name in names:
+        bare = name.rpartition("/")[2]
+        if bare.startswith(prefix):
+            return bare[len(prefix) :]
+    return ""
+
+
 def server_arguments(job: SandboxJob) -> list[str]:
     """The tool server's command line (the image's entrypoint runs ``sandbox.inside.server``)."""
     limits = job.limits
@@ -117,22 +146,30 @@ def server_arguments(job: SandboxJob) -> list[str]:
 
 
 def create_arguments(
-    api: APIClient, image: str, job: SandboxJob, *, entrypoint: list[str] | None = None
+    api: APIClient,
+    image: str,
+    job: SandboxJob,
+    *,
+    entrypoint: list[str] | None = None,
+    spare: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments for ``APIClient.create_container``. ``entrypoint`` replaces the tool
-    server (probes use it) and keeps every other flag."""
+    server (probes use it) and keeps every other flag. A ``spare`` (``job.job_id`` is its
+    token) differs in its name, its labels and its command only: its server waits for the
+    job's arguments on stdin."""
     uid = job.limits.uid
+    command = list(SPARE_ARGUMENTS) if spare else server_arguments(job)
     return {
         "image": image,
-        "name": container_name(job.job_id),
-        "command": None if entrypoint else server_arguments(job),
+        "name": SPARE_PREFIX + job.job_id if spare else container_name(job.job_id),
+        "command": None if entrypoint else command,
         "entrypoint": entrypoint,
         "user": f"{uid}:{uid}",
         "working_dir": WORKSPACE_MOUNT,
         "environment": list(_ENVIRONMENT),
         # Otherwise the SDK copies proxy settings from the worker's ~/.docker/config.json.
         "use_config_proxy": False,
-        "labels": _labels(job),
+        "labels": _spare_labels(job) if spare else _labels(job),
         # The tool server talks over stdin/stdout. With stdin open and not detached the SDK
         # sets StdinOnce: the engine closes the server's stdin (EOF, a clean exit) when the
         # host half-closes the attach connection.
@@ -151,6 +188,15 @@ def _labels(job: SandboxJob) -> dict[str, str]:
     if job.deployment is not None:
         labels[DEPLOYMENT_LABEL] = job.deployment
     return labels
+
+
+def _spare_labels(job: SandboxJob) -> dict[str, str]:
+    return {
+        SPARE_LABEL: job.deployment or "",
+        SPARE_OWNER_LABEL: f"{socket.gethostname()}:{os.getpid()}",
+        DEADLINE_LABEL: job.deadline.isoformat(),
+        ROLE_LABEL: ROLE_SANDBOX,
+    }
 
 
 def _host_config(api: APIClient, job: SandboxJob) -> dict[str, Any]:

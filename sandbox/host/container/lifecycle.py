@@ -26,14 +26,16 @@ so do the tools' own refusals (jail, git, protected refs), which come back as ``
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, TypeVar
 
 import docker
 import requests
@@ -45,7 +47,12 @@ from bot.core.errors import BeamError
 from bot.core.identity import Identity, Trailer
 from bot.core.tools import Tool
 from sandbox.host.container.attach import AttachedStream, LineTooLong, StreamClosed, StreamTimeout
-from sandbox.host.container.hardening import SandboxJob, create_arguments
+from sandbox.host.container.hardening import (
+    SandboxJob,
+    container_name,
+    create_arguments,
+    server_arguments,
+)
 from sandbox.host.container.remote_tools import ContainerTool
 from sandbox.host.engine import engine_errors
 from sandbox.inside.protocol import PROTOCOL_VERSION, encode_frame
@@ -69,6 +76,16 @@ class _Ready(BaseModel):
     version: int
     tools: list[str]
     stages: dict[str, float] = {}
+
+
+_Line = TypeVar("_Line", bound=BaseModel)
+
+
+class _SpareLine(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    spare: Literal[True]
+    version: int
 
 
 class _ErrorBody(BaseModel):
@@ -100,6 +117,14 @@ class ContainerSandbox:
         self._stages: dict[str, float] = {}
         # The server loads its tools after the ready line: the first call waits for that too.
         self._loading = False
+        # A spare's mounted directories (device, inode): the workspace a job must have to
+        # claim it (``start_spare``); None when this is no unclaimed spare.
+        self._spare: tuple[tuple[int, int], ...] | None = None
+
+    @property
+    def is_spare(self) -> bool:
+        """Whether this is a started spare that no job claimed yet."""
+        return self._spare is not None
 
     @property
     def container_id(self) -> str | None:
@@ -158,23 +183,97 @@ class ContainerSandbox:
             deployment=deployment,
         )
         with self._lock:
-            if self._container_id is not None:
-                raise BeamError("BEM-402", f"this sandbox already runs {self._container_id[:12]}")
-            self._limits = limits
-            self._stages = {"create": time.monotonic()}
-            with engine_errors("BEM-402", f"creating the sandbox container for job {job_id}"):
-                created = self._create(job, replace_leftover)
-            self._stages["created"] = time.monotonic()
-            self._container_id = created["Id"]
-            try:
-                self._attach_and_start()
-            except BaseException:
-                self._discard()
-                raise
+            if self._spare is not None:
+                try:
+                    self._claim(job, replace_leftover)
+                    return
+                except BeamError as error:
+                    log.warning("job %s: spare not used (%s), starting afresh", job_id, error)
+                    self._discard()
+            self._launch(job, replace_leftover=replace_leftover)
 
-    def _create(self, job: SandboxJob, replace_leftover: bool) -> Any:
+    def start_spare(
+        self,
+        token: str,
+        directory: Path,
+        limits: SandboxLimits,
+        *,
+        deadline: datetime,
+        deployment: str | None = None,
+    ) -> None:
+        """Create and start a spare on the empty ``directory/tree`` and ``directory/outbox.git``
+        (the mounts a job's container has), and wait for its spare line: its server has
+        loaded everything and waits for a job's arguments. ``start`` claims it."""
+        job = SandboxJob(
+            job_id=token,
+            workspace=directory / "tree",
+            outbox=directory / "outbox.git",
+            deadline=deadline,
+            limits=limits,
+            protected_refs=(),
+            deployment=deployment,
+        )
+        mounts = (_identity(job.workspace), _identity(directory / "outbox.git"))
+        with self._lock:
+            self._launch(job, spare=True)
+            self._spare = mounts
+
+    def _launch(
+        self, job: SandboxJob, *, spare: bool = False, replace_leftover: bool = False
+    ) -> None:
+        if self._container_id is not None:
+            raise BeamError("BEM-402", f"this sandbox already runs {self._container_id[:12]}")
+        self._limits = job.limits
+        self._stages = {"create": time.monotonic()}
+        with engine_errors("BEM-402", f"creating the sandbox container for job {job.job_id}"):
+            created = self._create(job, replace_leftover, spare=spare)
+        self._stages["created"] = time.monotonic()
+        self._container_id = created["Id"]
+        try:
+            self._attach_and_start(spare=spare)
+        except BaseException:
+            self._discard()
+            raise
+
+    def _claim(self, job: SandboxJob, replace_leftover: bool) -> None:
+        """Hand this spare to ``job``: its mounts must be the job's workspace, its limits the
+        job's; then its name, its arguments and its ready line."""
+        mounts, self._spare = self._spare, None
+        outbox = job.outbox
+        if outbox is None or mounts != (_identity(job.workspace), _identity(outbox)):
+            raise BeamError("BEM-402", "the spare mounts another workspace than the job's")
+        if job.limits != self._limits:
+            raise BeamError("BEM-402", "the spare was made with other sandbox limits")
+        self._stages = {"claim": time.monotonic()}
+        container_id, stream = self._require_id(), self._running()
+        with engine_errors("BEM-402", f"naming the spare container for job {job.job_id}"):
+            self._rename(container_id, container_name(job.job_id), replace_leftover)
+        self._stages["renamed"] = time.monotonic()
+        line = json.dumps(server_arguments(job)).encode() + b"\n"
+        deadline = time.monotonic() + self._limits.ready_timeout
+        try:
+            stream.send(line, deadline=deadline)
+        except (StreamClosed, StreamTimeout) as error:
+            raise BeamError(
+                "BEM-402", f"the spare did not take its job ({_reason(error)})"
+            ) from None
+        self._await_ready(stream)
+
+    def _rename(self, container_id: str, name: str, replace_leftover: bool) -> None:
         api = self._client.api
-        arguments = create_arguments(api, self._image, job)
+        try:
+            api.rename(container_id, name)
+            return
+        except APIError as error:
+            if not (replace_leftover and error.status_code == 409):
+                raise
+        log.warning("removing the container an earlier attempt left (name %s)", name)
+        api.remove_container(name, force=True)
+        api.rename(container_id, name)
+
+    def _create(self, job: SandboxJob, replace_leftover: bool, *, spare: bool = False) -> Any:
+        api = self._client.api
+        arguments = create_arguments(api, self._image, job, spare=spare)
         try:
             return api.create_container(**arguments)
         except APIError as error:
@@ -234,7 +333,7 @@ class ContainerSandbox:
     ) -> None:
         self.stop()
 
-    def _attach_and_start(self) -> None:
+    def _attach_and_start(self, *, spare: bool = False) -> None:
         api, container_id = self._client.api, self._require_id()
         with engine_errors("BEM-402", "attaching to the sandbox container"):
             handle = api.attach_socket(container_id, params=_ATTACH)
@@ -243,28 +342,49 @@ class ContainerSandbox:
         with engine_errors("BEM-402", "starting the sandbox container"):
             api.start(container_id)
         self._stages["started"] = time.monotonic()
-        self._await_ready(self._stream)
+        if spare:
+            line = self._read_start_line(self._stream, "ready as a spare")
+            self._check_version(self._parse(_SpareLine, line, "ready as a spare").version)
+        else:
+            self._await_ready(self._stream)
 
-    def _await_ready(self, stream: AttachedStream) -> None:
+    def _read_start_line(self, stream: AttachedStream, what: str) -> bytes:
+        """The server's first line (ready, or spare), read by the start's deadline."""
         limits = self._limits
         deadline = time.monotonic() + limits.ready_timeout
         try:
             line = stream.read_line(deadline=deadline, limit=limits.max_message_bytes)
             self._stages["ready"] = time.monotonic()
-            ready = _Ready.model_validate_json(line)
-        except (StreamClosed, StreamTimeout, LineTooLong, ValidationError) as error:
-            tail = stream.stderr_tail() or "(no output on stderr)"
-            message = f"the tool server did not become ready ({_reason(error)}): {tail}"
-            raise BeamError("BEM-402", message) from None
-        if ready.version != PROTOCOL_VERSION:
-            message = (
-                f"the image speaks protocol {ready.version}, this worker {PROTOCOL_VERSION}; "
-                "run `riverbeam sandbox build`"
-            )
-            raise BeamError("BEM-401", message)
+        except (StreamClosed, StreamTimeout, LineTooLong) as error:
+            self._not_started(stream, what, error)
+        return line
+
+    def _parse(self, model: type[_Line], line: bytes, what: str) -> _Line:
+        try:
+            return model.model_validate_json(line)
+        except ValidationError as error:
+            self._not_started(self._running(), what, error)
+
+    def _not_started(self, stream: AttachedStream, what: str, error: Exception) -> NoReturn:
+        tail = stream.stderr_tail() or "(no output on stderr)"
+        message = f"the tool server did not become {what} ({_reason(error)}): {tail}"
+        raise BeamError("BEM-402", message) from None
+
+    def _await_ready(self, stream: AttachedStream) -> None:
+        line = self._read_start_line(stream, "ready")
+        ready = self._parse(_Ready, line, "ready")
+        self._check_version(ready.version)
         self._tool_names = tuple(ready.tools)
         self._stages.update(ready.stages)
         self._loading = True
+
+    def _check_version(self, version: int) -> None:
+        if version != PROTOCOL_VERSION:
+            message = (
+                f"the image speaks protocol {version}, this worker {PROTOCOL_VERSION}; "
+                "run `riverbeam sandbox build`"
+            )
+            raise BeamError("BEM-401", message)
 
     def _encode_request(self, frame: dict[str, Any]) -> bytes:
         try:
@@ -330,7 +450,7 @@ class ContainerSandbox:
     def _discard(self) -> None:
         """Forget the container and remove it, running or not."""
         container_id, stream = self._container_id, self._stream
-        self._container_id, self._stream = None, None
+        self._container_id, self._stream, self._spare = None, None, None
         if stream is not None:
             stream.close()
         if container_id is None:
@@ -352,6 +472,15 @@ class ContainerSandbox:
         if self._container_id is None:
             raise BeamError("BEM-404", "the sandbox is not running (stopped, or never started)")
         return self._container_id
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    """A directory's device and inode: what a bind mount follows, whatever its path becomes."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return (-1, -1)
+    return (info.st_dev, info.st_ino)
 
 
 def _reason(error: Exception) -> str:

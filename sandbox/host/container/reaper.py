@@ -11,14 +11,23 @@ job store, which knows only its own jobs. So a reaper given its ``deployment`` j
 job only the containers labelled with it; any other sandbox container (another
 deployment's, or one started by a release that set no deployment label) it removes only
 once its deadline passed, when no deployment still needs it.
+
+A spare container (``bot.jobs.spares``) carries no job label and no deployment label, only
+``riverbeam.spare=<deployment>``: an idle one (``riverbeam-spare-<token>``) is removed past
+its deadline, or once the worker process that started it (on this host) is gone; a claimed
+one, renamed ``riverbeam-job-<id>``, is its job's container, judged by that job as any other
+of its deployment. A reaper of a release before spares sees neither label, and so removes a
+spare, claimed or not, only past its deadline, which the job that claimed it never outlives.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import docker
 from docker.errors import NotFound
@@ -27,9 +36,11 @@ from bot.core.errors import BeamError
 from sandbox.host.container.hardening import (
     DEADLINE_LABEL,
     DEPLOYMENT_LABEL,
-    JOB_LABEL,
     ROLE_LABEL,
     ROLE_SANDBOX,
+    SPARE_LABEL,
+    SPARE_OWNER_LABEL,
+    container_job,
 )
 from sandbox.host.engine import connect, engine_errors
 
@@ -38,6 +49,7 @@ __all__ = ["reap", "reap_after_cancel"]
 log = logging.getLogger(__name__)
 
 REAP_CONNECT_TIMEOUT = 5.0
+_PROC = Path("/proc")
 
 
 def reap(
@@ -58,9 +70,13 @@ def reap(
     removed: list[str] = []
     for container in containers:
         labels = container.get("Labels") or {}
-        job_id = labels.get(JOB_LABEL, "")
+        job_id = container_job(labels, container.get("Names") or [])
+        started_by = labels.get(SPARE_LABEL, labels.get(DEPLOYMENT_LABEL))
         deadline = labels.get(DEADLINE_LABEL)
-        if deployment is None or labels.get(DEPLOYMENT_LABEL) == deployment:
+        if SPARE_LABEL in labels and not job_id:
+            # Idle: its worker holds it for a next job, unless that worker is gone.
+            reason = _overdue(deadline, moment) or _owner_gone(labels.get(SPARE_OWNER_LABEL))
+        elif deployment is None or started_by == deployment:
             reason = _reason(job_id, deadline, moment, is_active)
         else:
             reason = _overdue(deadline, moment)
@@ -106,6 +122,22 @@ def _reason(
     if not is_active(job_id):
         return "job finished or unknown"
     return None
+
+
+def _owner_gone(owner: str | None) -> str | None:
+    """Why an idle spare goes before its deadline: the process on this host that started it
+    is gone (killed; a zombie not yet reaped counts as gone). None when it lives, is on
+    another host, or cannot be told."""
+    host, _, pid = (owner or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit() or not _PROC.is_dir():
+        return None
+    try:
+        state = (_PROC / pid / "stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return f"its worker process {pid} is gone"
+    except (OSError, IndexError):
+        return None
+    return f"its worker process {pid} is gone" if state in ("Z", "X") else None
 
 
 def _overdue(deadline: str | None, now: datetime) -> str | None:

@@ -102,11 +102,14 @@ def prepare_workspace(
     *,
     sandbox_uid: int = SANDBOX_UID,
     callbacks: UpstreamCallbacks | None = None,
+    staging: Path | None = None,
 ) -> Workspace:
     """Refresh the mirror, then build the job's tree and outbox, owned by ``sandbox_uid``.
 
     ``base`` is a branch (default: the repository's default branch) or a commit id; one the
-    mirror does not have is BEM-341.
+    mirror does not have is BEM-341. ``staging``: a directory under the root, with an empty
+    ``tree`` and ``outbox.git``, to build in instead of a new ``.staging-*`` one (a spare
+    container's, which mounts them: ``sandbox.host.container.spares``).
     """
     final = job_directory(settings, job_id)
     branch = ProtectedRefs(repo_config.protected_refs).check_branch(settings.branch_prefix + job_id)
@@ -115,7 +118,8 @@ def prepare_workspace(
         raise BeamError("BEM-342", f"a workspace for job {job_id} already exists; open it instead")
     mirror = sync_mirror(repo_name, repo_config, settings, callbacks)
     settings.root.mkdir(parents=True, exist_ok=True, mode=0o711)
-    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{job_id}-", dir=settings.root))
+    if staging is None:
+        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{job_id}-", dir=settings.root))
     try:
         # 0711, as the job directory it becomes: the checkout, as the sandbox uid, goes through.
         staging.chmod(0o711)

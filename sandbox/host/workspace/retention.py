@@ -7,6 +7,9 @@ What goes, for each entry directly under ``WorkspaceSettings.root``:
   when a crashed worker never released it;
 * a ``.staging-*`` directory older than ``STAGING_GRACE``: a prepare that died half-way
   (younger ones may be a prepare still running);
+* a spare's directory (``sandbox.host.workspace.spare_dirs``) once the deadline its name
+  carries has passed: its container is gone by then, or is going with the next reaping
+  (before it, the spare may be live, or claimed by a job whose workspace it is becoming);
 * anything else: a directory without a workspace record, a stray file or symlink.
 
 A workspace whose job is not finished is kept however old it is. Deleting never follows a
@@ -27,6 +30,7 @@ from pathlib import Path
 from bot.config import WorkspaceSettings
 from bot.core.jobids import is_job_id
 from sandbox.host.workspace.prepare import FINISHED, METADATA, STAGING_PREFIX
+from sandbox.host.workspace.spare_dirs import spare_deadline
 
 __all__ = ["STAGING_GRACE", "collect_workspaces"]
 
@@ -72,6 +76,9 @@ def _expired(
     info = path.lstat()
     if name.startswith(STAGING_PREFIX) and stat.S_ISDIR(info.st_mode):
         return now - info.st_mtime >= STAGING_GRACE
+    deadline = spare_deadline(name)
+    if deadline is not None and stat.S_ISDIR(info.st_mode):
+        return now >= deadline.timestamp()
     record = path / METADATA
     if not (stat.S_ISDIR(info.st_mode) and is_job_id(name) and _is_file(record)):
         return True

@@ -80,6 +80,23 @@ def _spare(
     return sandbox, directory
 
 
+def _idle_and_claimed(
+    client: docker.DockerClient,
+    image: ImageInfo,
+    into: list[ContainerSandbox],
+    root: Path,
+    limits: SandboxLimits,
+    *,
+    job_id: str,
+) -> tuple[str, ContainerSandbox, ContainerSandbox]:
+    """A deployment of its own, an idle spare of it, and a spare of it claimed by ``job_id``."""
+    ours = f"dep-{os.urandom(4).hex()}"
+    idle, _ = _spare(client, image, into, root, limits, deployment=ours)
+    claimed = _new(client, image, into)
+    claim_spare(claimed, root, limits, job_id=job_id, deployment=ours)
+    return ours, idle, claimed
+
+
 def test_a_claimed_spare_runs_the_job_on_its_workspace_renamed_into_place(
     docker_client: docker.DockerClient,
     image: ImageInfo,
@@ -261,8 +278,9 @@ def test_the_reapers_judge_an_idle_spare_by_its_deadline_and_a_claimed_one_by_it
     root: Path,
     limits: SandboxLimits,
 ) -> None:
-    ours = f"dep-{os.urandom(4).hex()}"
-    idle, _ = _spare(docker_client, image, sandboxes, root, limits, deployment=ours)
+    ours, idle, claimed = _idle_and_claimed(
+        docker_client, image, sandboxes, root, limits, job_id="spare-reaped"
+    )
     overdue, _ = _spare(
         docker_client,
         image,
@@ -272,8 +290,6 @@ def test_the_reapers_judge_an_idle_spare_by_its_deadline_and_a_claimed_one_by_it
         deployment=ours,
         until=datetime.now(UTC) + timedelta(seconds=3),
     )
-    claimed = _new(docker_client, image, sandboxes)
-    claim_spare(claimed, root, limits, job_id="spare-reaped", deployment=ours)
     ids = {
         name: str(sandbox.container_id)
         for name, sandbox in {"idle": idle, "overdue": overdue, "claimed": claimed}.items()
@@ -310,10 +326,9 @@ def test_a_cancel_reaps_the_claimed_spare_of_its_job_and_no_idle_one(
     root: Path,
     limits: SandboxLimits,
 ) -> None:
-    ours = f"dep-{os.urandom(4).hex()}"
-    idle, _ = _spare(docker_client, image, sandboxes, root, limits, deployment=ours)
-    claimed = _new(docker_client, image, sandboxes)
-    claim_spare(claimed, root, limits, job_id="spare-cancelled", deployment=ours)
+    ours, idle, claimed = _idle_and_claimed(
+        docker_client, image, sandboxes, root, limits, job_id="spare-cancelled"
+    )
     claimed_id, idle_id = str(claimed.container_id), str(idle.container_id)
     reap_after_cancel(lambda: ours, docker_client=docker_client)("spare-cancelled")
     assert not container_exists(docker_client, claimed_id)

@@ -44,7 +44,7 @@ from bot.core.errors import BeamError
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.workspace.spare_dirs import make_spare_directory
 
-__all__ = ["SPARE_IDLE_SECONDS", "Spare", "SparePool"]
+__all__ = ["RECYCLE_THREAD", "SPARE_IDLE_SECONDS", "Spare", "SparePool"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 # whole job time limit after it.
 SPARE_IDLE_SECONDS = 300.0
 _DEADLINE_MARGIN_SECONDS = 60.0
+RECYCLE_THREAD = "spare-recycle"
 
 
 @dataclass
@@ -63,9 +64,17 @@ class Spare:
     image: str
     limits: SandboxLimits
     made: float
+    # Replaces the spare at its idle limit; cancelled once the spare leaves the pool, so that
+    # no timer thread (holding the spare, its container and its stream) outlives its use.
+    recycle: threading.Timer | None = None
+
+    def leave_pool(self) -> None:
+        if self.recycle is not None:
+            self.recycle.cancel()
 
     def discard(self) -> None:
         """Remove the container and the directory (which a claim renamed away already)."""
+        self.leave_pool()
         self.sandbox.stop()
         shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -131,7 +140,10 @@ class SparePool:
 
     def _pop(self) -> Spare | None:
         with self._lock:
-            return self._spares.pop(0) if self._spares else None
+            spare = self._spares.pop(0) if self._spares else None
+        if spare is not None:
+            spare.leave_pool()
+        return spare
 
     def _join(self) -> None:
         thread = self._thread
@@ -148,11 +160,12 @@ class SparePool:
             spare = self._start(image, limits, deployment)
             if spare is None:
                 return  # the next refill tries again; the jobs meanwhile start fresh ones
+            spare.recycle = threading.Timer(self._idle, self._recycle, args=(spare,))
+            spare.recycle.daemon = True
+            spare.recycle.name = RECYCLE_THREAD
             with self._lock:
                 self._spares.append(spare)
-            recycle = threading.Timer(self._idle, self._recycle, args=(spare,))
-            recycle.daemon = True
-            recycle.start()
+            spare.recycle.start()
 
     def _recycle(self, spare: Spare) -> None:
         """A spare still idle at its idle limit is replaced, so that the next job's is fresh

@@ -5,6 +5,7 @@ shutdown, nor a worker killed."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from bot.jobs.executor import ImageCheck
+from bot.jobs.spares import RECYCLE_THREAD
 from bot.service.access import Principal
 from bot.store.models import JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
@@ -64,6 +66,10 @@ def _spare_directories(stack: Stack, worker: str = "w") -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.name.startswith(SPARE_DIRECTORY_PREFIX))
 
 
+def _recycle_timers() -> int:
+    return sum(thread.name == RECYCLE_THREAD for thread in threading.enumerate())
+
+
 def _exists(container_id: str) -> bool:
     return bool(connect().api.containers(all=True, filters={"id": container_id}))
 
@@ -93,7 +99,11 @@ def test_each_first_segment_claims_the_spare_started_for_it_and_it_serves_one_jo
         # One idle spare (for the next job) and its directory; the claimed ones are gone.
         assert _idle_spare(stack) not in ids
         assert len(_spare_directories(stack)) == 1
+        # Only the idle spare's recycle timer is left: a claimed spare's is cancelled, so no
+        # thread holds a used spare (its container and stream) until its idle limit.
+        wait_until(lambda: _recycle_timers() == 1, 5, lambda: f"{_recycle_timers()} timers")
         stack.worker("w").close()
+        assert _recycle_timers() == 0
         assert stack.spare_containers() == [] and _spare_directories(stack) == []
 
 

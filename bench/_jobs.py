@@ -29,8 +29,8 @@ from bot.store.models import JobKind, JobRecord, JobState
 from harness.gitkit import git
 from harness.playbooks import AUTHOR_REQUEST, PLAYBOOKS, seed_upstream
 from harness.stack import REPO, Stack
+from sandbox.inside.bound_tools import sandbox_tools
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.sandbox_tools import sandbox_tools
 from sandbox.inside.worktree import WorkingTree
 
 PLAYBOOK = "author-fix-install"

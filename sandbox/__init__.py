@@ -13,14 +13,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sandbox.inside.bound_tools import sandbox_tools
     from sandbox.inside.jail import SandboxRoot
-    from sandbox.inside.sandbox_tools import sandbox_tools
     from sandbox.inside.worktree import WorkingTree
 
 _EXPORTS = {
     "SandboxRoot": "sandbox.inside.jail",
     "WorkingTree": "sandbox.inside.worktree",
-    "sandbox_tools": "sandbox.inside.sandbox_tools",
+    "sandbox_tools": "sandbox.inside.bound_tools",
 }
 
 __all__ = ["SandboxRoot", "WorkingTree", "sandbox_tools"]

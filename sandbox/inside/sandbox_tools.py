@@ -1,13 +1,13 @@
-"""The nine sandbox tools: a synchronous dispatcher, and thin async ``Tool`` wrappers over it.
+"""The nine sandbox tools: a synchronous dispatcher (``sandbox.inside.bound_tools`` wraps it as
+``bot.Tool`` objects).
 
 ``call_tool(tree, name, args)`` is the whole implementation: it checks the arguments against
 the tool's schema (``sandbox.inside.tool_schemas``, BEM-090), runs the tool under the tree's
 lock, and returns a JSON object. Every failure leaves as a ``BeamError``: libgit2 errors as
 BEM-320, a missing file as BEM-100, refusals with their own codes. The in-container tool
-server calls the dispatcher directly; ``sandbox_tools(tree)`` gives the agent the same tools
-as ``bot.Tool`` objects, which run the dispatcher on a worker thread so the event loop never
-waits on the disk. The tool server loads only the dispatcher: the specs and the agent's types
-(pydantic, JSON Schema) are the wrappers' business.
+server calls the dispatcher directly; the wrappers, with the specs and the agent's types
+(pydantic, JSON Schema), live apart so that the server never loads them (an import contract
+in pyproject.toml holds it).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from bot.core.errors import BeamError
 from sandbox.inside.tool_schemas import (
     MAX_LIST_ENTRIES,
     MAX_READ_CHARS,
-    TOOL_PARAMETERS,
+    TOOL_NAMES,
     check_tool_arguments,
 )
 from sandbox.inside.worktree import WorkingTree
@@ -31,12 +31,7 @@ from sandbox.inside.worktree import WorkingTree
 if TYPE_CHECKING:
     from pydantic import JsonValue
 
-    from bot.core.input import AgentInput
-    from bot.core.tools import Tool, ToolSpec
-
-__all__ = ["TOOL_NAMES", "SandboxTool", "call_tool", "decode_text", "sandbox_tools"]
-
-TOOL_NAMES = tuple(TOOL_PARAMETERS)
+__all__ = ["call_tool", "decode_text"]
 MAX_DIRECTORY_SUMMARY = 200
 # git's own test for binary content: a NUL byte in the first 8000 bytes.
 _BINARY_PROBE = 8000
@@ -47,7 +42,7 @@ Handler = Callable[[WorkingTree, dict[str, Any]], Result]
 
 def call_tool(tree: WorkingTree, name: str, args: Mapping[str, Any]) -> Result:
     """Run sandbox tool ``name`` with ``args`` on ``tree``; a JSON object or a BeamError."""
-    if name not in TOOL_PARAMETERS:
+    if name not in TOOL_NAMES:
         raise BeamError(
             "BEM-089", f"there is no sandbox tool {name!r}; the tools are {', '.join(TOOL_NAMES)}"
         )
@@ -237,36 +232,3 @@ _HANDLERS: dict[str, Handler] = {
     "git_commit": _git_commit,
     "git_push": _git_push,
 }
-
-
-# -- bot.Tool wrappers -----------------------------------------------------------------
-
-
-class SandboxTool:
-    """One of the nine tools as a ``bot.Tool``, bound to one working tree."""
-
-    def __init__(self, tree: WorkingTree, name: str) -> None:
-        self._tree = tree
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"SandboxTool({self.name!r}, {self._tree!r})"
-
-    def spec(self) -> ToolSpec:
-        from sandbox.inside.tool_specs import TOOL_SPECS
-
-        return TOOL_SPECS[self.name]
-
-    async def invoke(self, args: dict[str, JsonValue], input: AgentInput) -> JsonValue:
-        # Imported here: the tool server in the container never runs this path, and asyncio
-        # is a large share of its start-up imports.
-        import asyncio
-
-        # The tree is bound at construction; nothing in the request can point it elsewhere.
-        result: JsonValue = await asyncio.to_thread(call_tool, self._tree, self.name, args)
-        return result
-
-
-def sandbox_tools(tree: WorkingTree) -> list[Tool]:
-    """The nine tools of DESIGN §3.3, bound to ``tree``."""
-    return [SandboxTool(tree, name) for name in _HANDLERS]

@@ -55,20 +55,18 @@ from sandbox.inside.protocol import (
     ok_reply,
     ready_frame,
 )
-from sandbox.inside.tool_schemas import TOOL_PARAMETERS
+from sandbox.inside.tool_schemas import TOOL_NAMES
 
 if TYPE_CHECKING:
     from sandbox.inside.jail import SandboxRoot
     from sandbox.inside.worktree import WorkingTree
 
-__all__ = ["LOADED_LATER", "TOOL_NAMES", "ToolServer", "main", "open_tree"]
+__all__ = ["LOADED_LATER", "ToolServer", "main", "open_tree"]
 
 Dispatch = Callable[[str, dict[str, Any]], Any]
 
 # The modules ``main`` imports when it needs them, not with this module.
 LOADED_LATER = ("sandbox.inside.tree_checks", "sandbox.inside.sandbox_tools")
-# The tools' names, in the order the model is offered them.
-TOOL_NAMES = tuple(TOOL_PARAMETERS)
 
 # Enough to find the id at the start of an oversize request, so its reply can name it.
 _ID_PREFIX = re.compile(rb'^\s*\{\s*"id"\s*:\s*"([^"\\]{1,128})"')

@@ -17,6 +17,7 @@ __all__ = [
     "MAX_LOG_LIMIT",
     "MAX_READ_CHARS",
     "READ_FILE_BEFORE_LIMIT",
+    "TOOL_NAMES",
     "TOOL_PARAMETERS",
     "check_tool_arguments",
 ]
@@ -108,6 +109,7 @@ TOOL_PARAMETERS: dict[str, dict[str, Any]] = {
     ),
 }
 """Every tool's arguments, in the order the tools are offered."""
+TOOL_NAMES = tuple(TOOL_PARAMETERS)
 
 for _schema in (READ_FILE_BEFORE_LIMIT, *TOOL_PARAMETERS.values()):
     supported_schema(_schema)  # a keyword check_arguments does not know fails here, not later

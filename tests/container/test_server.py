@@ -15,7 +15,7 @@ import pygit2
 import pytest
 
 from sandbox.inside.protocol import PROTOCOL_VERSION
-from sandbox.inside.sandbox_tools import TOOL_NAMES
+from sandbox.inside.tool_schemas import TOOL_NAMES
 from tests.container.kit import make_workspace
 
 

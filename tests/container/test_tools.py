@@ -14,8 +14,10 @@ from bot.core.errors import BeamError
 from bot.core.input import AgentInput
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.image.build import ImageInfo
+from sandbox.inside.bound_tools import sandbox_tools
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.sandbox_tools import TOOL_NAMES, call_tool, sandbox_tools
+from sandbox.inside.sandbox_tools import call_tool
+from sandbox.inside.tool_schemas import TOOL_NAMES
 from sandbox.inside.worktree import WorkingTree
 from tests.container.conftest import PROTECTED
 from tests.container.kit import PAGES, Workspace, chown_tree, deadline, make_workspace, outbox_refs

@@ -11,8 +11,10 @@ import pytest
 from bot.core.errors import BeamError
 from bot.core.input import AgentInput
 from bot.core.tools import Tool, ToolSpec
+from sandbox.inside.bound_tools import sandbox_tools
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.sandbox_tools import TOOL_NAMES, call_tool, sandbox_tools
+from sandbox.inside.sandbox_tools import call_tool
+from sandbox.inside.tool_schemas import TOOL_NAMES
 from sandbox.inside.tool_specs import MAX_LIST_ENTRIES, MAX_READ_CHARS, TOOL_SPECS
 from sandbox.inside.worktree import WorkingTree
 from tests.sandbox.git_kit import GitEnv, build_git_env, refs_of

@@ -117,7 +117,7 @@ from sandbox.host.workspace.prepare import (
 )
 from sandbox.host.workspace.snapshot import capture, read_header, restore
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.tool_specs import TOOL_SPECS
+from sandbox.inside.tool_schemas import TOOL_NAMES
 from skills.loader import skill_by_name
 
 log = logging.getLogger(__name__)
@@ -719,7 +719,7 @@ def _tool_call_coming(approval: Approval | None, workspace: Workspace) -> bool:
     push was staged in this host's outbox (when the job parked, or after the restore)."""
     if approval is None:
         return True
-    if approval.state is not ApprovalState.APPROVED or approval.tool not in TOOL_SPECS:
+    if approval.state is not ApprovalState.APPROVED or approval.tool not in TOOL_NAMES:
         return False
     if approval.tool == "git_push" and approval.commit_sha and approval.target_ref:
         pushed = ApprovedPush(sha=approval.commit_sha, branch=approval.target_ref)

@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
         [],
         ["--runs", "200", "--exec-runs", "5", "--ready-runs", "5", "--stop-runs", "2"],
     ),
+    "engine_cycle_bench": ([], ["--runs", "5", "--warmup", "1"]),
     "workspace_bench": ([], ["--runs", "2"]),
     "jobs_bench": ([], ["--jobs", "20", "--latency-jobs", "3"]),
     "load_bench": ([], ["--jobs", "40", "--baseline-jobs", "20"]),

@@ -123,7 +123,7 @@ def _hardening_problems(
 ) -> list[str]:
     limits = settings.sandbox
     expected = {
-        "network mode none": flags["NetworkMode"] == "none",
+        "network mode none": flags["NetworkMode"] == "none" and flags["NetworkDisabled"],
         "read-only root": flags["ReadonlyRootfs"] and report.write_root != "ok",
         "/tmp noexec": report.exec_tmp != "ok",
         "all capabilities dropped": flags["CapDrop"] == ["ALL"] and int(report.cap_eff, 16) == 0,

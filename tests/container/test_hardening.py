@@ -95,6 +95,7 @@ def test_every_flag_reads_back_from_docker_inspect(
     memory = 512 << 20
     assert flags == {
         "NetworkMode": "none",
+        "NetworkDisabled": True,
         "IpcMode": "none",
         "CgroupnsMode": "private",
         "ReadonlyRootfs": True,

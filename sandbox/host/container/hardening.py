@@ -175,6 +175,10 @@ def create_arguments(
         # host half-closes the attach connection.
         "stdin_open": True,
         "tty": False,
+        # No network at the engine as well as network mode none: the runtime still gives the
+        # container a namespace of its own with only a loopback, but the engine sets up no
+        # network sandbox for it, so no hook process (a re-executed dockerd) runs per start.
+        "network_disabled": True,
         "host_config": _host_config(api, job),
     }
 

@@ -54,13 +54,13 @@ def programs():
         for name in files:
             path = os.path.join(top, name)
             try:
-                mode = os.lstat(path).st_mode
+                info = os.lstat(path)
             except OSError:
                 continue
-            # /.dockerenv is the engine's empty marker file, made at run time.
-            if path == "/.dockerenv":
-                continue
-            if stat.S_ISREG(mode) and mode & 0o111 and ".so" not in name:
+            mode = info.st_mode
+            # An empty file runs nothing: the engine's run-time marker /.dockerenv and its
+            # placeholders for /etc/hostname, /etc/hosts and /etc/resolv.conf (mode 0755).
+            if stat.S_ISREG(mode) and mode & 0o111 and info.st_size and ".so" not in name:
                 found.append(path)
     return sorted(found)
 status = dict(
@@ -127,6 +127,7 @@ def run_probe(
     create["stdin_open"] = False
     if network_mode is not None:
         create["host_config"]["NetworkMode"] = network_mode
+        create["network_disabled"] = False
     with engine_errors("BEM-402", "running the sandbox probe"):
         container_id = api.create_container(**create)["Id"]
         try:
@@ -148,6 +149,7 @@ def inspect_flags(inspected: dict[str, Any]) -> dict[str, Any]:
     config = inspected["Config"]
     return {
         "NetworkMode": host["NetworkMode"],
+        "NetworkDisabled": config.get("NetworkDisabled", False),
         "IpcMode": host["IpcMode"],
         "CgroupnsMode": host.get("CgroupnsMode"),
         "ReadonlyRootfs": host["ReadonlyRootfs"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import docker
@@ -12,11 +13,13 @@ from bot.config import SandboxLimits, Settings
 from bot.core.errors import BeamError
 from sandbox.host.container.probe import run_probe
 from sandbox.host.image.build import (
+    KEPT_PREVIOUS_IMAGES,
     ImageInfo,
     build_image,
     check_image,
     container_closure,
     plan_image,
+    remove_superseded,
 )
 from tests.container.kit import Workspace, probe_job
 
@@ -44,9 +47,9 @@ def test_the_image_is_tagged_with_its_content_hash_and_latest(
     image: ImageInfo, docker_client: docker.DockerClient, settings: Settings
 ) -> None:
     plan = plan_image(settings, fetch=False)
-    assert image.ref == f"riverbeam-sandbox:{plan.content_hash}"
+    assert image.ref == f"{plan.repository}:{plan.content_hash}"
     tagged = docker_client.images.get(image.ref)
-    assert "riverbeam-sandbox:latest" in tagged.tags
+    assert f"{plan.repository}:latest" in tagged.tags
     assert tagged.labels["riverbeam.content-hash"] == plan.content_hash
     assert tagged.attrs["Config"]["User"] == "10001:10001"
     assert tagged.attrs["Config"]["Entrypoint"][1:] == [
@@ -56,6 +59,33 @@ def test_the_image_is_tagged_with_its_content_hash_and_latest(
         "-m",
         "sandbox.inside.server",
     ]
+
+
+def test_a_build_untags_old_images_of_its_own_repository_only(
+    image: ImageInfo, docker_client: docker.DockerClient, settings: Settings
+) -> None:
+    plan = plan_image(settings, fetch=False)
+    api = docker_client.api
+    olds = [f"{plan.repository}:test-old-{n}" for n in range(KEPT_PREVIOUS_IMAGES + 2)]
+    elsewhere = "riverbeam-test-elsewhere:kept"
+    for tag in olds:  # oldest first: each a distinct image, made after the one before
+        container = api.create_container(image.ref, entrypoint=["/nonexistent"])
+        try:
+            api.commit(container["Id"], *tag.split(":"), changes=f"LABEL test.tag={tag}")
+        finally:
+            api.remove_container(container["Id"], force=True)
+    api.tag(olds[0], *elsewhere.split(":"))
+    try:
+        remove_superseded(docker_client, plan)
+        left = {tag for each in docker_client.images.list() for tag in each.tags}
+        kept = olds[-KEPT_PREVIOUS_IMAGES:]
+        assert {tag for tag in olds if tag in left} == set(kept)
+        assert elsewhere in left
+        assert image.ref in left
+    finally:
+        for tag in [*olds, elsewhere]:
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                docker_client.images.remove(tag)
 
 
 def test_building_a_current_image_does_nothing(

@@ -153,22 +153,25 @@ def build_image(
     with engine_errors("BEM-408", "tagging the sandbox image"):
         image = client.images.get(plan.ref)
         image.tag(plan.repository, "latest")
-    _remove_superseded(client, plan)
+    remove_superseded(client, plan)
     return _info(plan, image, built=True)
 
 
-def _remove_superseded(client: docker.DockerClient, plan: ImagePlan) -> None:
+def remove_superseded(client: docker.DockerClient, plan: ImagePlan) -> None:
     """Untag content-hash images older than the newest few (each is a full copy of the
     tree). The few kept let workers still on the previous code run on through a rolling
-    deploy; an image a running sandbox uses is kept until a later build in any case."""
+    deploy; an image a running sandbox uses is kept until a later build in any case. Only
+    the plan's repository's tags go: the same image tagged elsewhere (a copy kept as a
+    benchmark baseline, another deployment's name) is someone else's, and stays."""
     older = [
         image for image in client.images.list(name=plan.repository) if plan.ref not in image.tags
     ]
     older.sort(key=lambda image: str(image.attrs.get("Created", "")), reverse=True)
     for image in older[KEPT_PREVIOUS_IMAGES:]:
         for tag in image.tags:
-            with contextlib.suppress(APIError):
-                client.images.remove(tag)
+            if tag.rpartition(":")[0] == plan.repository:
+                with contextlib.suppress(APIError):
+                    client.images.remove(tag)
 
 
 @functools.cache

@@ -79,10 +79,12 @@ from bench._jobs_cpu import (
     container_start_of,
     cpu_lines,
     runtime_of,
+    setting_label,
     settings_to_run,
     stack_config,
 )
 from bench._jobs_model import PREFIX as MODEL_PREFIX
+from bench._previous_tree import SettingWorkers, setting_workers
 from bot.core.errors import BeamError
 from bot.core.frames import ToolFrame
 from bot.jobs.timings import PREFIX as TIMINGS_PREFIX
@@ -100,7 +102,10 @@ PUSHED_POLL_SECONDS = 0.25
 def main(argv: Sequence[str] | None = None) -> int:
     options = _arguments(argv)
     floor = run_floor(options.latency_jobs)
-    reports = [run_setting(options, setting, floor) for setting in settings_to_run(options)]
+    with setting_workers(options) as workers:
+        reports = [
+            run_setting(options, setting, floor, workers) for setting in settings_to_run(options)
+        ]
     for report in reports:
         print(report.render())
         print()
@@ -108,12 +113,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def run_setting(options: argparse.Namespace, setting: str, floor: Floor) -> Report:
-    """The three runs on a fresh stack whose workers start containers as ``setting`` says."""
+def run_setting(
+    options: argparse.Namespace, setting: str, floor: Floor, workers: SettingWorkers
+) -> Report:
+    """The three runs on a fresh stack whose workers run the code and start containers as
+    ``setting`` says."""
     more = stack_config(options, setting)
     with job_stack(lease_seconds=30.0, model_factory=MODEL_FACTORY, more_config=more) as stack:
         for index in range(options.workers):
-            stack.start_worker(f"w{index}", concurrency=options.concurrency)
+            workers.start(stack, setting, f"w{index}", concurrency=options.concurrency)
         # The first jobs pay once for what every later one reuses: each worker's mirror,
         # the pool processes' first imports and connections.
         cold = [run_one(stack) for _ in range(2 * options.workers * options.concurrency)]
@@ -122,6 +130,7 @@ def run_setting(options: argparse.Namespace, setting: str, floor: Floor) -> Repo
         return Report(
             options=options,
             setting=setting,
+            code=workers.describe(setting),
             cold=cold,
             unloaded=unloaded,
             loaded=loaded,
@@ -233,6 +242,7 @@ def _tool_ms(stack: Stack, job_id: str, before: float) -> float:
 class Report:
     options: argparse.Namespace
     setting: str
+    code: str
     cold: list[JobTimes]
     unloaded: list[JobTimes]
     loaded: list[JobTimes]
@@ -252,8 +262,8 @@ class Report:
         lines = [
             f"jobs_bench: author jobs ({PLAYBOOK} playbook), {o.workers} workers x prefork "
             f"{o.concurrency}, real Redis, Celery, containers and relay; "
-            f"jobs.container_start[+spare_containers] = {self.setting}, "
-            f"sandbox.runtime = {runtime_of(self.options, self.setting)}",
+            f"{setting_label(o, self.setting)}, sandbox.runtime = {runtime_of(o, self.setting)}",
+            f"the workers run {self.code}",
             f"{'':36}{'median':>11} {'p95':>11}",
             f"unloaded: {len(self.unloaded)} jobs one at a time",
             row("submit -> park", [t.to_park for t in self.unloaded]),
@@ -331,19 +341,21 @@ class Report:
 
 def _comparison(reports: list[Report], floor: Floor) -> list[str]:
     """CPU per job of each setting beside the floor, and the settings side by side."""
-    runs = {f"container_start={r.setting}": (r.cpu, len(r.loaded)) for r in reports}
+    runs = {setting_label(r.options, r.setting): (r.cpu, len(r.loaded)) for r in reports}
     lines = [*cpu_lines(runs, floor.cpu), ""]
     for report in reports:
         park = statistics.median(t.to_park for t in report.unloaded)
         lines.append(
-            f"container_start={report.setting}: {report.per_minute:.1f} jobs/min, unloaded "
+            f"{setting_label(report.options, report.setting)}: {report.per_minute:.1f} "
+            "jobs/min, unloaded "
             f"submit -> park median {park * 1000:.0f} ms"
         )
     if len(reports) > 1:
         base, new = reports[0], reports[-1]
         ratio = (new.cpu.total / len(new.loaded)) / (base.cpu.total / len(base.loaded))
         lines.append(
-            f"target CPU-seconds per job <= {TARGET_CPU_RATIO:.0%} of {base.setting}'s: "
+            f"target CPU-seconds per job <= {TARGET_CPU_RATIO:.0%} of "
+            f"{setting_label(base.options, base.setting)}'s: "
             f"{'met' if ratio <= TARGET_CPU_RATIO else 'MISSED'} ({ratio:.0%})"
         )
     return lines

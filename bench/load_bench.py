@@ -59,9 +59,11 @@ from bench._jobs_cpu import (
     cpu_lines,
     process_tree,
     runtime_of,
+    setting_label,
     settings_to_run,
     stack_config,
 )
+from bench._previous_tree import SettingWorkers, setting_workers
 from bot.store.models import JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import Stack, job_stack
@@ -88,16 +90,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_to_run(options)
     # The baseline on fewer jobs: its CPU per job needs no 200, and the run stays short.
     runs = [(s, options.baseline_jobs if s != settings[-1] else options.jobs) for s in settings]
-    for name in names:
-        outcomes = []
-        for setting, jobs in runs:
-            outcome = run_scenario(name, SCENARIOS[name], jobs, setting, options)
-            print(outcome.render(floor))
+    with setting_workers(options) as workers:
+        for name in names:
+            outcomes = []
+            for setting, jobs in runs:
+                outcome = run_scenario(name, SCENARIOS[name], jobs, setting, options, workers)
+                print(outcome.render(floor))
+                print()
+                outcomes.append(outcome)
+            cpu = {
+                f"{name}, {setting_label(options, o.setting)}": (o.cpu, len(o.records))
+                for o in outcomes
+            }
+            print("\n".join(cpu_lines(cpu, floor.cpu)))
             print()
-            outcomes.append(outcome)
-        cpu = {f"{name}, container_start={o.setting}": (o.cpu, len(o.records)) for o in outcomes}
-        print("\n".join(cpu_lines(cpu, floor.cpu)))
-        print()
     return 0
 
 
@@ -174,6 +180,8 @@ def _ours(container: dict[str, Any], jobs: set[str], deployment: str) -> bool:
 class Outcome:
     scenario: str
     setting: str
+    label: str
+    code: str
     runtime: str
     layout: dict[str, str]
     records: dict[str, JobRecord]
@@ -199,8 +207,8 @@ class Outcome:
         hosts = sorted(set(self.layout.values()))
         floor_park, floor_push = statistics.median(floor.to_park), statistics.median(floor.to_push)
         lines = [
-            f"load_bench {self.scenario}, jobs.container_start = {self.setting}, "
-            f"sandbox.runtime = {self.runtime}: "
+            f"load_bench {self.scenario}, {self.label}, sandbox.runtime = {self.runtime} "
+            f"(the workers run {self.code}): "
             f"{len(self.records)} author jobs ({PLAYBOOK}), "
             f"{len(self.layout)} workers (prefork 1) on {len(hosts)} hosts: "
             + ", ".join(
@@ -252,12 +260,17 @@ def _series(samples: list[tuple[float, int]]) -> str:
 
 
 def run_scenario(
-    name: str, layout: dict[str, str], jobs: int, setting: str, options: argparse.Namespace
+    name: str,
+    layout: dict[str, str],
+    jobs: int,
+    setting: str,
+    options: argparse.Namespace,
+    workers: SettingWorkers,
 ) -> Outcome:
     more = stack_config(options, setting)
     with job_stack(lease_seconds=30.0, model_factory=MODEL_FACTORY, more_config=more) as stack:
         for worker, host in layout.items():
-            stack.start_worker(worker, host=host)
+            workers.start(stack, setting, worker, host=host)
         for _ in range(WARM_JOBS_PER_WORKER * len(layout)):
             run_one(stack)
         meter = CpuMeter(stack, set())
@@ -279,6 +292,8 @@ def run_scenario(
         return Outcome(
             scenario=name,
             setting=setting,
+            label=setting_label(options, setting),
+            code=workers.describe(setting),
             runtime=runtime_of(options, setting),
             cpu=cpu,
             layout=layout,

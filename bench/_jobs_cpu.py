@@ -4,8 +4,9 @@ Three parts, each read before and after a measured stretch (``CpuMeter.start`` /
 
 - **workers**: every worker's process tree (its main process and pool processes, and what
   they reaped): user + system time from ``/proc/<pid>/stat``. Exactly this run's.
-- **containers**: the run's sandbox containers (labelled with one of its jobs, or its
-  deployment's spares, idle or claimed, ``bot.jobs.spares``): each one's
+- **containers**: the run's sandbox containers (labelled with one of its jobs, as the code
+  before issue 18 labelled them too, or its deployment's spares, idle or claimed,
+  ``bot.jobs.spares``): each one's
   cgroup CPU (``cpuacct.usage``, cgroup v1, or ``cpu.stat`` ``usage_usec``, v2), read every
   ``POLL_SECONDS`` while it exists, so the last moments before its removal may be missed
   (a lower bound); plus its ``containerd-shim`` process tree (the shim and the ``runc``

@@ -2,7 +2,8 @@
 
     python -m bench.load_bench [--jobs 200] [--scenario two-workers|two-hosts|both]
                                [--container-start ahead] [--spares 1]
-                               [--baseline eager|none] [--baseline-spares 0]
+                               [--baseline previous|eager|ahead|on_demand|none]
+                               [--baseline-commit eb61274] [--baseline-spares 0]
                                [--baseline-jobs 60]
 
 Everything but the model is real (the end-to-end stack of ``harness.stack``, as in
@@ -31,10 +32,14 @@ in bulk, and the run ends when every push has landed. Printed per scenario:
 
 beside the floor: the same playbook in this process on in-process tools (``bench._jobs``),
 its CPU too. The workers start containers as ``--container-start`` says
-(``jobs.container_start``); before it, each scenario runs with ``--baseline`` (``eager``, the
-start in line of every segment, as before 2026-12) on ``--baseline-jobs`` jobs, so both
-figures come from the same run; ``--spares`` and ``--baseline-spares`` set each one's
-``jobs.spare_containers`` (1 and 0 by default). Targets: at least 60 jobs per minute end to
+(``jobs.container_start``); before it, each scenario runs with ``--baseline`` on
+``--baseline-jobs`` jobs, so both figures come from the same run: ``previous`` (the
+default) has the workers run the code of ``--baseline-commit``, by default ``eb61274``, the
+code before issue 18 (``bench._previous_tree``: the start in line of every segment, on the
+engine's default runtime, no spares); another choice runs this code with that
+``jobs.container_start`` on ``--baseline-runtime``. ``--spares`` and ``--baseline-spares``
+set the ``jobs.spare_containers`` of the measured setting and of a baseline of this code (1
+and 0 by default). Targets: at least 60 jobs per minute end to
 end (issue 18: 200 in ``two-workers``), zero lost, duplicated and orphans, and CPU-seconds
 per job at most half the baseline's. Figures are printed, never asserted.
 """

@@ -212,14 +212,14 @@ class Outcome:
         hosts = sorted(set(self.layout.values()))
         floor_park, floor_push = statistics.median(floor.to_park), statistics.median(floor.to_push)
         lines = [
-            f"load_bench {self.scenario}, {self.label}, sandbox.runtime = {self.runtime} "
-            f"(the workers run {self.code}): "
+            f"load_bench {self.scenario}, {self.label}, sandbox.runtime = {self.runtime}: "
             f"{len(self.records)} author jobs ({PLAYBOOK}), "
             f"{len(self.layout)} workers (prefork 1) on {len(hosts)} hosts: "
             + ", ".join(
                 f"{host}: {'+'.join(w for w, h in self.layout.items() if h == host)}"
                 for host in hosts
             ),
+            f"  the workers run {self.code}",
             f"  throughput: {per_minute:.1f} jobs/min end to end "
             f"({len(done)} jobs, first submit to last push {last_push - submitted:.1f} s)",
             f"  {'':32}{'p50':>9}{'p90':>9}{'p99':>9}",

@@ -4,8 +4,9 @@ Three parts, each read before and after a measured stretch (``CpuMeter.start`` /
 
 - **workers**: every worker's process tree (its main process and pool processes, and what
   they reaped): user + system time from ``/proc/<pid>/stat``. Exactly this run's.
-- **containers**: the run's sandbox containers (labelled with one of its jobs, or its
-  deployment's spares, idle or claimed, ``bot.jobs.spares``): each one's
+- **containers**: the run's sandbox containers (labelled with one of its jobs, as the code
+  before issue 18 labelled them too, or its deployment's spares, idle or claimed,
+  ``bot.jobs.spares``): each one's
   cgroup CPU (``cpuacct.usage``, cgroup v1, or ``cpu.stat`` ``usage_usec``, v2), read every
   ``POLL_SECONDS`` while it exists, so the last moments before its removal may be missed
   (a lower bound); plus its ``containerd-shim`` process tree (the shim and the ``runc``
@@ -38,6 +39,10 @@ POLL_SECONDS = 0.1
 # What ``CpuMeter`` notes for a spare of the run's workers: it counts, claimed or idle.
 _SPARE = "(spare)"
 CONTAINER_STARTS = ("ahead", "on_demand", "eager")
+# The baseline whose workers run an older commit's code (``bench._previous_tree``).
+PREVIOUS = "previous"
+BEFORE_ISSUE_18 = "eb61274"
+"""The last commit before issue 18's work (2026-12-01 20:54): the previous baseline's code."""
 TICKS = os.sysconf("SC_CLK_TCK")
 ENGINE_DAEMONS = ("dockerd", "containerd")
 SHIM = "containerd-shim"  # /proc/<pid>/comm is cut at 15 characters
@@ -98,8 +103,9 @@ def process_tree(root: int) -> set[int]:
 
 
 def add_setting_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--container-start`` and ``--spares`` (the setting measured), and ``--baseline`` and
-    ``--baseline-spares`` (measured first)."""
+    """``--container-start`` and ``--spares`` (the setting measured), and ``--baseline``,
+    ``--baseline-commit``, ``--baseline-spares`` and ``--baseline-runtime`` (measured
+    first)."""
     parser.add_argument(
         "--container-start", choices=CONTAINER_STARTS, default="ahead", help="jobs.container_start"
     )
@@ -107,22 +113,29 @@ def add_setting_arguments(parser: argparse.ArgumentParser) -> None:
         "--spares", type=int, default=1, help="jobs.spare_containers of the measured setting"
     )
     parser.add_argument(
+        "--baseline",
+        choices=[PREVIOUS, *CONTAINER_STARTS, "none"],
+        default=PREVIOUS,
+        help="measured first, to compare with: previous (the workers run the code of "
+        "--baseline-commit), a jobs.container_start of this code, or none (skip it)",
+    )
+    parser.add_argument(
+        "--baseline-commit",
+        default=BEFORE_ISSUE_18,
+        help="the commit whose code the previous baseline's workers run (default: "
+        f"{BEFORE_ISSUE_18}, the code before issue 18)",
+    )
+    parser.add_argument(
         "--baseline-spares",
         type=int,
         default=0,
-        help="jobs.spare_containers of the baseline (0: none, as before spares)",
-    )
-    parser.add_argument(
-        "--baseline",
-        choices=[*CONTAINER_STARTS, "none"],
-        default="eager",
-        help="the setting measured first, to compare with (none: skip it)",
+        help="jobs.spare_containers of a baseline of this code (0: none, as before spares)",
     )
     parser.add_argument("--runtime", default="auto", help="sandbox.runtime of the measured setting")
     parser.add_argument(
         "--baseline-runtime",
         default="runc",
-        help="sandbox.runtime of the baseline (runc: the runtime before issue 18)",
+        help="sandbox.runtime of a baseline of this code (runc: the runtime before issue 18)",
     )
 
 
@@ -131,28 +144,44 @@ def _named(container_start: str, spares: int) -> str:
 
 
 def settings_to_run(options: argparse.Namespace) -> list[str]:
-    """The settings to measure, the baseline first: ``jobs.container_start``, and
-    ``+spares=N`` when it runs with ``jobs.spare_containers`` N."""
+    """The settings to measure, the baseline first: ``previous`` (the older commit's code),
+    or a ``jobs.container_start`` of this code, with ``+spares=N`` when it runs with
+    ``jobs.spare_containers`` N."""
     measured = _named(options.container_start, options.spares)
     if options.baseline == "none":
         return [measured]
+    if options.baseline == PREVIOUS:
+        return [PREVIOUS, measured]
     return [_named(options.baseline, options.baseline_spares), measured]
 
 
 def container_start_of(setting: str) -> str:
-    """The ``jobs.container_start`` of a setting's name."""
-    return setting.partition("+")[0]
+    """The ``jobs.container_start`` of a setting's name (the older code's: in line)."""
+    return "eager" if setting == PREVIOUS else setting.partition("+")[0]
+
+
+def setting_label(options: argparse.Namespace, setting: str) -> str:
+    """How the reports name a setting."""
+    if setting == PREVIOUS:
+        return f"code of {options.baseline_commit}"
+    return f"container_start={setting}"
 
 
 def runtime_of(options: argparse.Namespace, setting: str) -> str:
-    """The ``sandbox.runtime`` a setting's stack runs with: the baseline's own, so that the
-    baseline is the configuration before issue 18 (start in line, on runc)."""
+    """The ``sandbox.runtime`` a setting's stack runs with: a baseline's own, so that a
+    baseline of this code is the configuration before issue 18 (start in line, on runc);
+    the older code's containers run on the engine's default, as they did."""
+    if setting == PREVIOUS:
+        return f"{connect().info().get('DefaultRuntime', '?')} (the engine's default)"
     baseline, measured = settings_to_run(options)[0], settings_to_run(options)[-1]
     return str(options.baseline_runtime if setting == baseline != measured else options.runtime)
 
 
 def stack_config(options: argparse.Namespace, setting: str) -> dict[str, dict[str, object]]:
-    """The configuration a setting's stack adds to the benchmark's."""
+    """The configuration a setting's stack adds to the benchmark's (none for the older
+    code's: it knows none of these keys)."""
+    if setting == PREVIOUS:
+        return {}
     spares = setting.partition("+spares=")[2]
     return {
         "jobs": {

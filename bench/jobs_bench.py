@@ -2,7 +2,8 @@
 
     python -m bench.jobs_bench [--jobs 60] [--workers 2] [--concurrency 1] [--latency-jobs 10]
                                [--container-start ahead] [--spares 1]
-                               [--baseline eager|none] [--baseline-spares 0]
+                               [--baseline previous|eager|ahead|on_demand|none]
+                               [--baseline-commit eb61274] [--baseline-spares 0]
 
 Everything but the model is real: a ``redis-server``, ``--workers`` Celery worker processes
 (prefork, ``--concurrency`` pool processes each, each worker with its own workspace root and
@@ -15,11 +16,15 @@ harness (``harness.stack``).
 Each job goes submit → park (the push waits for approval) → approve → pushed (the relay
 landed the commit upstream). The benchmark is its own approver: it approves each parked push
 as soon as it sees it. The workers start each segment's container as ``--container-start``
-says (``jobs.container_start``); first, on a stack of its own, the same runs with
-``--baseline`` (``eager``: the container started in line before the agent, in every segment,
-as before 2026-12), so both figures come from the same run. ``--spares`` is the measured
-setting's ``jobs.spare_containers`` (``--baseline-spares`` the baseline's, 0 by default):
-``--baseline ahead --container-start ahead`` compares spares alone. Per setting, three runs:
+says (``jobs.container_start``), with ``--spares`` (``jobs.spare_containers``). First, on a
+stack of its own set up alike, the same runs with ``--baseline``, so both figures come from
+the same run: ``previous`` (the default) has the workers run the code of
+``--baseline-commit``, by default ``eb61274``, the code before issue 18 (the container
+started in line in every segment, on the engine's default runtime, no spares), unpacked from
+git with its own sandbox image (``bench._previous_tree``); the other choices run this code
+with that ``jobs.container_start`` on ``--baseline-runtime`` (runc) with
+``--baseline-spares`` (0): ``--baseline ahead --container-start ahead`` compares spares
+alone. Per setting, three runs:
 
 1. **unloaded**: ``--latency-jobs`` jobs one at a time: the latency of one job;
 2. **under load**: ``--jobs`` jobs submitted at once: jobs per minute end to end (first
@@ -46,7 +51,8 @@ CPU-seconds per job, over the burst: the worker process trees, the run's contain
 engine (``bench._jobs_cpu``), beside the floor's CPU in this process.
 
 Targets: at least 60 jobs per minute, a median submit → park of at most 1.5 s, and (issue 18)
-CPU-seconds per job at most half the baseline's. Figures are printed, never asserted.
+CPU-seconds per job at most half the baseline's (the code before issue 18's, by default).
+Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -73,16 +79,19 @@ from bench._jobs import (
     submit,
 )
 from bench._jobs_cpu import (
+    PREVIOUS,
     CpuFigures,
     CpuMeter,
     add_setting_arguments,
     container_start_of,
     cpu_lines,
     runtime_of,
+    setting_label,
     settings_to_run,
     stack_config,
 )
 from bench._jobs_model import PREFIX as MODEL_PREFIX
+from bench._previous_tree import SettingWorkers, setting_workers
 from bot.core.errors import BeamError
 from bot.core.frames import ToolFrame
 from bot.jobs.timings import PREFIX as TIMINGS_PREFIX
@@ -100,7 +109,10 @@ PUSHED_POLL_SECONDS = 0.25
 def main(argv: Sequence[str] | None = None) -> int:
     options = _arguments(argv)
     floor = run_floor(options.latency_jobs)
-    reports = [run_setting(options, setting, floor) for setting in settings_to_run(options)]
+    with setting_workers(options) as workers:
+        reports = [
+            run_setting(options, setting, floor, workers) for setting in settings_to_run(options)
+        ]
     for report in reports:
         print(report.render())
         print()
@@ -108,12 +120,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def run_setting(options: argparse.Namespace, setting: str, floor: Floor) -> Report:
-    """The three runs on a fresh stack whose workers start containers as ``setting`` says."""
+def run_setting(
+    options: argparse.Namespace, setting: str, floor: Floor, workers: SettingWorkers
+) -> Report:
+    """The three runs on a fresh stack whose workers run the code and start containers as
+    ``setting`` says."""
     more = stack_config(options, setting)
     with job_stack(lease_seconds=30.0, model_factory=MODEL_FACTORY, more_config=more) as stack:
         for index in range(options.workers):
-            stack.start_worker(f"w{index}", concurrency=options.concurrency)
+            workers.start(stack, setting, f"w{index}", concurrency=options.concurrency)
         # The first jobs pay once for what every later one reuses: each worker's mirror,
         # the pool processes' first imports and connections.
         cold = [run_one(stack) for _ in range(2 * options.workers * options.concurrency)]
@@ -122,6 +137,7 @@ def run_setting(options: argparse.Namespace, setting: str, floor: Floor) -> Repo
         return Report(
             options=options,
             setting=setting,
+            code=workers.describe(setting),
             cold=cold,
             unloaded=unloaded,
             loaded=loaded,
@@ -233,6 +249,7 @@ def _tool_ms(stack: Stack, job_id: str, before: float) -> float:
 class Report:
     options: argparse.Namespace
     setting: str
+    code: str
     cold: list[JobTimes]
     unloaded: list[JobTimes]
     loaded: list[JobTimes]
@@ -252,8 +269,8 @@ class Report:
         lines = [
             f"jobs_bench: author jobs ({PLAYBOOK} playbook), {o.workers} workers x prefork "
             f"{o.concurrency}, real Redis, Celery, containers and relay; "
-            f"jobs.container_start[+spare_containers] = {self.setting}, "
-            f"sandbox.runtime = {runtime_of(self.options, self.setting)}",
+            f"{setting_label(o, self.setting)}, sandbox.runtime = {runtime_of(o, self.setting)}",
+            f"the workers run {self.code}",
             f"{'':36}{'median':>11} {'p95':>11}",
             f"unloaded: {len(self.unloaded)} jobs one at a time",
             row("submit -> park", [t.to_park for t in self.unloaded]),
@@ -293,7 +310,8 @@ class Report:
             total = times.to_park * 1000
             # The start counts for what the segment waited of it; the rest ran meanwhile.
             # Unless in line, that wait was inside the first tool call, as the runner timed it.
-            waited = phases.get("container_wait", 0)
+            # The older code started in line and logged the whole start as ``container``.
+            waited = phases.get("container" if self.setting == PREVIOUS else "container_wait", 0)
             tools_ms = split.tools_ms - (
                 waited if container_start_of(self.setting) != "eager" else 0
             )
@@ -331,19 +349,21 @@ class Report:
 
 def _comparison(reports: list[Report], floor: Floor) -> list[str]:
     """CPU per job of each setting beside the floor, and the settings side by side."""
-    runs = {f"container_start={r.setting}": (r.cpu, len(r.loaded)) for r in reports}
+    runs = {setting_label(r.options, r.setting): (r.cpu, len(r.loaded)) for r in reports}
     lines = [*cpu_lines(runs, floor.cpu), ""]
     for report in reports:
         park = statistics.median(t.to_park for t in report.unloaded)
         lines.append(
-            f"container_start={report.setting}: {report.per_minute:.1f} jobs/min, unloaded "
+            f"{setting_label(report.options, report.setting)}: {report.per_minute:.1f} "
+            "jobs/min, unloaded "
             f"submit -> park median {park * 1000:.0f} ms"
         )
     if len(reports) > 1:
         base, new = reports[0], reports[-1]
         ratio = (new.cpu.total / len(new.loaded)) / (base.cpu.total / len(base.loaded))
         lines.append(
-            f"target CPU-seconds per job <= {TARGET_CPU_RATIO:.0%} of {base.setting}'s: "
+            f"target CPU-seconds per job <= {TARGET_CPU_RATIO:.0%} of "
+            f"{setting_label(base.options, base.setting)}'s: "
             f"{'met' if ratio <= TARGET_CPU_RATIO else 'MISSED'} ({ratio:.0%})"
         )
     return lines

@@ -2,7 +2,8 @@
 
     python -m bench.load_bench [--jobs 200] [--scenario two-workers|two-hosts|both]
                                [--container-start ahead] [--spares 1]
-                               [--baseline eager|none] [--baseline-spares 0]
+                               [--baseline previous|eager|ahead|on_demand|none]
+                               [--baseline-commit eb61274] [--baseline-spares 0]
                                [--baseline-jobs 60]
 
 Everything but the model is real (the end-to-end stack of ``harness.stack``, as in
@@ -31,10 +32,14 @@ in bulk, and the run ends when every push has landed. Printed per scenario:
 
 beside the floor: the same playbook in this process on in-process tools (``bench._jobs``),
 its CPU too. The workers start containers as ``--container-start`` says
-(``jobs.container_start``); before it, each scenario runs with ``--baseline`` (``eager``, the
-start in line of every segment, as before 2026-12) on ``--baseline-jobs`` jobs, so both
-figures come from the same run; ``--spares`` and ``--baseline-spares`` set each one's
-``jobs.spare_containers`` (1 and 0 by default). Targets: at least 60 jobs per minute end to
+(``jobs.container_start``); before it, each scenario runs with ``--baseline`` on
+``--baseline-jobs`` jobs, so both figures come from the same run: ``previous`` (the
+default) has the workers run the code of ``--baseline-commit``, by default ``eb61274``, the
+code before issue 18 (``bench._previous_tree``: the start in line of every segment, on the
+engine's default runtime, no spares); another choice runs this code with that
+``jobs.container_start`` on ``--baseline-runtime``. ``--spares`` and ``--baseline-spares``
+set the ``jobs.spare_containers`` of the measured setting and of a baseline of this code (1
+and 0 by default). Targets: at least 60 jobs per minute end to
 end (issue 18: 200 in ``two-workers``), zero lost, duplicated and orphans, and CPU-seconds
 per job at most half the baseline's. Figures are printed, never asserted.
 """
@@ -59,9 +64,11 @@ from bench._jobs_cpu import (
     cpu_lines,
     process_tree,
     runtime_of,
+    setting_label,
     settings_to_run,
     stack_config,
 )
+from bench._previous_tree import SettingWorkers, setting_workers
 from bot.store.models import JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import Stack, job_stack
@@ -88,16 +95,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_to_run(options)
     # The baseline on fewer jobs: its CPU per job needs no 200, and the run stays short.
     runs = [(s, options.baseline_jobs if s != settings[-1] else options.jobs) for s in settings]
-    for name in names:
-        outcomes = []
-        for setting, jobs in runs:
-            outcome = run_scenario(name, SCENARIOS[name], jobs, setting, options)
-            print(outcome.render(floor))
+    with setting_workers(options) as workers:
+        for name in names:
+            outcomes = []
+            for setting, jobs in runs:
+                outcome = run_scenario(name, SCENARIOS[name], jobs, setting, options, workers)
+                print(outcome.render(floor))
+                print()
+                outcomes.append(outcome)
+            cpu = {
+                f"{name}, {setting_label(options, o.setting)}": (o.cpu, len(o.records))
+                for o in outcomes
+            }
+            print("\n".join(cpu_lines(cpu, floor.cpu)))
             print()
-            outcomes.append(outcome)
-        cpu = {f"{name}, container_start={o.setting}": (o.cpu, len(o.records)) for o in outcomes}
-        print("\n".join(cpu_lines(cpu, floor.cpu)))
-        print()
     return 0
 
 
@@ -174,6 +185,8 @@ def _ours(container: dict[str, Any], jobs: set[str], deployment: str) -> bool:
 class Outcome:
     scenario: str
     setting: str
+    label: str
+    code: str
     runtime: str
     layout: dict[str, str]
     records: dict[str, JobRecord]
@@ -199,14 +212,14 @@ class Outcome:
         hosts = sorted(set(self.layout.values()))
         floor_park, floor_push = statistics.median(floor.to_park), statistics.median(floor.to_push)
         lines = [
-            f"load_bench {self.scenario}, jobs.container_start = {self.setting}, "
-            f"sandbox.runtime = {self.runtime}: "
+            f"load_bench {self.scenario}, {self.label}, sandbox.runtime = {self.runtime}: "
             f"{len(self.records)} author jobs ({PLAYBOOK}), "
             f"{len(self.layout)} workers (prefork 1) on {len(hosts)} hosts: "
             + ", ".join(
                 f"{host}: {'+'.join(w for w, h in self.layout.items() if h == host)}"
                 for host in hosts
             ),
+            f"  the workers run {self.code}",
             f"  throughput: {per_minute:.1f} jobs/min end to end "
             f"({len(done)} jobs, first submit to last push {last_push - submitted:.1f} s)",
             f"  {'':32}{'p50':>9}{'p90':>9}{'p99':>9}",
@@ -252,12 +265,17 @@ def _series(samples: list[tuple[float, int]]) -> str:
 
 
 def run_scenario(
-    name: str, layout: dict[str, str], jobs: int, setting: str, options: argparse.Namespace
+    name: str,
+    layout: dict[str, str],
+    jobs: int,
+    setting: str,
+    options: argparse.Namespace,
+    workers: SettingWorkers,
 ) -> Outcome:
     more = stack_config(options, setting)
     with job_stack(lease_seconds=30.0, model_factory=MODEL_FACTORY, more_config=more) as stack:
         for worker, host in layout.items():
-            stack.start_worker(worker, host=host)
+            workers.start(stack, setting, worker, host=host)
         for _ in range(WARM_JOBS_PER_WORKER * len(layout)):
             run_one(stack)
         meter = CpuMeter(stack, set())
@@ -279,6 +297,8 @@ def run_scenario(
         return Outcome(
             scenario=name,
             setting=setting,
+            label=setting_label(options, setting),
+            code=workers.describe(setting),
             runtime=runtime_of(options, setting),
             cpu=cpu,
             layout=layout,

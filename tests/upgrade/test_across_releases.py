@@ -31,6 +31,7 @@ from bot.service.queues import send_recover, send_resume_sweep
 from bot.store.models import ApprovalState, JobState
 from harness.api_server import api_server
 from harness.playbooks import AUTHOR_REQUEST, FIXED_INSTALL
+from harness.previous_release import PreviousRelease, riverbeam
 from harness.stack import (
     PROJECT_ROOT,
     PUBLISH_REF,
@@ -42,7 +43,7 @@ from harness.stack import (
 )
 from sandbox.host.workspace.snapshot_format import read_header
 from tests.api.kit import shown
-from tests.upgrade.previous import Previous, decision_flags, riverbeam, unpack
+from tests.upgrade.previous import decision_flags, unpack
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +65,7 @@ class Crossing:
     """What the old release left, what the new one did with it."""
 
     stack: Stack
-    previous: Previous
+    previous: PreviousRelease
     main_before: str
     jobs: dict[str, str] = field(default_factory=dict)
     """Role in the story → job id."""
@@ -76,7 +77,7 @@ class Crossing:
     """Every key the old release wrote → what reading it with the new code gave."""
 
 
-def _submit(previous: Previous, stack: Stack, kind: str, playbook: str, *more: str) -> str:
+def _submit(previous: PreviousRelease, stack: Stack, kind: str, playbook: str, *more: str) -> str:
     out = previous.riverbeam(
         stack.config,
         "submit",
@@ -92,7 +93,7 @@ def _submit(previous: Previous, stack: Stack, kind: str, playbook: str, *more: s
     return out.strip().splitlines()[-1]
 
 
-def _author(previous: Previous, stack: Stack, playbook: str = "author-fix-install") -> str:
+def _author(previous: PreviousRelease, stack: Stack, playbook: str = "author-fix-install") -> str:
     return _submit(previous, stack, "author", playbook, "--request", AUTHOR_REQUEST)
 
 
@@ -199,7 +200,7 @@ def _with_the_new_release(crossed: Crossing) -> None:
 
 
 def _approve_with_the_cli(
-    stack: Stack, job_id: str, *, previous: Previous | None = None, by: str = REVIEWER
+    stack: Stack, job_id: str, *, previous: PreviousRelease | None = None, by: str = REVIEWER
 ) -> None:
     """``approvals show`` then ``approvals approve`` as a reviewer does, with the CLI of
     the tree under test, or of the ``previous`` release."""

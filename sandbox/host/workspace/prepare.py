@@ -40,6 +40,7 @@ from sandbox.host.upstream.credentials import UpstreamCallbacks
 from sandbox.host.upstream.mirror import mirror_lock, sync_mirror
 from sandbox.host.workspace.checkout import check_out_as
 from sandbox.host.workspace.commits import commit_in
+from sandbox.host.workspace.entries import walk_entries
 from sandbox.host.workspace.objectstore import link_objects
 from sandbox.inside.refs import HEADS, ProtectedRefs, branch_name
 
@@ -228,10 +229,10 @@ def hand_over(top: Path, objects: Path, uid: int) -> None:
         return
     try:
         _give(top, uid)
-        for directory, dirs, files in os.walk(top):
-            names = dirs if Path(directory).is_relative_to(objects) else dirs + files
-            for name in names:
-                _give(os.path.join(directory, name), uid)
+        under_objects = str(objects) + os.sep
+        for entry in walk_entries(str(top)):
+            if entry.is_dir(follow_symlinks=False) or not entry.path.startswith(under_objects):
+                _give(entry.path, uid)
     except PermissionError:
         raise BeamError(
             "BEM-342",

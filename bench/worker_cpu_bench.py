@@ -11,10 +11,10 @@ half the resumes do in ``load_bench``. The workers run as ``jobs_bench`` measure
 
 Per segment phase (``bot.jobs.timings``) the CPU-seconds of this process (``process_time``,
 every thread: the lease keeper and a spare starting meanwhile land in the phase they ran
-beside) and of the children it reaped (the git subprocesses), and how many subprocesses
-each phase spawned, by command. ``(outside)`` is a segment's CPU outside its phases: the
-claim, the lease, the timings line. Celery's own share (receiving and acknowledging a
-message) is not in it; ``jobs_bench``'s workers line has it.
+beside) and of the children it reaped, and the subprocesses and forks each phase started
+(the checkout as the sandbox uid forks). ``(outside)`` is a segment's CPU outside its
+phases: the claim, the lease, the spare's refill, the timings line. Celery's own share
+(receiving and acknowledging a message) is not in it; ``jobs_bench``'s workers line has it.
 
 ``--profile N``: the measured jobs under ``cProfile`` on the process's CPU clock (so every
 thread's CPU lands in the main thread's function running meanwhile), then its top ``N``
@@ -108,6 +108,15 @@ def _instrument() -> None:
         popen_init(self, args, *rest, **options)
 
     subprocess.Popen.__init__ = counted  # type: ignore[method-assign]
+    fork = os.fork
+
+    def counted_fork() -> int:
+        # The checkout as the sandbox uid (``sandbox.host.workspace.checkout``) forks.
+        if TALLY.on:
+            TALLY.spawned[TALLY.phase[-1]]["fork"] += 1
+        return fork()
+
+    os.fork = counted_fork
 
 
 def _segment(run: Any, job_id: str) -> float:

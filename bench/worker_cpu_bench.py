@@ -13,7 +13,8 @@ Per segment phase (``bot.jobs.timings``) the CPU-seconds of this process (``proc
 every thread: the lease keeper and a spare starting meanwhile land in the phase they ran
 beside) and of the children it reaped, and the subprocesses and forks each phase started
 (the checkout as the sandbox uid forks). ``(outside)`` is a segment's CPU outside its
-phases: the claim, the lease, the spare's refill, the timings line. Celery's own share
+phases: the claim, the lease, the spare's refill, the timings line; ``(between)`` what the
+worker's threads (a spare starting) spent while no segment ran. Celery's own share
 (receiving and acknowledging a message) is not in it; ``jobs_bench``'s workers line has it.
 
 ``--profile N``: the measured jobs under ``cProfile`` on the process's CPU clock (so every
@@ -44,6 +45,7 @@ from bot.store.models import JobState
 from harness.stack import Stack, job_stack
 
 OUTSIDE = "(outside)"
+BETWEEN = "(between)"
 CONFIG: dict[str, dict[str, object]] = {
     "jobs": {"container_start": "ahead", "spare_containers": 1},
     "sandbox": {"runtime": "crun"},
@@ -51,9 +53,9 @@ CONFIG: dict[str, dict[str, object]] = {
 
 
 def _cpu() -> tuple[float, float]:
-    """This process's CPU-seconds and its reaped children's."""
+    """This process's CPU-seconds (every thread) and its reaped children's."""
     times = os.times()
-    return times.user + times.system, times.children_user + times.children_system
+    return time.process_time(), times.children_user + times.children_system
 
 
 @dataclass
@@ -129,6 +131,13 @@ def _segment(run: Any, job_id: str) -> float:
     return end[0] - start[0] + end[1] - start[1]
 
 
+def _timed_segment(run: Any, job_id: str) -> tuple[float, float]:
+    """``_segment``, and the CPU-seconds this thread spent in it."""
+    started = time.thread_time()
+    spent = _segment(run, job_id)
+    return spent, time.thread_time() - started
+
+
 def run_jobs(stack: Stack, count: int, *, measured: bool) -> list[float]:
     """``count`` jobs, each submit → park on ``a`` → approve → resume on ``a`` or ``b``;
     the worker CPU-seconds of each job (both segments, children included)."""
@@ -136,15 +145,22 @@ def run_jobs(stack: Stack, count: int, *, measured: bool) -> list[float]:
     per_job = []
     TALLY.on = measured
     for index in range(count):
+        started, bench = sum(_cpu()), time.thread_time()
         job = submit(stack).job_id
-        first = _segment(workers[0].run_job, job)
+        first, in_first = _timed_segment(workers[0].run_job, job)
         if stack.store.get(job).state is not JobState.AWAITING_APPROVAL:
             raise AssertionError(f"job {job} did not park: {stack.store.get(job)}")
         decide(stack, job)
-        second = _segment(workers[index % 2].resume_job, job)
+        second, in_second = _timed_segment(workers[index % 2].resume_job, job)
         if stack.store.get(job).state is not JobState.SUCCEEDED:
             raise AssertionError(f"job {job} did not push: {stack.store.get(job)}")
-        per_job.append(first + second)
+        # The benchmark's own calls (submit, decide, reads) ran on this thread outside the
+        # segments; what other threads (a spare starting) did meanwhile is the worker's.
+        bench = time.thread_time() - bench - in_first - in_second
+        total = sum(_cpu()) - started - bench
+        if measured:
+            TALLY.own[BETWEEN] += total - first - second
+        per_job.append(total)
     TALLY.on = False
     return per_job
 

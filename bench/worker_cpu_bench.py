@@ -7,7 +7,8 @@ in this process (``Stack.worker``: the task bodies called directly, no Celery): 
 submitted, its first segment run on worker ``a``, approved, and its resume run on ``a``
 (even jobs) or on ``b`` (odd ones: another host, which restores the parked snapshot), as
 half the resumes do in ``load_bench``. The workers run as ``jobs_bench`` measures them:
-``jobs.container_start = "ahead"``, one spare, crun.
+``jobs.container_start = "ahead"``, one spare, ``sandbox.runtime = "auto"`` (crun when the
+engine has it).
 
 Per segment phase (``bot.jobs.timings``) the CPU-seconds of this process (``process_time``,
 every thread: the lease keeper and a spare starting meanwhile land in the phase they ran
@@ -48,7 +49,7 @@ OUTSIDE = "(outside)"
 BETWEEN = "(between)"
 CONFIG: dict[str, dict[str, object]] = {
     "jobs": {"container_start": "ahead", "spare_containers": 1},
-    "sandbox": {"runtime": "crun"},
+    "sandbox": {"runtime": "auto"},
 }
 
 
@@ -169,7 +170,7 @@ def report(per_job: list[float], jobs: int) -> str:
     lines = [
         f"worker CPU per job, median of {jobs}: {statistics.median(per_job) * 1000:.1f} ms"
         f" (mean {statistics.mean(per_job) * 1000:.1f})",
-        f"  {'part':<14}{'own ms':>9}{'git etc ms':>12}  subprocesses per job",
+        f"  {'part':<14}{'own ms':>9}{'children ms':>12}  subprocesses and forks per job",
     ]
     names = sorted(TALLY.own, key=lambda n: -(TALLY.own[n] + TALLY.children[n]))
     for name in names:

@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "workspace_bench": ([], ["--runs", "2"]),
     "jobs_bench": ([], ["--jobs", "20", "--latency-jobs", "3"]),
     "load_bench": ([], ["--jobs", "40", "--baseline-jobs", "20"]),
+    "worker_cpu_bench": ([], ["--jobs", "5"]),
     "metrics_bench": ([], ["--approvals", "100", "--runs", "5", "--baseline-runs", "1"]),
     "loop_bench": ([], ["--runs", "2", "--rounds", "20"]),
     "cancel_check_bench": ([], ["--checks", "200", "--runs", "3"]),

@@ -15,6 +15,7 @@ and checked by its own checksum. ``unpack`` reads one as untrusted data.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -28,6 +29,8 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import ObjectType
 
+from sandbox.host.workspace.entries import walk_entries
+
 __all__ = ["PackError", "link_objects", "pack_objects", "unpack"]
 
 # Alternates and the commit-graph describe the mirror's store, not the job's copy of it.
@@ -36,20 +39,20 @@ _SKIPPED = frozenset({"info"})
 
 def link_objects(source: Path, target: Path) -> int:
     """Link (or copy) every object file under ``source`` into ``target``; returns the count."""
-    count = 0
-    for directory, dirs, files in os.walk(source):
-        relative = Path(directory).relative_to(source)
-        if relative == Path("."):
-            dirs[:] = [name for name in dirs if name not in _SKIPPED]
-        destination = target / relative
-        destination.mkdir(exist_ok=True)
-        for name in files:
-            _link_or_copy(Path(directory) / name, destination / name)
+    count, prefix = 0, len(str(source))
+    target.mkdir(exist_ok=True)
+    for entry in walk_entries(str(source), skip=_SKIPPED):
+        destination = f"{target}{entry.path[prefix:]}"
+        if entry.is_dir(follow_symlinks=False):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(destination)
+        else:
+            _link_or_copy(entry.path, destination)
             count += 1
     return count
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
+def _link_or_copy(source: str, target: str) -> None:
     try:
         os.link(source, target, follow_symlinks=False)
     except OSError as error:
@@ -57,7 +60,7 @@ def _link_or_copy(source: Path, target: Path) -> None:
             raise
         # Another filesystem, or one without hard links: a private read-only copy instead.
         shutil.copy2(source, target, follow_symlinks=False)
-        target.chmod(0o444)
+        os.chmod(target, 0o444)
 
 
 # -- moving objects as a git pack ------------------------------------------------------------

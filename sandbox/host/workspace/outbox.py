@@ -29,6 +29,7 @@ import pygit2
 from pygit2.enums import FileMode, ObjectType
 
 from bot.core.errors import BeamError
+from sandbox.host.workspace.entries import walk_entries
 from sandbox.inside.refs import HEADS
 
 __all__ = ["copy_commit", "import_commit", "outbox_branch", "untrusted_odb"]
@@ -151,12 +152,9 @@ def untrusted_odb(objects: Path) -> pygit2.Odb:
 def _refuse_links(objects: Path) -> None:
     if not stat.S_ISDIR(objects.lstat().st_mode):
         raise _tampered("objects")
-    for directory, dirs, files in os.walk(objects):
-        for name in dirs + files:
-            path = Path(directory, name)
-            mode = path.lstat().st_mode
-            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-                raise _tampered(str(path.relative_to(objects.parent)))
+    for entry in walk_entries(str(objects)):
+        if not (entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False)):
+            raise _tampered(os.path.relpath(entry.path, objects.parent))
 
 
 def _tampered(where: str) -> BeamError:

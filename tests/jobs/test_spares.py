@@ -74,6 +74,15 @@ def _exists(container_id: str) -> bool:
     return bool(connect().api.containers(all=True, filters={"id": container_id}))
 
 
+def _spare_after_a_park(stack: Stack, worker: str) -> str:
+    """Starts a Celery worker process ``worker``, parks one author job on it and returns the
+    spare it starts after that job's segment."""
+    stack.start_worker(worker)
+    job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+    stack.wait_for(job.id, JobState.AWAITING_APPROVAL)
+    return _idle_spare(stack)
+
+
 @pytest.mark.slow
 def test_each_first_segment_claims_the_spare_started_for_it_and_it_serves_one_job(
     containers: list[tuple[str, str, bool]],
@@ -186,10 +195,7 @@ def test_a_cancel_of_a_job_on_a_claimed_spare_leaves_nothing(
 @pytest.mark.slow
 def test_a_worker_shut_down_removes_its_spares_and_their_directories() -> None:
     with job_stack(more_config=SPARES) as stack:
-        stack.start_worker("celery")
-        job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
-        stack.wait_for(job.id, JobState.AWAITING_APPROVAL)
-        _idle_spare(stack)
+        _spare_after_a_park(stack, "celery")
         assert len(_spare_directories(stack, "celery")) == 1
         assert stack.stop_worker("celery") == 0
         assert stack.spare_containers() == []
@@ -226,10 +232,7 @@ def test_a_job_on_a_claimed_spare_past_its_soft_time_limit_leaves_nothing() -> N
 @pytest.mark.slow
 def test_a_killed_workers_spare_is_reaped_and_its_directory_goes_at_its_deadline() -> None:
     with job_stack(more_config=SPARES) as stack:
-        stack.start_worker("a")
-        job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
-        stack.wait_for(job.id, JobState.AWAITING_APPROVAL)
-        spare = _idle_spare(stack)
+        spare = _spare_after_a_park(stack, "a")
         settings = stack.worker_settings("a").workspaces
         (directory,) = _spare_directories(stack, "a")
         deadline = spare_deadline(directory)

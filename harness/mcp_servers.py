@@ -28,10 +28,21 @@ server = MCPServer("tiny")
 
 @server.tool()
 def where() -> dict:
-    """Where the server runs: its directory, what is in it, its pid and environment."""
+    """Where the server runs: its directory (what is in it, its mode and owner), its pid and
+    environment."""
     cwd = os.getcwd()
+    status = os.stat(cwd)
     return {"cwd": cwd, "entries": sorted(os.listdir(cwd)), "pid": os.getpid(),
-            "env": dict(os.environ)}
+            "mode": status.st_mode & 0o7777, "owner": status.st_uid, "env": dict(os.environ)}
+
+
+@server.tool()
+def write(path: str, text: str) -> str:
+    """Write ``text`` to ``path`` (relative to the server's directory), as a filesystem
+    server writes where the model asks."""
+    with open(path, "w") as out:
+        out.write(text)
+    return "written"
 
 
 @server.tool()

@@ -9,9 +9,17 @@ tree), a time limit (``kill_leftovers`` from the executor's clean-up) and a dead
 stdio server is started through a launcher that asks the kernel to kill it when the worker
 process dies, ``PR_SET_PDEATHSIG``).
 
+What the worker kills is known only to the worker's memory, never read from a file: the
+launcher connects to a socket the worker listens on, the kernel names the connecting
+process (``SO_PEERCRED``), and the worker keeps a pidfd of it once it has checked that it is
+its own child leading its own session and group. The kill signals the group of that pidfd
+(``PIDFD_SIGNAL_PROCESS_GROUP``), so no process outside the group the worker started can be
+hit, whatever the server or its tools write.
+
 Why a server never reaches what the container guards: it runs on the host, not in the job's
-container, in a fresh empty directory of its own (its ``HOME`` too), never in the job's
-working tree or workspace; its environment is the configured ``env`` over the SDK's short
+container, in a fresh, empty, private (0700) directory of its own (its ``HOME`` too), which
+holds nothing of the worker's (its standard error goes to a file with no name), never in the
+job's working tree or workspace; its environment is the configured ``env`` over the SDK's short
 list of harmless variables (``PATH``, ``USER``, ...), never the worker's own, where the
 Redis password, the model key and upstream credentials live.
 
@@ -26,18 +34,23 @@ job fails (``RunAborted``), since a dead server cannot answer the next call eith
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import secrets
 import shutil
 import signal
+import socket
+import struct
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, TextIO
+from typing import Any, Final, NamedTuple, TextIO
 
+import anyio
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -55,18 +68,23 @@ from skills.loader import Skill, builtin_skills
 STDERR_TAIL: Final = 600
 """How much of a server's standard error a BEM-721 or BEM-722 message quotes."""
 
+_PIDFD_SIGNAL_PROCESS_GROUP: Final = 4
+"""``pidfd_send_signal``'s flag (Linux 6.9) that signals the process group the pidfd's
+process leads, as the kernel records it: a group, not a number that may have been reused."""
+
 # Run by the worker's Python, isolated (-I -S: no site, no PYTHONPATH), before the server:
 # it asks the kernel to kill it when the worker dies, gives up if the worker is already
-# gone, records its pid (also its process group: the SDK starts it in a new session), then
-# becomes the server.
+# gone, connects to the worker's socket so that the kernel tells the worker its pid (also
+# its process group: the SDK starts it in a new session), then becomes the server. The
+# socket is closed on exec: the server never holds it.
 _LAUNCHER: Final = """\
-import ctypes, os, signal, sys
-pidfile, parent, command, *args = sys.argv[1:]
+import ctypes, os, signal, socket, sys
+address, parent, command, *args = sys.argv[1:]
 ctypes.CDLL(None).prctl(1, signal.SIGKILL)
 if os.getppid() != int(parent):
     sys.exit(1)
-with open(pidfile, "w") as out:
-    out.write(str(os.getpid()))
+with socket.socket(socket.AF_UNIX) as worker:
+    worker.connect("\\0" + address)
 try:
     os.execvp(command, [command, *args])
 except OSError as error:
@@ -151,8 +169,16 @@ class Toolbox:
             server.kill()
 
 
+class Leader(NamedTuple):
+    """A stdio server's launcher, the leader of its process group: a pidfd, and its pid."""
+
+    pidfd: int
+    pid: int
+
+
 class _Server:
-    """One configured server for one segment: its client, directory and standard error."""
+    """One configured server for one segment: its client, directory, standard error and,
+    for a stdio server, the leader of its process group."""
 
     def __init__(self, config: McpServerConfig, tools: tuple[str, ...]) -> None:
         self.config = config
@@ -160,6 +186,7 @@ class _Server:
         self._client: Client | None = None
         self._home: Path | None = None
         self._errlog: TextIO | None = None
+        self._leader: Leader | None = None
 
     async def start(self, stack: AsyncExitStack) -> list[Tool]:
         config = self.config
@@ -183,9 +210,11 @@ class _Server:
             http = create_mcp_http_client(headers=dict(config.headers))
             http = await stack.enter_async_context(http)
             return streamable_http_client(config.url, http_client=http)
+        # mkdtemp's directory is new and 0700; nothing of the worker's is ever put in it.
         self._home = Path(tempfile.mkdtemp(prefix=f"riverbeam-mcp-{config.name}-"))
-        self._errlog = (self._home / ".stderr").open("w", encoding="utf-8", errors="replace")
+        self._errlog = _nameless_file()
         assert config.command is not None  # the configuration has a command or a url
+        address = f"riverbeam-mcp-{secrets.token_hex(16)}"
         server = StdioServerParameters(
             command=sys.executable,
             args=[
@@ -193,7 +222,7 @@ class _Server:
                 "-S",
                 "-c",
                 _LAUNCHER,
-                str(self._home / ".pid"),
+                address,
                 str(os.getpid()),
                 config.command,
                 *config.args,
@@ -201,7 +230,19 @@ class _Server:
             env={"HOME": str(self._home), **config.env},
             cwd=self._home,
         )
-        return stdio_client(server, errlog=self._errlog)
+        return self._launched(server, address)
+
+    @contextlib.asynccontextmanager
+    async def _launched(self, server: StdioServerParameters, address: str) -> AsyncIterator[Any]:
+        """The SDK's stdio transport, once the kernel has named the server's launcher."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK) as listener:
+            listener.bind("\0" + address)
+            listener.listen(8)
+            async with stdio_client(server, errlog=self._errlog) as streams:
+                with anyio.fail_after(self.config.startup_timeout_seconds):
+                    self._leader = await _launcher_of(listener)
+                listener.close()
+                yield streams
 
     async def _list_tools(self) -> list[Any]:
         assert self._client is not None
@@ -273,26 +314,94 @@ class _Server:
         )
 
     def _stderr(self) -> str:
-        if self._errlog is None or self._home is None:
+        if self._errlog is None:
             return ""
-        with contextlib.suppress(OSError):
-            self._errlog.flush()
-            tail = (self._home / ".stderr").read_text(errors="replace")[-STDERR_TAIL:].strip()
+        with contextlib.suppress(OSError, ValueError):
+            log = self._errlog.fileno()
+            # Only the server writes it; a UTF-8 character is at most 4 bytes.
+            start = max(0, os.fstat(log).st_size - 4 * STDERR_TAIL)
+            text = os.pread(log, 4 * STDERR_TAIL, start).decode(errors="replace")
+            tail = text[-STDERR_TAIL:].strip()
             if tail:
                 return f"; its standard error ends: {tail}"
         return ""
 
     def kill(self) -> None:
+        leader, self._leader = self._leader, None
+        if leader is not None:
+            kill_group(leader)
+            os.close(leader.pidfd)
+        errlog, self._errlog = self._errlog, None
+        if errlog is not None:
+            errlog.close()
         home, self._home = self._home, None
-        if home is None:
-            return
-        with contextlib.suppress(OSError, ValueError):
-            pid = int((home / ".pid").read_text())
-            # The launcher is its session's leader: its pid names the whole group.
-            os.killpg(pid, signal.SIGKILL)
-        if self._errlog is not None:
-            self._errlog.close()
-        shutil.rmtree(home, ignore_errors=True)
+        if home is not None:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def _nameless_file() -> TextIO:
+    """A file in no directory (``O_TMPFILE``) for a server's standard error."""
+    fd = os.open(tempfile.gettempdir(), os.O_TMPFILE | os.O_RDWR, 0o600)
+    return open(fd, "w", encoding="utf-8", errors="replace")
+
+
+async def _launcher_of(listener: socket.socket) -> Leader:
+    """The first process to connect to ``listener`` that ``leader_of`` accepts; others are
+    dropped (a stranger that found the socket's name cannot stand in for the launcher)."""
+    while True:
+        await anyio.wait_readable(listener)
+        with contextlib.suppress(BlockingIOError):
+            connection, _ = listener.accept()
+            with connection:
+                leader = leader_of(connection)
+            if leader is not None:
+                return leader
+
+
+def leader_of(connection: socket.socket) -> Leader | None:
+    """The process at the other end of ``connection``, as the kernel names it, when it may be
+    a launcher of this worker: of the worker's user, the worker's own child, leading its own
+    session and process group (so neither 0, 1, nor the worker's group); else None."""
+    creds = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _ = struct.unpack("3i", creds)
+    if uid != os.getuid() or pid <= 1 or pid == os.getpgrp():
+        return None
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        # Not reaped yet after the read: the pid was still the pidfd's process when read.
+        signal.pidfd_send_signal(pidfd, 0)
+    except OSError:
+        fields = []
+    if fields[1:4] == [str(os.getpid()), str(pid), str(pid)]:
+        return Leader(pidfd, pid)
+    os.close(pidfd)
+    return None
+
+
+def kill_group(leader: Leader) -> None:
+    """SIGKILL the process group ``leader`` leads, even once the leader itself has exited
+    (its helpers stay in the group): the kernel signals the group of the pidfd's process,
+    never another group that came to have the same number."""
+    try:
+        signal.pidfd_send_signal(leader.pidfd, signal.SIGKILL, None, _PIDFD_SIGNAL_PROCESS_GROUP)
+    except ProcessLookupError:
+        return  # the group is gone
+    except OSError as error:
+        if error.errno != errno.EINVAL:
+            raise
+        kill_group_while_led(leader)
+
+
+def kill_group_while_led(leader: Leader) -> None:
+    """Before Linux 6.9 a group is signalled by its number, which is the leader's own only
+    while the leader is not reaped: so only then, as the pidfd proves."""
+    with contextlib.suppress(ProcessLookupError):
+        signal.pidfd_send_signal(leader.pidfd, 0)
+        os.killpg(leader.pid, signal.SIGKILL)
 
 
 def _config(settings: McpSettings, name: str) -> McpServerConfig:

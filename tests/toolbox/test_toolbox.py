@@ -5,6 +5,7 @@ as a job segment uses it (``bot.jobs.toolbox``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -110,8 +111,10 @@ def test_the_server_runs_in_an_empty_directory_of_its_own_and_is_gone_after(
 
     where = asyncio.run(run())
     assert where["cwd"] != os.getcwd() and not Path(where["cwd"]).is_relative_to(tmp_path)
-    # Only the toolbox's own bookkeeping (its pid and the server's stderr): no job files.
-    assert where["entries"] == [".pid", ".stderr"]
+    # Nothing of the toolbox's (no pid, no standard error) and no job files: for the server
+    # alone, the worker's user's only.
+    assert where["entries"] == []
+    assert where["mode"] == 0o700 and where["owner"] == os.getuid()
     assert where["env"]["HOME"] == where["cwd"]
     assert not alive(where["pid"])
     assert not Path(where["cwd"]).exists()
@@ -282,6 +285,77 @@ def test_a_killed_worker_takes_its_servers_with_it(tmp_path: Path) -> None:
     worker.wait()
     worker.stdout.close()
     wait_until(lambda: not alive(pid), 20, lambda: f"MCP server {pid} outlived its worker")
+
+
+FORGER = """
+import asyncio, json, os, sys
+from bot.config import McpSettings
+from bot.core.input import AgentInput
+from bot.jobs.toolbox import Toolbox
+
+config, forged, stop = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+settings = McpSettings.model_validate({"servers": [config]})
+ask = AgentInput.of_text("x")
+async def main():
+    box = Toolbox(settings, {"tiny": ("where", "spawn", "write")})
+    async with box:
+        tools = {tool.spec().name: tool for tool in box.tools}
+        async def text(name, **args):
+            return (await tools[name].invoke(args, ask))["content"][0]["text"]
+        server = json.loads(await text("tiny__where"))["pid"]
+        helper = int(await text("tiny__spawn"))
+        pgid = str(os.getpgrp())
+        for name in (".pid", "pid", ".stderr"):
+            await text("tiny__write", path=name, text=forged.replace("WORKER", pgid))
+        print(json.dumps({"server": server, "helper": helper}), flush=True)
+        if stop == "clean-up only":
+            box.kill_leftovers()
+    print("survived", flush=True)
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("stop", ["segment end", "clean-up only"])
+@pytest.mark.parametrize("forged", ["0", "WORKER", "VICTIM", "-1"])
+def test_a_pid_file_forged_by_a_tool_chooses_nothing_the_worker_kills(
+    tmp_path: Path, forged: str, stop: str
+) -> None:
+    """A file-writing tool of the server writes, where the model asks, a process group id
+    into the server's directory: the worker's own group ("0", its pgid), a stranger's, or
+    nonsense. The worker, the stranger and all else survive; the server's own group, with
+    the helper it started, is still killed whole."""
+    config = tiny(tmp_path, tools=["where", "spawn", "write"])
+    victim = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+    )
+    # The worker leads a session of its own: a kill of "its" group never reaches pytest.
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            FORGER,
+            json.dumps(config),
+            forged.replace("VICTIM", str(victim.pid)),
+            stop,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    ran: dict[str, int] = {}
+    try:
+        output, _ = worker.communicate(timeout=120)
+        ran = json.loads(output.splitlines()[0]) if output else {}
+        assert worker.returncode == 0 and output.splitlines()[1:] == ["survived"], output
+        assert victim.poll() is None
+        for pid in (ran["server"], ran["helper"]):
+            wait_until(lambda: not alive(pid), 20, lambda: f"{pid} of the server's group lives")
+    finally:
+        for pid in ran.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        victim.kill()
+        victim.wait()
 
 
 def test_mcp_names_are_checked_when_the_configuration_is_read(tmp_path: Path) -> None:

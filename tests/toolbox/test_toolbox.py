@@ -348,8 +348,8 @@ def test_a_pid_file_forged_by_a_tool_chooses_nothing_the_worker_kills(
         ran = json.loads(output.splitlines()[0]) if output else {}
         assert worker.returncode == 0 and output.splitlines()[1:] == ["survived"], output
         assert victim.poll() is None
-        for pid in (ran["server"], ran["helper"]):
-            wait_until(lambda: not alive(pid), 20, lambda: f"{pid} of the server's group lives")
+        group = (ran["server"], ran["helper"])
+        wait_until(lambda: not any(map(alive, group)), 20, lambda: f"{group} (the server's) live")
     finally:
         for pid in ran.values():
             with contextlib.suppress(ProcessLookupError):

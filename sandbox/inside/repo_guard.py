@@ -128,29 +128,30 @@ def check_rule_files(workdir: Path) -> None:
     """BEM-329 unless every ignore, attribute and module file of the tree is a plain file.
 
     Each must be a regular file with one link, of at most ``MAX_RULE_FILE_BYTES``: no
-    symlink (git >= 2.32 refuses those too), FIFO, socket, device or hard link. ``.git/info``
-    is held to the same rules by ``check_layout``. Checked before every operation, under the
+    symlink (git >= 2.32 refuses those too), FIFO, socket, device or hard link; so are
+    ``.git/info/exclude`` and ``.git/info/attributes``. Checked before every operation, under the
     tree's lock: the tools run one at a time, so nothing of the model's changes a file
     between this check and libgit2's read.
     """
+    for name in ("exclude", "attributes"):
+        _check_rule_file(workdir, workdir / ".git" / "info" / name)
     for directory, dirs, files in os.walk(workdir):
         if directory == str(workdir):
             dirs[:] = [name for name in dirs if name != ".git"]
         for name in RULE_FILES.intersection(dirs + files):
-            path = Path(directory, name)
-            try:
-                info = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            if (
-                not stat.S_ISREG(info.st_mode)
-                or info.st_nlink != 1
-                or info.st_size > MAX_RULE_FILE_BYTES
-            ):
-                raise _layout_error(
-                    f"{path.relative_to(workdir)} is a symlink, a special file, a hard link "
-                    f"or over {MAX_RULE_FILE_BYTES} bytes, and libgit2 would read it by path"
-                )
+            _check_rule_file(workdir, Path(directory, name))
+
+
+def _check_rule_file(workdir: Path, path: Path) -> None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > MAX_RULE_FILE_BYTES:
+        raise _layout_error(
+            f"{path.relative_to(workdir)} is a symlink, a special file, a hard link or over "
+            f"{MAX_RULE_FILE_BYTES} bytes, and libgit2 would read it by path"
+        )
 
 
 def _walk(gitdir: Path, settled: SettledDirectories) -> None:

@@ -52,7 +52,7 @@ def test_an_outside_symlinked_rule_file_is_not_obeyed(env: GitEnv, spot: str) ->
         call_tool(env.tree, "git_status", {})
     assert refused.value.code == "BEM-329"
     (env.work / spot).unlink()
-    listed = [entry["path"] for entry in call_tool(env.tree, "git_status", {})["files"]]
+    listed = _listed(env)
     assert "docs/new.md" in listed
 
 
@@ -74,5 +74,9 @@ def test_a_hard_linked_rule_file_is_refused(env: GitEnv) -> None:
 def test_plain_rule_files_are_obeyed(env: GitEnv) -> None:
     env.write("docs/.gitignore", "*.tmp\n")
     env.write("docs/x.tmp", "x\n")
-    listed = [entry["path"] for entry in call_tool(env.tree, "git_status", {})["files"]]
+    listed = _listed(env)
     assert "docs/x.tmp" not in listed and "docs/.gitignore" in listed
+
+
+def _listed(env: GitEnv) -> list[str]:
+    return [entry.path for entry in env.tree.status().files]

@@ -42,8 +42,11 @@ from bot.core.errors import BeamError
 
 __all__ = [
     "CANONICAL_CONFIG",
+    "MAX_RULE_FILE_BYTES",
+    "RULE_FILES",
     "SettledDirectories",
     "check_layout",
+    "check_rule_files",
     "enforce_config",
     "isolate_process_config",
     "open_repository",
@@ -65,6 +68,11 @@ CANONICAL_CONFIG = (
     b"\tprotectNTFS = true\n"
 )
 
+# Files libgit2 opens by path while it scans a tree, in any directory, following links and
+# blocking on a FIFO: a link to an outside file would be obeyed (an oracle on its lines
+# through ``-diff``), a FIFO would hang the call that holds the tree lock.
+RULE_FILES = frozenset({".gitignore", ".gitattributes", ".gitmodules"})
+MAX_RULE_FILE_BYTES = 1 << 20
 _OUTSIDE_LEVELS = (
     ConfigLevel.PROGRAMDATA,
     ConfigLevel.SYSTEM,
@@ -114,6 +122,36 @@ def check_layout(workdir: Path, settled: SettledDirectories | None = None) -> Pa
             raise _layout_error(f".git/{name} points git at another repository's data")
     _walk(gitdir, {} if settled is None else settled)
     return gitdir
+
+
+def check_rule_files(workdir: Path) -> None:
+    """BEM-329 unless every ignore, attribute and module file of the tree is a plain file.
+
+    Each must be a regular file with one link, of at most ``MAX_RULE_FILE_BYTES``: no
+    symlink (git >= 2.32 refuses those too), FIFO, socket, device or hard link; so are
+    ``.git/info/exclude`` and ``.git/info/attributes``. Checked before every operation, under the
+    tree's lock: the tools run one at a time, so nothing of the model's changes a file
+    between this check and libgit2's read.
+    """
+    for name in ("exclude", "attributes"):
+        _check_rule_file(workdir, workdir / ".git" / "info" / name)
+    for directory, dirs, files in os.walk(workdir):
+        if directory == str(workdir):
+            dirs[:] = [name for name in dirs if name != ".git"]
+        for name in RULE_FILES.intersection(dirs + files):
+            _check_rule_file(workdir, Path(directory, name))
+
+
+def _check_rule_file(workdir: Path, path: Path) -> None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > MAX_RULE_FILE_BYTES:
+        raise _layout_error(
+            f"{path.relative_to(workdir)} is a symlink, a special file, a hard link or over "
+            f"{MAX_RULE_FILE_BYTES} bytes, and libgit2 would read it by path"
+        )
 
 
 def _walk(gitdir: Path, settled: SettledDirectories) -> None:

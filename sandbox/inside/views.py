@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
 
 import pygit2
-from pygit2.enums import DeltaStatus, DiffOption, SortMode
+from pygit2.enums import DeltaStatus, SortMode
 
 from sandbox.inside.jail import SandboxRoot
 from sandbox.inside.reports import (
@@ -48,7 +48,9 @@ _WORDS = {
     DeltaStatus.UNREADABLE: "unreadable",
     DeltaStatus.CONFLICTED: "conflicted",
 }
-_PATCH_FLAGS = SCAN_FLAGS | DiffOption.SHOW_UNTRACKED_CONTENT
+# Untracked content is never loaded by libgit2: the patch of every file on disk comes from
+# the jail (sandbox.inside.staging).
+_PATCH_FLAGS = SCAN_FLAGS
 
 
 def _word(status: DeltaStatus) -> str:

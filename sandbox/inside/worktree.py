@@ -40,6 +40,7 @@ from sandbox.inside.refs import HEADS, ProtectedRefs, branch_name, full_ref
 from sandbox.inside.repo_guard import (
     SettledDirectories,
     check_layout,
+    check_rule_files,
     enforce_config,
     isolate_process_config,
     open_repository,
@@ -353,6 +354,7 @@ class WorkingTree:
         """The repository, after the guard has checked its layout and reset its config."""
         try:
             gitdir = check_layout(self._root.path, self._settled)
+            check_rule_files(self._root.path)
             rewritten = enforce_config(gitdir)
         except BeamError:
             self._repo, self._helpers = None, []

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,10 +21,15 @@ from pygit2.enums import Option
 from bot.core.errors import BeamError
 from sandbox.inside.jail import SandboxRoot
 from sandbox.inside.refs import branch_name
-from sandbox.inside.repo_guard import check_layout, enforce_config, open_repository
+from sandbox.inside.repo_guard import (
+    RULE_FILES,
+    check_layout,
+    check_rule_files,
+    enforce_config,
+    open_repository,
+)
 
 __all__ = [
-    "MAX_RULE_FILE_BYTES",
     "RULE_FILES",
     "is_branch_name",
     "open_parent",
@@ -34,10 +38,6 @@ __all__ = [
     "vetted",
 ]
 
-# Files libgit2 reads by path while it scans a tree: one planted as a link to /dev/zero, a
-# FIFO or a huge sparse file would stall or exhaust the worker, which runs as root.
-RULE_FILES = frozenset({".gitignore", ".gitattributes", ".gitmodules"})
-MAX_RULE_FILE_BYTES = 1 << 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # Owner validation is one libgit2 setting for the whole process: toggles must not interleave.
 _OWNER_CHECK = threading.Lock()
@@ -46,7 +46,7 @@ _OWNER_CHECK = threading.Lock()
 def vetted(tree: Path) -> Path:
     """The tree's ``.git``, once its layout (``sandbox.inside.repo_guard``) and files are safe."""
     gitdir = check_layout(tree)
-    _refuse_planted_files(tree, gitdir)
+    check_rule_files(tree)
     return gitdir
 
 
@@ -66,31 +66,6 @@ def open_tree(tree: Path, gitdir: Path, *, workers: int) -> list[pygit2.Reposito
             return [open_repository(tree, gitdir) for _ in range(max(1, workers))]
         finally:
             pygit2.option(Option.SET_OWNER_VALIDATION, int(previous))
-
-
-def _refuse_planted_files(tree: Path, gitdir: Path) -> None:
-    """BEM-329 for anything libgit2 would read through a link or could block on.
-
-    ``check_layout`` already holds everything in ``.git`` to plain files and directories;
-    ignore, attribute and module files in every directory of the tree must be plain files
-    of a sane size too.
-    """
-    for name in ("exclude", "attributes"):
-        _check_rule_file(tree, gitdir / "info" / name)
-    for directory, dirs, files in os.walk(tree):
-        if directory == str(tree):
-            dirs[:] = [name for name in dirs if name != ".git"]
-        for name in RULE_FILES.intersection(dirs + files):
-            _check_rule_file(tree, Path(directory, name))
-
-
-def _check_rule_file(tree: Path, path: Path) -> None:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RULE_FILE_BYTES:
-        raise _planted(os.path.relpath(path, tree))
 
 
 def open_parent(top: Path, parts: Sequence[str], *, create: bool) -> int | None:
@@ -137,12 +112,3 @@ def is_branch_name(name: str) -> bool:
         return branch_name(name) == name
     except BeamError:
         return False
-
-
-def _planted(where: str) -> BeamError:
-    return BeamError(
-        "BEM-329",
-        f"{where} in the job's tree is a symlink, a special file or oversized, which git "
-        "would read through on the host; the tools never make one, so the tree was tampered "
-        "with and is not parked",
-    )

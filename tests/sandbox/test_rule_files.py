@@ -1,0 +1,82 @@
+"""Ignore, attribute and module files libgit2 reads by path: held to the jail's rules.
+
+libgit2 opens ``.gitignore``, ``.gitattributes`` and ``.gitmodules`` in any directory by path,
+following links and blocking on a FIFO. Each git tool must refuse such a tree (BEM-329) within
+a couple of seconds, never obey an outside file, and answer the next call as well.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bot.core.errors import BeamError
+from sandbox.inside.sandbox_tools import call_tool
+from tests.sandbox.git_kit import GitEnv, build_git_env
+from tests.sandbox.jail_kit import deadline
+
+GIT_TOOLS = [
+    ("git_status", {}),
+    ("git_diff", {}),
+    ("git_add", {"path": "."}),
+]
+SPOTS = [".gitignore", ".gitattributes", "docs/.gitignore", "docs/.gitattributes", ".gitmodules"]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> GitEnv:
+    return build_git_env(tmp_path)
+
+
+@pytest.mark.parametrize("spot", SPOTS)
+@pytest.mark.parametrize(("tool", "args"), GIT_TOOLS)
+def test_a_fifo_rule_file_is_refused_not_waited_on(
+    env: GitEnv, spot: str, tool: str, args: dict[str, str]
+) -> None:
+    os.mkfifo(env.work / spot)
+    for _ in range(2):  # the next call is answered too: nothing stays blocked
+        with deadline(2), pytest.raises(BeamError) as refused:
+            call_tool(env.tree, tool, args)
+        assert refused.value.code == "BEM-329"
+        assert spot in refused.value.message
+
+
+@pytest.mark.parametrize("spot", SPOTS)
+def test_an_outside_symlinked_rule_file_is_not_obeyed(env: GitEnv, spot: str) -> None:
+    (env.outside / "rules").write_text("*.md\n* -diff\n")
+    env.write("docs/new.md", "new\n")
+    (env.work / spot).symlink_to(env.outside / "rules")
+    with pytest.raises(BeamError) as refused:
+        call_tool(env.tree, "git_status", {})
+    assert refused.value.code == "BEM-329"
+    (env.work / spot).unlink()
+    listed = _listed(env)
+    assert "docs/new.md" in listed
+
+
+def test_a_committed_symlink_gitignore_is_refused(env: GitEnv) -> None:
+    env.write("secret.log", "x\n")
+    os.symlink("../outside/secret.txt", env.work / ".gitignore")
+    with pytest.raises(BeamError) as refused:
+        call_tool(env.tree, "git_add", {"path": "."})
+    assert refused.value.code == "BEM-329"
+
+
+def test_a_hard_linked_rule_file_is_refused(env: GitEnv) -> None:
+    os.link(env.outside / "secret.txt", env.work / ".gitattributes")
+    with pytest.raises(BeamError) as refused:
+        call_tool(env.tree, "git_diff", {})
+    assert refused.value.code == "BEM-329"
+
+
+def test_plain_rule_files_are_obeyed(env: GitEnv) -> None:
+    env.write("docs/.gitignore", "*.tmp\n")
+    env.write("docs/x.tmp", "x\n")
+    listed = _listed(env)
+    assert "docs/x.tmp" not in listed and "docs/.gitignore" in listed
+
+
+def _listed(env: GitEnv) -> list[str]:
+    return [entry.path for entry in env.tree.status().files]

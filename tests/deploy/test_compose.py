@@ -164,3 +164,10 @@ def test_the_files_the_operations_setup_writes_into_the_checkout_are_ignored_by_
             ["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", path], check=False
         )
         assert done.returncode == 0, f"{path} is not ignored by git"
+
+
+def test_every_variable_the_compose_file_reads_is_documented_in_operations() -> None:
+    documented = (ROOT / "docs" / "operations.md").read_text()
+    read = set(re.findall(r"\$\{(\w+)", COMPOSE.read_text()))
+    assert "RIVERBEAM_API_PORT" in read
+    assert [name for name in sorted(read) if f"`{name}`" not in documented] == []

@@ -366,7 +366,7 @@ def _ci(args: argparse.Namespace) -> int:
     client = ApiClient(url, token)
     try:
         job = client.submit(body, key)
-        _note(f"job {job.id} ({body.kind.value} on {body.repo}) is {job.state.value}")
+        _note(f"job {job.id} ({body.kind.value} on {body.repo}), state: {job.state.value}")
         done = follow(client, job, args.timeout)
     except TimedOut as failure:
         _note(str(failure))

@@ -57,7 +57,8 @@ def job_request(args: argparse.Namespace) -> JobRequest:
     """The request the arguments describe; BEM-501 when it is not a valid request."""
     request = args.request
     if request == "-":
-        request = sys.stdin.read()
+        # `echo ... |` and a heredoc end the text with a newline the writer did not mean.
+        request = sys.stdin.read().removesuffix("\n").removesuffix("\r")
     fields: dict[str, Any] = {
         "kind": args.kind,
         "repo": args.repo,

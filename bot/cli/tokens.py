@@ -33,7 +33,7 @@ def add_tokens_commands(commands: Any) -> None:
         "new",
         help="print a fresh token and its [[api.tokens]] entry",
         description="Print a fresh token (once: store it now) and the [[api.tokens]] table "
-        "to paste into riverbeam.toml; restart `riverbeam api` to load it.",
+        "to paste into riverbeam.toml; send `riverbeam api` SIGHUP to load it.",
     )
     new.add_argument("--name", required=True, help="who holds it; recorded on jobs and decisions")
     new.add_argument("--role", required=True, choices=ROLES, help="what it may do")
@@ -85,7 +85,8 @@ def _new(args: argparse.Namespace) -> int:
     print(
         f"\nThe first line is {entry.name}'s token, shown this once: hand it over or store it "
         "(a CI secret named RIVERBEAM_TOKEN, a password manager) now.\nPaste the table into "
-        "riverbeam.toml and restart `riverbeam api`; only the digest is kept there.",
+        "riverbeam.toml and send `riverbeam api` SIGHUP (kill -HUP <pid>) to load it; only the "
+        "digest is kept there.",
         file=sys.stderr,
     )
     return 0

@@ -159,12 +159,15 @@ def frame_line(frame: Frame) -> FrameLine:
 
 def frame_lines(events: Iterable[JobEvent]) -> list[FrameLine]:
     """The log so far. A streaming model sends its answer a few tokens per frame: consecutive
-    answer frames make one line, as the live script joins them too."""
+    answer frames make one line, as the live script joins them too. An empty "Working" or
+    "Thinking" frame only said the model was busy at the time: the log leaves it out."""
     lines: list[FrameLine] = []
     for event in events:
         if event.frame is None:
             continue
         line = frame_line(event.frame)
+        if line.type in ("placeholder", "thinking") and not line.body:
+            continue
         if line.type == "chunk" and lines and lines[-1].type == "chunk":
             lines[-1] = lines[-1].model_copy(update={"body": lines[-1].body + line.body})
         else:

@@ -109,6 +109,8 @@ def test_commit_notes_prints_the_draft_and_a_retried_step_makes_no_second_job(
     # The pipeline step is retried: same run, same step, same arguments.
     retried = riverbeam_ci(api, *argv, env={**GITHUB, "GITHUB_RUN_ATTEMPT": "2"})
     assert (retried.code, retried.out) == (0, first.out)
+    # The replayed submission is the finished job: its state is named, in plain English.
+    assert f"job {job_id} (commit-notes on docs), state: succeeded" in retried.err, retried.err
     assert _job_ids(stack, JobKind.COMMIT_NOTES) == [job_id]
 
 

@@ -60,6 +60,8 @@ def test_only_the_digest_is_in_the_table_and_each_token_is_new() -> None:
     assert token not in first.out.split("\n", 1)[1]
     assert token != second.out.splitlines()[0]
     assert "shown this once" in first.err
+    # The API reloads tokens on SIGHUP (bot/api/reload.py): no restart is asked for.
+    assert "SIGHUP" in " ".join(first.err.split()) and "restart" not in first.err
 
 
 def test_an_unknown_role_is_a_usage_error() -> None:

@@ -9,10 +9,8 @@ and the last run on each runtime the engine has (runc, crun; both under CI=true)
 
 from __future__ import annotations
 
-import fcntl
 import os
 import socket
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import pytest
 
 from bot.config import SandboxLimits
 from bot.core.errors import BeamError
+from harness.docker_bridge import bridge_address
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.container.probe import ProbeReport, inspect_flags, run_probe
 from sandbox.host.image.build import ImageInfo
@@ -189,17 +188,11 @@ def test_through_the_tools_only_the_working_tree_is_reachable(
     assert "host secret" not in str(listed)
 
 
-def _docker0_address() -> str:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        request = struct.pack("256s", b"docker0")
-        return socket.inet_ntoa(fcntl.ioctl(probe.fileno(), 0x8915, request)[20:24])
-
-
 @pytest.fixture
 def host_listener() -> Iterator[tuple[str, int]]:
     """A TCP listener on the engine's bridge address: a host port a container could try."""
     with socket.socket() as server:
-        server.bind((_docker0_address(), 0))
+        server.bind((bridge_address(), 0))
         server.listen()
         yield server.getsockname()
 

@@ -2,9 +2,9 @@
 ``docker/compose.yaml`` brought up by pytest-docker's ``docker_services`` under a project name
 of its own, on a data directory, configuration and secrets made for the test.
 
-The upstream is a bare repository served over git's smart-HTTP protocol on the default Docker
-bridge's gateway (the host, as the containers reach it), requiring a token that only the
-worker container is given (a compose secret). Figures (image builds, cold start) are printed
+The upstream is a bare repository served over git's smart-HTTP protocol on the host's address
+on the default Docker bridge (harness.docker_bridge), requiring a token that only the worker
+container is given (a compose secret). Figures (image builds, cold start) are printed
 at the end of the run.
 """
 
@@ -19,12 +19,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import docker
 import httpx
 import pytest
 
 from bot.config import Settings
 from bot.demo import REPO_NAME, create_upstream
+from harness.docker_bridge import bridge_address
 from harness.git_http import GitHttpServer, basic
 from harness.redis_server import free_port
 from sandbox.host.image import ImageInfo, build_image
@@ -112,15 +112,6 @@ def deploy_images() -> tuple[ImageInfo, ImageInfo]:
     return images
 
 
-def _bridge_gateway() -> str:
-    """The host's address on the default bridge: what host-gateway means to containers."""
-    client = docker.from_env()
-    try:
-        return str(client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"])
-    finally:
-        client.close()
-
-
 def _new_token(image: str, name: str, role: str) -> tuple[str, str]:
     """``riverbeam tokens new`` run from the service image: the token and its TOML table."""
     done = subprocess.run(
@@ -153,7 +144,7 @@ def deployment_files(
     port = free_port()
     project = f"rbdeploy{os.getpid()}"
     with GitHttpServer(
-        git_root, authorization=basic(UPSTREAM_USER, upstream_token), host=_bridge_gateway()
+        git_root, authorization=basic(UPSTREAM_USER, upstream_token), host=bridge_address()
     ) as git:
         config = directory / "riverbeam.toml"
         config.write_text(

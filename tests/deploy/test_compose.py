@@ -154,3 +154,20 @@ def test_the_data_directory_is_mounted_at_its_own_path_wherever_it_is() -> None:
     assert done.returncode == 0, done.stderr
     worker = yaml.safe_load(done.stdout)["services"]["worker"]
     assert f"{elsewhere}:{elsewhere}:rw" in worker["volumes"]
+
+
+def test_the_files_the_operations_setup_writes_into_the_checkout_are_ignored_by_git() -> None:
+    # docs/operations.md puts the configuration and the upstream token beside compose.yaml;
+    # a secret there must not be committable by a plain `git add`.
+    for path in ("docker/riverbeam.toml", "docker/secrets/upstream-token"):
+        done = subprocess.run(
+            ["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", path], check=False
+        )
+        assert done.returncode == 0, f"{path} is not ignored by git"
+
+
+def test_every_variable_the_compose_file_reads_is_documented_in_operations() -> None:
+    documented = (ROOT / "docs" / "operations.md").read_text()
+    read = set(re.findall(r"\$\{(\w+)", COMPOSE.read_text()))
+    assert "RIVERBEAM_API_PORT" in read
+    assert [name for name in sorted(read) if f"`{name}`" not in documented] == []

@@ -249,6 +249,8 @@ def test_a_decision_made_at_the_cli_shows_the_claimed_name_and_the_os_account(we
         page = client.get(f"/jobs/{job.id}").text
     assert f"Refused by {both}" in page and f"{both} refused the change" in page
     assert f"git_push refused by {both}" in page
+    # A decided push waits for nothing any more.
+    assert "Waiting since" not in page and "<dt>Asked at</dt>" in page
     auth = web.api.auth(REVIEWER)
     job_view = httpx.get(f"{web.url}/v1/jobs/{job.id}", headers=auth).json()
     detail = httpx.get(f"{web.url}/v1/approvals/{job.id}", headers=auth).json()

@@ -62,7 +62,6 @@ from bot.core.identity import Trailer
 from bot.core.input import AgentContext, AgentInput
 from bot.core.tools import ToolSpec
 from bot.jobs.announce import announce_parked
-from bot.jobs.branch_change import branch_tip
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.kinds import kind_of, request_text
 from bot.jobs.kinds.base import Ended, Kind, ToolKit
@@ -73,11 +72,13 @@ from bot.jobs.parking import (
     PublishTarget,
     PushTarget,
     approval_for,
+    approved_commit,
     check_publish_still_bound,
     check_still_bound,
+    holds,
 )
 from bot.jobs.plans import Baseline, Tree, TreePlan, compare_point
-from bot.jobs.relayed_push import ApprovedPush, PushGuard, Relay, recorded_pushes, staged
+from bot.jobs.relayed_push import PushGuard, Relay, recorded_pushes, staged
 from bot.jobs.spares import SparePool
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolbox import Toolbox, servers_for
@@ -374,7 +375,7 @@ class Executor:
         checkout = plan.checkout
         if approval is not None:
             local = _local_workspace(record.id, self._settings)
-            if local is not None and _holds(local, approval):
+            if local is not None and holds(local, approval):
                 return local
             snapshot = self._store.load_snapshot(record.id)
             if snapshot is None:
@@ -450,9 +451,9 @@ class Executor:
             return agent.run(state), state
         state = RunState.load(self._store.load_run_state(segment.record.id))
         approved = approval.state is ApprovalState.APPROVED
-        push = segment.tools.push
-        if approved and push is not None and approval.commit_sha and approval.target_ref:
-            push.arm(ApprovedPush(sha=approval.commit_sha, branch=approval.target_ref))
+        push, commit = segment.tools.push, approved_commit(approval)
+        if approved and push is not None and commit is not None:
+            push.arm(commit)
         decision = CallDecision(
             call_id=approval.call_id,
             approved=approved,
@@ -584,17 +585,15 @@ class Executor:
         if segment.workspace is not None and segment.repo is not None:
             # Before the job is parked: a resume may claim it the moment it is.
             _stage_on_host(segment.workspace, approval, segment.repo)
-        store.save_run_state(job_id, state.model_dump_json())
+        snapshot = None
         if segment.workspace is not None:
-            data = capture(segment.workspace, max_bytes=self._settings.jobs.snapshot_max_bytes)
-            store.save_snapshot(job_id, data)
-        opened = store.open_approval(approval)
-        parked = store.transition(
-            job_id,
-            JobState.AWAITING_APPROVAL,
-            from_states=(JobState.RUNNING,),
+            snapshot = capture(segment.workspace, max_bytes=self._snapshot_cap)
+        # One transaction: run state, snapshot, approval and the move, or none of them.
+        parked = store.park(
+            approval,
             owner=self._worker,
-            approval_id=opened.id,
+            run_state=state.model_dump_json(),
+            snapshot=snapshot,
             result=_result(state),
             **_own_branch(segment),
         )
@@ -603,7 +602,7 @@ class Executor:
         segment.parked = True
         if segment.repo is not None and segment.repo.approval_webhook is not None:
             timeout = self._settings.jobs.webhook_timeout_seconds
-            announce_parked(str(segment.repo.approval_webhook), opened, timeout=timeout)
+            announce_parked(str(segment.repo.approval_webhook), approval, timeout=timeout)
         if parked.cancel_requested:
             # Cancelled while it parked: nobody holds it now, so the cancel lands at once.
             return store.request_cancel(job_id)
@@ -697,9 +696,9 @@ def _tool_call_coming(approval: Approval | None, workspace: Workspace) -> bool:
         return True
     if approval.state is not ApprovalState.APPROVED or approval.tool not in TOOL_NAMES:
         return False
-    if approval.tool == "git_push" and approval.commit_sha and approval.target_ref:
-        pushed = ApprovedPush(sha=approval.commit_sha, branch=approval.target_ref)
-        return not staged(workspace.outbox, pushed)
+    commit = approved_commit(approval)
+    if approval.tool == "git_push" and commit is not None:
+        return not staged(workspace.outbox, commit)
     return True
 
 
@@ -711,10 +710,9 @@ def _stage_on_host(workspace: Workspace, approval: Approval, repo: RepositoryCon
     pushes from a container as before. The outbox is the job's own repository on this
     worker: nothing in it goes upstream but through the relay, after the approval, and only
     the approved commit."""
-    if approval.tool != "git_push" or approval.state not in _STAGED_STATES:
-        return
-    if approval.commit_sha and approval.target_ref:
-        stage_push(workspace, approval.commit_sha, approval.target_ref, repo.protected_refs)
+    commit = approved_commit(approval)
+    if approval.tool == "git_push" and approval.state in _STAGED_STATES and commit is not None:
+        stage_push(workspace, commit.sha, commit.branch, repo.protected_refs)
 
 
 def _final_state(code: str) -> JobState:
@@ -735,10 +733,3 @@ def _local_workspace(job_id: str, settings: Settings) -> Workspace | None:
     with contextlib.suppress(BeamError):
         return open_workspace(job_id, settings.workspaces)
     return None
-
-
-def _holds(workspace: Workspace, approval: Approval) -> bool:
-    """Whether the local tree is where the job parked: the approved commit on its branch."""
-    if approval.commit_sha is None or approval.target_ref is None:
-        return True
-    return branch_tip(workspace.tree, approval.target_ref) == approval.commit_sha

@@ -30,6 +30,7 @@ from bot.store.records import (
     loaded,
     maybe,
     queue_decided,
+    queue_pending,
     read_approval,
     read_job,
     readable,
@@ -53,9 +54,7 @@ class Approvals(RedisGateway):
                 return current, None
 
             def writes(tx: Pipeline) -> None:
-                tx.set(key, approval.model_dump_json())
-                tx.zadd(self.keys.pending, {approval.job_id: approval.created_at.timestamp()})
-                tx.hset(self.keys.summaries, approval.job_id, _summary_json(approval))
+                queue_pending(tx, self.keys, approval)
 
             return approval, writes
 
@@ -289,7 +288,3 @@ def _stale(job_id: str, binding: DecisionBinding, current: Approval) -> Approval
         f"not what you decided ({'; '.join(binding.differences(shown))}); nothing was "
         "decided: look at the job's approval again and decide that one",
     )
-
-
-def _summary_json(approval: Approval) -> str:
-    return ApprovalSummary.of(approval).model_dump_json()

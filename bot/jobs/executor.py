@@ -62,26 +62,23 @@ from bot.core.identity import Trailer
 from bot.core.input import AgentContext, AgentInput
 from bot.core.tools import ToolSpec
 from bot.jobs.announce import announce_parked
-from bot.jobs.branch_change import branch_tip
 from bot.jobs.host_tools.publish import PublishDocsetTool
+from bot.jobs.kinds import kind_of, request_text
+from bot.jobs.kinds.base import Ended, Kind, ToolKit
 from bot.jobs.lease import LeaseKeeper, StopCheck
 from bot.jobs.model_client import context_budget_for, model_client_for
-from bot.jobs.outcomes import (
-    author_outcome,
-    commit_notes_outcome,
-    ended_refused,
-    shortfall,
-    summary_outcome,
-)
+from bot.jobs.outcomes import ended_refused, unrecovered_error
 from bot.jobs.parking import (
     PublishTarget,
     PushTarget,
     approval_for,
+    approved_commit,
     check_publish_still_bound,
     check_still_bound,
+    holds,
 )
-from bot.jobs.plans import Baseline, TreePlan, compare_point, request_text, tree_plan
-from bot.jobs.relayed_push import ApprovedPush, PushGuard, Relay, recorded_pushes, staged
+from bot.jobs.plans import Baseline, Tree, TreePlan, compare_point
+from bot.jobs.relayed_push import PushGuard, Relay, recorded_pushes, staged
 from bot.jobs.spares import SparePool
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolbox import Toolbox, servers_for
@@ -93,12 +90,9 @@ from bot.runner.state import CallDecision, RunState
 from bot.store.models import (
     Approval,
     ApprovalState,
-    JobKind,
     JobRecord,
     JobResult,
     JobState,
-    Outcome,
-    PublishOutcome,
 )
 from bot.store.store import JobStore
 from sandbox.host.container.deferred import DeferredSandbox
@@ -158,6 +152,7 @@ class _Segment:
     """What one segment holds while it runs; the executor's cleanup reads it."""
 
     record: JobRecord
+    kind: Kind
     timings: SegmentTimings
     repo: RepositoryConfig | None = None
     # Built once when the segment starts (reading the repository's secret, BEM-343), then
@@ -199,7 +194,7 @@ class Executor:
         """Run the next segment of ``record``, which this worker has just claimed: the first
         one, or a resume when the job has an approval. Returns the job as the segment left
         it, or None when the job was no longer this worker's to change."""
-        segment = _Segment(record, SegmentTimings(record.id))
+        segment = _Segment(record, kind_of(record.spec), SegmentTimings(record.id))
         lease = LeaseKeeper(
             self._store,
             record.id,
@@ -254,12 +249,12 @@ class Executor:
         segment.toolbox = Toolbox(settings.mcp, wanted)
         if record.approval_id is not None:
             segment.approval = self._decided_approval(record)
-        segment.plan = tree_plan(record.spec, segment.repo)
+        segment.plan = segment.kind.plan(record.spec, segment.repo)
         # Every kind reaches the upstream: a tree's workspace and relay, or a publish's mirror.
         segment.callbacks = upstream_callbacks(record.spec.repo, segment.repo, settings.workspaces)
         if segment.plan is not None:
             self._open_tree(segment, segment.plan, segment.repo, segment.callbacks, image)
-        if record.spec.kind is JobKind.PUBLISH:
+        if segment.kind.publishes:
             segment.publish = self._publish_target(segment, segment.repo, segment.callbacks)
         with timings.phase("agent"):
             state, approval = asyncio.run(self._drive(segment, client, stop))
@@ -380,7 +375,7 @@ class Executor:
         checkout = plan.checkout
         if approval is not None:
             local = _local_workspace(record.id, self._settings)
-            if local is not None and _holds(local, approval):
+            if local is not None and holds(local, approval):
                 return local
             snapshot = self._store.load_snapshot(record.id)
             if snapshot is None:
@@ -456,9 +451,9 @@ class Executor:
             return agent.run(state), state
         state = RunState.load(self._store.load_run_state(segment.record.id))
         approved = approval.state is ApprovalState.APPROVED
-        push = segment.tools.push
-        if approved and push is not None and approval.commit_sha and approval.target_ref:
-            push.arm(ApprovedPush(sha=approval.commit_sha, branch=approval.target_ref))
+        push, commit = segment.tools.push, approved_commit(approval)
+        if approved and push is not None and commit is not None:
+            push.arm(commit)
         decision = CallDecision(
             call_id=approval.call_id,
             approved=approved,
@@ -479,17 +474,15 @@ class Executor:
             if workspace is not None
             else None
         )
+        publish = segment.publish.tool if segment.publish is not None else None
         segment.tools = job_tools(
-            spec.kind,
+            segment.kind,
+            ToolKit(memory=memory, scope=spec.repo, tree=tree, publish=publish),
             sandbox=segment.sandbox,
-            tree=tree,
-            memory=memory,
-            scope=spec.repo,
             relay=(
                 self._relay(record, workspace, repo, callbacks) if workspace is not None else None
             ),
             outbox=workspace.outbox if workspace is not None else None,
-            publish=segment.publish.tool if segment.publish is not None else None,
             mcp=segment.toolbox.tools if segment.toolbox is not None else (),
         )
         return ToolLoopAgent.for_skill(
@@ -506,7 +499,7 @@ class Executor:
         )
 
     def _prompt_values(self, segment: _Segment, notes: list[str]) -> dict[str, Any]:
-        spec, repo, plan = segment.record.spec, segment.repo, segment.plan
+        spec, repo = segment.record.spec, segment.repo
         assert repo is not None
         values: dict[str, Any] = {
             "repository": spec.repo,
@@ -514,15 +507,7 @@ class Executor:
             "style_notes": notes,
             "publish_ref": repo.publish_ref or "",
         }
-        if segment.publish is not None:
-            publish = segment.publish.plan
-            values["target_ref"] = f"{publish.reviewed_branch} at {publish.sha}"
-            values["publish_ref"] = publish.publish_ref
-        if plan is not None:
-            own = segment.workspace.branch if segment.workspace is not None else plan.branch
-            values["branch"] = own if spec.kind is JobKind.AUTHOR else plan.branch
-            values["base"] = plan.base
-        return values
+        return {**values, **segment.kind.prompt_values(_tree(segment), segment.publish)}
 
     def _hooks(self, job_id: str, stop: StopCheck, sandbox: DeferredSandbox | None) -> Hooks:
         hooks = Hooks()
@@ -600,17 +585,15 @@ class Executor:
         if segment.workspace is not None and segment.repo is not None:
             # Before the job is parked: a resume may claim it the moment it is.
             _stage_on_host(segment.workspace, approval, segment.repo)
-        store.save_run_state(job_id, state.model_dump_json())
+        snapshot = None
         if segment.workspace is not None:
-            data = capture(segment.workspace, max_bytes=self._settings.jobs.snapshot_max_bytes)
-            store.save_snapshot(job_id, data)
-        opened = store.open_approval(approval)
-        parked = store.transition(
-            job_id,
-            JobState.AWAITING_APPROVAL,
-            from_states=(JobState.RUNNING,),
+            snapshot = capture(segment.workspace, max_bytes=self._snapshot_cap)
+        # One transaction: run state, snapshot, approval and the move, or none of them.
+        parked = store.park(
+            approval,
             owner=self._worker,
-            approval_id=opened.id,
+            run_state=state.model_dump_json(),
+            snapshot=snapshot,
             result=_result(state),
             **_own_branch(segment),
         )
@@ -619,7 +602,7 @@ class Executor:
         segment.parked = True
         if segment.repo is not None and segment.repo.approval_webhook is not None:
             timeout = self._settings.jobs.webhook_timeout_seconds
-            announce_parked(str(segment.repo.approval_webhook), opened, timeout=timeout)
+            announce_parked(str(segment.repo.approval_webhook), approval, timeout=timeout)
         if parked.cancel_requested:
             # Cancelled while it parked: nobody holds it now, so the cancel lands at once.
             return store.request_cancel(job_id)
@@ -633,36 +616,22 @@ class Executor:
         if state.status is ResultStatus.REFUSED:
             # The model declined: nothing it would have done is reported as an outcome.
             return self._end(segment, JobState.REFUSED, result=result)
-        result.outcome = self._outcome(segment, state)
+        ended = Ended(
+            spec=segment.record.spec,
+            state=state,
+            tree=_tree(segment),
+            publish=segment.publish,
+            tools=segment.tools.tools,
+            diff_max_chars=self._settings.jobs.diff_max_chars,
+        )
+        result.outcome = segment.kind.outcome(ended)
         if ended_refused(state):
             return self._end(segment, JobState.REFUSED, result=result)
         # Fail closed: what the kind must produce is checked, never assumed.
-        missing = shortfall(state, result.outcome)
+        missing = unrecovered_error(state) or segment.kind.judge(ended, result.outcome)
         if missing is not None:
             return self._end(segment, JobState.FAILED, error=missing, result=result)
         return self._end(segment, JobState.SUCCEEDED, result=result)
-
-    def _outcome(self, segment: _Segment, state: RunState) -> Outcome | None:
-        kind, plan, workspace = segment.record.spec.kind, segment.plan, segment.workspace
-        if segment.publish is not None:
-            published = segment.publish.tool.outcome
-            return published or PublishOutcome(publish_ref=segment.publish.plan.publish_ref)
-        if plan is None or workspace is None:
-            return None
-        if kind is JobKind.AUTHOR:
-            return author_outcome(
-                workspace,
-                segment.base_sha,
-                state.records,
-                max_chars=self._settings.jobs.diff_max_chars,
-            )
-        if kind is JobKind.REVIEW and segment.tools.review is not None:
-            return segment.tools.review.outcome(branch=plan.branch, commit_sha=workspace.base_sha)
-        if kind is JobKind.SUMMARIZE:
-            return summary_outcome(plan, workspace, segment.compare, state.text)
-        if kind is JobKind.COMMIT_NOTES:
-            return commit_notes_outcome(segment.record.spec, plan, state.text)
-        return None
 
     def _end(
         self,
@@ -697,9 +666,15 @@ class Executor:
 
 def _own_branch(segment: _Segment) -> dict[str, Any]:
     """The record's ``branch`` change: an author job's own branch, once its tree exists."""
-    if segment.workspace is None or segment.record.spec.kind is not JobKind.AUTHOR:
+    if segment.workspace is None or not segment.kind.owns_branch:
         return {}
     return {"branch": segment.workspace.branch}
+
+
+def _tree(segment: _Segment) -> Tree | None:
+    if segment.plan is None or segment.workspace is None:
+        return None
+    return Tree(segment.plan, segment.workspace, segment.compare, segment.base_sha)
 
 
 def _stop_container(segment: _Segment) -> None:
@@ -721,9 +696,9 @@ def _tool_call_coming(approval: Approval | None, workspace: Workspace) -> bool:
         return True
     if approval.state is not ApprovalState.APPROVED or approval.tool not in TOOL_NAMES:
         return False
-    if approval.tool == "git_push" and approval.commit_sha and approval.target_ref:
-        pushed = ApprovedPush(sha=approval.commit_sha, branch=approval.target_ref)
-        return not staged(workspace.outbox, pushed)
+    commit = approved_commit(approval)
+    if approval.tool == "git_push" and commit is not None:
+        return not staged(workspace.outbox, commit)
     return True
 
 
@@ -735,10 +710,9 @@ def _stage_on_host(workspace: Workspace, approval: Approval, repo: RepositoryCon
     pushes from a container as before. The outbox is the job's own repository on this
     worker: nothing in it goes upstream but through the relay, after the approval, and only
     the approved commit."""
-    if approval.tool != "git_push" or approval.state not in _STAGED_STATES:
-        return
-    if approval.commit_sha and approval.target_ref:
-        stage_push(workspace, approval.commit_sha, approval.target_ref, repo.protected_refs)
+    commit = approved_commit(approval)
+    if approval.tool == "git_push" and approval.state in _STAGED_STATES and commit is not None:
+        stage_push(workspace, commit.sha, commit.branch, repo.protected_refs)
 
 
 def _final_state(code: str) -> JobState:
@@ -759,10 +733,3 @@ def _local_workspace(job_id: str, settings: Settings) -> Workspace | None:
     with contextlib.suppress(BeamError):
         return open_workspace(job_id, settings.workspaces)
     return None
-
-
-def _holds(workspace: Workspace, approval: Approval) -> bool:
-    """Whether the local tree is where the job parked: the approved commit on its branch."""
-    if approval.commit_sha is None or approval.target_ref is None:
-        return True
-    return branch_tip(workspace.tree, approval.target_ref) == approval.commit_sha

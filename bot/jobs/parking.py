@@ -31,7 +31,7 @@ from bot.jobs.branch_change import (
 from bot.jobs.host_tools.publish import PublishDocsetTool, PublishPlan
 from bot.runner.state import CallDecision
 from bot.store.models import Approval, JobRecord
-from sandbox.host.workspace.outbox import outbox_branch
+from sandbox.host.workspace.outbox import ApprovedCommit, off_approved, outbox_branch
 from sandbox.host.workspace.prepare import Workspace
 from sandbox.inside.refs import ProtectedRefs
 
@@ -145,20 +145,33 @@ def _shown(change: BranchChange, max_chars: int) -> dict[str, str]:
     return {"diff_digest": change.digest, "diff_stat": change.stat, "diff": shown}
 
 
+def approved_commit(approval: Approval) -> ApprovedCommit | None:
+    """The commit and branch ``approval`` is bound to, or None for a call bound to neither."""
+    if approval.commit_sha is None or approval.target_ref is None:
+        return None
+    return ApprovedCommit(sha=approval.commit_sha, branch=approval.target_ref)
+
+
+def holds(workspace: Workspace, approval: Approval) -> bool:
+    """Whether the job's tree is where the job parked: the approved commit on its branch."""
+    approved = approved_commit(approval)
+    return approved is None or off_approved(workspace.tree / ".git", approved) is None
+
+
 def check_still_bound(approval: Approval, workspace: Workspace) -> None:
     """BEM-603 unless the tree still holds exactly what ``approval`` names: the commit on the
     target branch and a diff with the same digest."""
-    if approval.commit_sha is None or approval.target_ref is None:
+    approved = approved_commit(approval)
+    if approved is None:
         return
-    tip = branch_tip(workspace.tree, approval.target_ref)
-    if tip != approval.commit_sha:
+    where = off_approved(workspace.tree / ".git", approved)
+    if where is not None:
         raise BeamError(
             "BEM-603",
-            f"{approval.target_ref!r} is at {tip or 'nothing'}, not at the approved "
-            f"{approval.commit_sha}; nothing was pushed",
+            f"{approved.branch!r} {where}, not at the approved {approved.sha}; nothing was pushed",
         )
     base = approval.base_sha or workspace.base_sha
-    change = read_change(workspace.tree, base, tip, max_chars=0)
+    change = read_change(workspace.tree, base, approved.sha, max_chars=0)
     if change.digest != approval.diff_digest:
         raise BeamError(
             "BEM-603", "the change no longer has the approved diff digest; nothing was pushed"

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +36,7 @@ from bot.core.frames import ErrorInfo
 from bot.core.input import AgentInput
 from bot.core.tools import Tool, ToolSpec
 from sandbox.host.relay import RelayResult
-from sandbox.host.workspace.outbox import outbox_branch
+from sandbox.host.workspace.outbox import ApprovedCommit, off_approved
 from sandbox.inside.refs import HEADS
 from sandbox.inside.reports import PushResult
 
@@ -77,12 +76,6 @@ def recorded_pushes(store: JobStore, job_id: str, worker: str) -> PushGuard:
     return guard
 
 
-@dataclass(frozen=True)
-class ApprovedPush:
-    sha: str
-    branch: str
-
-
 class RelayedPush:
     """The ``git_push`` tool of a job: container push, then the host relay."""
 
@@ -90,12 +83,12 @@ class RelayedPush:
         self._inner = inner
         self._relay = relay
         self._outbox = outbox
-        self._approved: ApprovedPush | None = None
+        self._approved: ApprovedCommit | None = None
 
     def spec(self) -> ToolSpec:
         return self._inner.spec()
 
-    def arm(self, approved: ApprovedPush) -> None:
+    def arm(self, approved: ApprovedCommit) -> None:
         """Allow one push of ``approved`` (set from the approval the resume applies)."""
         self._approved = approved
 
@@ -125,13 +118,13 @@ class RelayedPush:
         return {**pushed, "upstream": upstream} if isinstance(pushed, dict) else pushed
 
 
-def staged(outbox: Path | None, approved: ApprovedPush) -> bool:
+def staged(outbox: Path | None, approved: ApprovedCommit) -> bool:
     """Whether the job's outbox already holds the approved commit on the approved branch
-    (read as the untrusted data it is, ``sandbox.host.workspace.outbox``)."""
+    (read as the untrusted data it is, ``off_approved``)."""
     if outbox is None:
         return False
     try:
-        return outbox_branch(outbox, approved.branch) == approved.sha
+        return off_approved(outbox, approved) is None
     except BeamError:
         return False  # unreadable: the container pushes again, and says what is wrong
 

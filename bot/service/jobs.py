@@ -10,7 +10,7 @@ and checks their role and scope before it acts:
 - ``job``, ``jobs``, ``log``, ``approvals``, ``approval``, ``follow``: read.
 
 A decision and a cancel read the job once, inside the store's transaction: the role, scope
-and self-approval checks run there (``authorize``), and the resume is sent from the record
+and self-approval checks run there (``DeciderPolicy``), and the resume is sent from the record
 the transaction read. No web framework here: the surfaces translate their requests.
 """
 
@@ -50,6 +50,22 @@ from bot.store.store import JobStore
 MAX_IDEMPOTENCY_KEY_CHARS = 200
 # Whether a person may decide an approval now ("yes"), or why not.
 MayDecide = Literal["yes", "own", "role", "decided"]
+
+
+@dataclass(frozen=True)
+class DeciderPolicy:
+    """What ``who`` may decide, asked inside the decision's transaction on the job it read:
+    BEM-703 outside the caller's scope, BEM-702 for a role that may not decide; the job's
+    requester may approve it when its repository allows it (``allow_self_approval``)."""
+
+    who: Principal
+    settings: Settings
+
+    def check(self, record: JobRecord) -> None:
+        self.who.check_decide(record.spec.repo)
+
+    def allows_self_approval(self, record: JobRecord) -> bool:
+        return self.settings.allows_self_approval(record.spec.repo)
 
 
 @dataclass
@@ -127,7 +143,7 @@ class JobService:
             binding=binding,
             comment=comment,
             os_user=os_user,
-            authorize=lambda record: self._may_decide_on(who, record),
+            policy=DeciderPolicy(who, self.settings),
         )
         self.queues.send_resume(record)
         return decided
@@ -229,13 +245,6 @@ class JobService:
         return "yes"
 
     # checks -----------------------------------------------------------------------------
-
-    def _may_decide_on(self, who: Principal, record: JobRecord) -> bool:
-        """Run inside the decision's transaction, on the job it read: BEM-703 outside the
-        caller's scope, BEM-702 for a role that may not decide; else whether the job's
-        requester may approve it (its repository's ``allow_self_approval``)."""
-        who.check_decide(record.spec.repo)
-        return self.settings.allows_self_approval(record.spec.repo)
 
     def _registered(self, name: str) -> RepositoryConfig:
         """The one lookup of a request's repository (after its scope check): BEM-501 when

@@ -6,8 +6,7 @@ found by the sweep."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import cast
+from typing import Protocol, cast
 
 from redis.client import Pipeline
 
@@ -30,11 +29,23 @@ from bot.store.records import (
     loaded,
     maybe,
     queue_decided,
+    queue_pending,
     read_approval,
     read_job,
     readable,
     unapplied_decision,
 )
+
+
+class DecisionPolicy(Protocol):
+    """Who may decide a job: asked by ``decide`` inside its transaction, on the job it read
+    (the job service's ``DeciderPolicy``)."""
+
+    def check(self, record: JobRecord) -> None:
+        """Raise when the caller may not decide ``record`` at all."""
+
+    def allows_self_approval(self, record: JobRecord) -> bool:
+        """Whether ``record``'s requester may approve it."""
 
 
 class Approvals(RedisGateway):
@@ -53,9 +64,7 @@ class Approvals(RedisGateway):
                 return current, None
 
             def writes(tx: Pipeline) -> None:
-                tx.set(key, approval.model_dump_json())
-                tx.zadd(self.keys.pending, {approval.job_id: approval.created_at.timestamp()})
-                tx.hset(self.keys.summaries, approval.job_id, _summary_json(approval))
+                queue_pending(tx, self.keys, approval)
 
             return approval, writes
 
@@ -140,18 +149,18 @@ class Approvals(RedisGateway):
         by: str,
         binding: DecisionBinding | None,
         comment: str = "",
-        authorize: Callable[[JobRecord], bool] | None = None,
+        policy: DecisionPolicy | None = None,
         os_user: str | None = None,
     ) -> tuple[Approval, JobRecord]:
         """Approve or refuse the job's pending call, once; returns the decision and the job
         as the transaction read it (the one read of the job a decision makes: the resume is
-        sent from it). ``authorize(record)`` runs first, inside the transaction: it raises
-        when the caller may not decide this job, else says whether its requester may approve
-        it (without it: no). ``binding`` names the approval the person looked at. In the
+        sent from it). ``policy`` is asked first, inside the transaction: it raises when the
+        caller may not decide this job, else says whether its requester may approve it
+        (without a policy: no). ``binding`` names the approval the person looked at. In the
         order checked: BEM-600 when nothing waits; BEM-604 when the binding is not the
         approval waiting (decided since, or the job parked again on another change); BEM-601
         when someone decided first; BEM-602 when the requester approves their own job and
-        ``authorize`` does not allow it (refusing it is always allowed); BEM-605 for an
+        ``policy`` does not allow it (refusing it is always allowed); BEM-605 for an
         approve that names nothing (a refuse may, since refusing releases nothing).
         ``os_user``: the OS account behind a CLI decision, recorded beside ``by`` and held to
         the same self-approval rule."""
@@ -161,7 +170,10 @@ class Approvals(RedisGateway):
 
         def body(pipe: Pipeline) -> tuple[tuple[Approval, JobRecord], Writes | None]:
             record = read_job(pipe, self.keys, job_id)
-            allow_self = False if authorize is None else authorize(record)
+            allow_self = False
+            if policy is not None:
+                policy.check(record)
+                allow_self = policy.allows_self_approval(record)
             current = read_approval(pipe, self.keys, job_id)
             if binding is not None and current is not None and binding.approval_id != current.id:
                 raise _stale(job_id, binding, current)
@@ -289,7 +301,3 @@ def _stale(job_id: str, binding: DecisionBinding, current: Approval) -> Approval
         f"not what you decided ({'; '.join(binding.differences(shown))}); nothing was "
         "decided: look at the job's approval again and decide that one",
     )
-
-
-def _summary_json(approval: Approval) -> str:
-    return ApprovalSummary.of(approval).model_dump_json()

@@ -1,11 +1,13 @@
 """``ParkedBlobs``: what a parked job needs to resume, beside its record: the runner's
 ``RunState`` (JSON) and the workspace snapshot (bytes, capped by ``snapshot_max_bytes``).
-Both are dropped when the job ends."""
+Both are dropped when the job ends; a park writes them with its record in one transaction
+(``JobRecords.park``)."""
 
 from __future__ import annotations
 
 from bot.core.errors import JobError
 from bot.store.gateway import RedisGateway, as_bytes, text
+from bot.store.records import check_snapshot
 
 
 class ParkedBlobs(RedisGateway):
@@ -23,12 +25,7 @@ class ParkedBlobs(RedisGateway):
         return text(raw)
 
     def save_snapshot(self, job_id: str, data: bytes) -> None:
-        if len(data) > self.snapshot_max_bytes:
-            raise JobError(
-                "BEM-503",
-                f"the parked workspace of job {job_id} is {len(data)} bytes; the snapshot cap "
-                f"is {self.snapshot_max_bytes} bytes (jobs.snapshot_max_bytes)",
-            )
+        check_snapshot(job_id, data, self.snapshot_max_bytes)
         with self.reachable():
             self._redis.set(self.keys.snapshot(job_id), data)
 

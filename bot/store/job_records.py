@@ -32,8 +32,10 @@ from bot.store.records import (
     RECORD,
     append_entry,
     awaits_resume,
+    check_snapshot,
     index_lease,
     loaded,
+    queue_pending,
     queue_withdrawal,
     read_approval,
     read_job,
@@ -195,6 +197,39 @@ class JobRecords(RedisGateway):
 
         return self.atomic([job_key, approval_key], body)
 
+    def park(
+        self,
+        approval: Approval,
+        *,
+        owner: str,
+        run_state: str,
+        snapshot: bytes | None,
+        **changes: Any,
+    ) -> JobRecord | None:
+        """Park the job ``owner`` runs on its pending ``approval``, in ONE transaction: the
+        run state, the workspace snapshot (if any), the approval queued for reviewers and
+        the move to ``awaiting_approval`` (with ``changes``) are written together, or none
+        of them is (a worker killed meanwhile leaves the job running, for the sweep). None
+        when the job is no longer ``owner``'s running job: nothing is written."""
+        if approval.state is not ApprovalState.PENDING:
+            raise ValueError("only a pending approval can be opened")
+        job_id = approval.job_id
+        if snapshot is not None:
+            check_snapshot(job_id, snapshot, self.snapshot_max_bytes)
+
+        def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
+            if record.state is not JobState.RUNNING or record.worker != owner:
+                return None
+            return {**changes, "state": JobState.AWAITING_APPROVAL, "approval_id": approval.id}
+
+        def parked(tx: Pipeline) -> None:
+            tx.set(self.keys.run(job_id), run_state)
+            if snapshot is not None:
+                tx.set(self.keys.snapshot(job_id), snapshot)
+            queue_pending(tx, self.keys, approval)
+
+        return self._change_job(job_id, change, also=parked)[0]
+
     def request_cancel(
         self, job_id: str, *, authorize: Callable[[JobRecord], None] | None = None
     ) -> JobRecord:
@@ -297,13 +332,17 @@ class JobRecords(RedisGateway):
 
         self._change_job(job_id, change)
 
-    def _change_job(self, job_id: str, change: Change) -> tuple[JobRecord | None, JobRecord]:
+    def _change_job(
+        self, job_id: str, change: Change, *, also: Writes | None = None
+    ) -> tuple[JobRecord | None, JobRecord]:
         """The one write path for a job: ``change`` returns the fields to set (or None to
         leave the job as it is); the store adds version and updated_at, drops the lease when
         the job stops running, and when the job ends writes the end event and withdraws its
-        pending approval in the same transaction. The cancel flag follows the record's
-        ``cancel_requested``: set when a cancel is asked of a job that goes on running,
-        deleted when the job ends. Returns (written record or None, record as read)."""
+        pending approval in the same transaction; ``also`` queues what goes with the change
+        (a park's run state, snapshot and approval) in that transaction too. The cancel flag
+        follows the record's ``cancel_requested``: set when a cancel is asked of a job that
+        goes on running, deleted when the job ends. Returns (written record or None, record
+        as read)."""
         job_key, approval_key = self.keys.job(job_id), self.keys.approval(job_id)
 
         def body(pipe: Pipeline) -> tuple[tuple[JobRecord | None, JobRecord], Writes | None]:
@@ -325,6 +364,8 @@ class JobRecords(RedisGateway):
             approval = read_approval(pipe, self.keys, job_id) if ends else None
 
             def writes(tx: Pipeline) -> None:
+                if also is not None:
+                    also(tx)
                 tx.set(job_key, new.model_dump_json())
                 index_lease(tx, self.keys, new)
                 if ends:

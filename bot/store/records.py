@@ -99,6 +99,23 @@ def index_lease(tx: Pipeline, keys: Keys, record: JobRecord) -> None:
         tx.zrem(keys.leases, record.id)
 
 
+def queue_pending(tx: Pipeline, keys: Keys, approval: Approval) -> None:
+    """Store a job's pending approval and queue it, with its summary, for reviewers."""
+    tx.set(keys.approval(approval.job_id), approval.model_dump_json())
+    tx.zadd(keys.pending, {approval.job_id: approval.created_at.timestamp()})
+    tx.hset(keys.summaries, approval.job_id, ApprovalSummary.of(approval).model_dump_json())
+
+
+def check_snapshot(job_id: str, data: bytes, cap: int) -> None:
+    """BEM-503 when a parked workspace's snapshot is over the cap."""
+    if len(data) > cap:
+        raise JobError(
+            "BEM-503",
+            f"the parked workspace of job {job_id} is {len(data)} bytes; the snapshot cap "
+            f"is {cap} bytes (jobs.snapshot_max_bytes)",
+        )
+
+
 def queue_decided(tx: Pipeline, keys: Keys, decided: Approval) -> None:
     """Store an approval that left pending: out of the queue, into the history."""
     tx.set(keys.approval(decided.job_id), decided.model_dump_json())

@@ -52,7 +52,7 @@ from sandbox.host.upstream.credentials import (
     public_url,
 )
 from sandbox.host.upstream.mirror import mirror_lock, open_mirror
-from sandbox.host.workspace.outbox import import_commit, outbox_branch
+from sandbox.host.workspace.outbox import ApprovedCommit, import_commit, off_approved
 from sandbox.host.workspace.prepare import Workspace
 from sandbox.inside.refs import HEADS, ProtectedRefs
 
@@ -90,7 +90,7 @@ def relay_push(
     def from_outbox(mirror: pygit2.Repository, name: str, sha: str) -> None:
         # A mirror removed since the workspace was built comes back empty; the import then
         # copies the whole closure from the outbox, which holds the base history too.
-        _check_outbox(workspace, name, sha)
+        _check_outbox(workspace, ApprovedCommit(sha=sha, branch=name))
         import_commit(workspace.outbox, mirror, sha)
 
     return _update_upstream(
@@ -161,13 +161,13 @@ def _commit_id(candidate: str) -> str:
     return sha
 
 
-def _check_outbox(workspace: Workspace, name: str, sha: str) -> None:
-    found = outbox_branch(workspace.outbox, name)
-    if found != sha:
-        where = f"points at {found}" if found else "does not exist"
+def _check_outbox(workspace: Workspace, approved: ApprovedCommit) -> None:
+    where = off_approved(workspace.outbox, approved)
+    if where is not None:
         raise BeamError(
             "BEM-352",
-            f"the job's outbox branch {name!r} {where}, not at the approved commit {sha}: "
+            f"the job's outbox branch {approved.branch!r} {where}, not at the approved commit "
+            f"{approved.sha}: "
             "the outbox no longer holds what was approved (the job pushed again, or pushed "
             "another branch). Nothing was sent; approve the job's current push instead.",
         )

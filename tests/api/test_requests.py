@@ -4,7 +4,7 @@ the way (no server needed)."""
 from __future__ import annotations
 
 from bot.config import RepositoryConfig
-from bot.jobs.plans import request_text, tree_plan
+from bot.jobs.kinds import request_text, tree_plan
 from bot.service.schemas import JobRequest
 
 

@@ -18,7 +18,7 @@ from bot.core.input import AgentInput
 from bot.core.tools import ToolSpec
 from bot.jobs.celery_app import celery_config
 from bot.jobs.model_client import model_client_for
-from bot.jobs.relayed_push import ApprovedPush, Relay, RelayedPush
+from bot.jobs.relayed_push import Relay, RelayedPush
 from bot.service.queues import (
     COLLECT_WORKSPACES,
     HOSTS_EXCHANGE,
@@ -31,6 +31,7 @@ from bot.service.queues import (
 )
 from bot.store.models import JobKind, JobRecord, JobSpec
 from sandbox.host.relay import RelayResult
+from sandbox.host.workspace.outbox import ApprovedCommit
 from sandbox.inside.tool_specs import TOOL_SPECS
 
 SHA = "a" * 40
@@ -210,7 +211,7 @@ async def test_relayed_push_relays_exactly_the_approved_commit() -> None:
     inner, relayed = FakeContainerPush(SHA, "refs/heads/riverbeam/job1"), []
     push = RelayedPush(inner, _relay(relayed))
     assert push.spec() == TOOL_SPECS["git_push"]
-    push.arm(ApprovedPush(sha=SHA, branch="riverbeam/job1"))
+    push.arm(ApprovedCommit(sha=SHA, branch="riverbeam/job1"))
     result = await push.invoke({}, AgentInput.of_text("x"))
     assert relayed == [(SHA, "riverbeam/job1")]
     assert result == {
@@ -240,7 +241,7 @@ async def test_a_push_staged_in_the_outbox_is_relayed_without_the_container(
         (outbox / "refs" / "heads" / "riverbeam" / "job1").write_text(outbox_at + "\n")
     inner, relayed = FakeContainerPush(SHA, "refs/heads/riverbeam/job1"), []
     push = RelayedPush(inner, _relay(relayed), outbox=outbox)
-    push.arm(ApprovedPush(sha=SHA, branch="riverbeam/job1"))
+    push.arm(ApprovedCommit(sha=SHA, branch="riverbeam/job1"))
     result = await push.invoke({}, AgentInput.of_text("x"))
     # Exactly the approved commit goes, and the model reads the same answer either way.
     assert relayed == [(SHA, "riverbeam/job1")]
@@ -252,7 +253,7 @@ async def test_a_push_staged_in_the_outbox_is_relayed_without_the_container(
 async def test_relayed_push_refuses_what_was_not_approved() -> None:
     inner, relayed = FakeContainerPush("b" * 40, "refs/heads/riverbeam/job1"), []
     push = RelayedPush(inner, _relay(relayed))
-    push.arm(ApprovedPush(sha=SHA, branch="riverbeam/job1"))
+    push.arm(ApprovedCommit(sha=SHA, branch="riverbeam/job1"))
     with pytest.raises(BeamError) as caught:
         await push.invoke({}, AgentInput.of_text("x"))
     assert caught.value.code == "BEM-603"

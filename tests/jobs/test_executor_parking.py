@@ -16,9 +16,11 @@ from bot.core.frames import ErrorInfo, PendingCall, ToolCallRecord
 from bot.core.input import AgentInput
 from bot.jobs.branch_change import branch_tip, read_change
 from bot.jobs.commit_notes import MAX_SUBJECT_CHARS, parse_commit_message
-from bot.jobs.outcomes import author_outcome, commit_notes_outcome, ended_refused, pushed_sha
+from bot.jobs.kinds import tree_plan
+from bot.jobs.kinds.author import author_outcome, pushed_sha
+from bot.jobs.kinds.commit_notes import commit_notes_outcome
+from bot.jobs.outcomes import ended_refused
 from bot.jobs.parking import PushTarget, approval_for, check_still_bound
-from bot.jobs.plans import tree_plan
 from bot.runner.state import CallDecision, RunState
 from bot.store.models import Approval, CommitInfo, JobKind, JobRecord, JobSpec
 from harness.gitkit import commit_all, git, traversable_dir

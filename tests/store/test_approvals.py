@@ -21,6 +21,16 @@ from tests.store.kit import author, code_of, open_store, parked, race, seen
 # approvals --------------------------------------------------------------------------------
 
 
+class _SelfApproving:
+    """A decision policy that lets anyone decide, the requester included."""
+
+    def check(self, record: JobRecord) -> None:
+        return None
+
+    def allows_self_approval(self, record: JobRecord) -> bool:
+        return True
+
+
 def test_an_approval_is_decided_once_and_kept_in_history(store: JobStore) -> None:
     record = parked(store)
     opened = store.approval(record.id)
@@ -74,7 +84,7 @@ def test_the_requester_cannot_approve_their_own_job_unless_allowed(store: JobSto
             binding=seen(store, record.id),
             approve=True,
             by="alice",
-            authorize=lambda record: True,
+            policy=_SelfApproving(),
         )[0].decided_by
         == "alice"
     )

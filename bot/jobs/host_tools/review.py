@@ -83,6 +83,11 @@ class ReviewChangeTool:
     def __repr__(self) -> str:
         return f"ReviewChangeTool({self._root!r})"
 
+    @property
+    def collector(self) -> ReviewCollector:
+        """What the run delivered through this tool, for the review kind's outcome."""
+        return self._collector
+
     def spec(self) -> ToolSpec:
         finding = {
             "type": "object",

@@ -23,6 +23,7 @@ import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
@@ -32,7 +33,14 @@ from bot.core.errors import BeamError
 from sandbox.host.workspace.entries import walk_entries
 from sandbox.inside.refs import HEADS
 
-__all__ = ["copy_commit", "import_commit", "outbox_branch", "untrusted_odb"]
+__all__ = [
+    "ApprovedCommit",
+    "copy_commit",
+    "import_commit",
+    "off_approved",
+    "outbox_branch",
+    "untrusted_odb",
+]
 
 MAX_LOOSE_REF_BYTES = 1024
 MAX_PACKED_REFS_BYTES = 16 << 20
@@ -48,6 +56,25 @@ def outbox_branch(outbox: Path, branch: str) -> str | None:
         return _parse_loose(loose, branch)
     packed = _read_untrusted(outbox, ["packed-refs"], MAX_PACKED_REFS_BYTES)
     return None if packed is None else _lookup_packed(packed, HEADS + branch)
+
+
+@dataclass(frozen=True)
+class ApprovedCommit:
+    """What a person approved a push of: commit ``sha`` on branch ``branch``."""
+
+    sha: str
+    branch: str
+
+
+def off_approved(git_dir: Path, approved: ApprovedCommit) -> str | None:
+    """THE check that a job's repository is still on the approved commit, used by the park,
+    the resume, the relayed push and the relay: None when ``refs/heads/<branch>`` in
+    ``git_dir`` (a tree's ``.git`` or the outbox, read as untrusted data) holds the approved
+    commit, else where the branch is instead (``points at <sha>``, ``does not exist``)."""
+    found = outbox_branch(git_dir, approved.branch)
+    if found == approved.sha:
+        return None
+    return f"points at {found}" if found else "does not exist"
 
 
 def import_commit(outbox: Path, mirror: pygit2.Repository, sha: str) -> int:

@@ -39,7 +39,12 @@ from collections.abc import Sequence
 import pygit2
 
 from bot.core.errors import BeamError
-from sandbox.host.workspace.outbox import copy_commit, outbox_branch, untrusted_odb
+from sandbox.host.workspace.outbox import (
+    ApprovedCommit,
+    copy_commit,
+    off_approved,
+    untrusted_odb,
+)
 from sandbox.host.workspace.prepare import Workspace, hand_over
 from sandbox.host.workspace.snapshot_tree import open_parent
 from sandbox.inside.refs import HEADS, ProtectedRefs
@@ -72,9 +77,9 @@ def _stage(workspace: Workspace, sha: str, branch: str, protected_refs: Sequence
         raise BeamError("BEM-350", f"{sha!r} is not a full 40-character commit id")
     gitdir = workspace.tree / ".git"
     # Read as the outbox is: straight from the ref file, following no link, parsed strictly.
-    found = outbox_branch(gitdir, branch)
-    if found != sha:
-        raise BeamError("BEM-352", f"the tree's branch {branch!r} is at {found}, not {sha}")
+    where = off_approved(gitdir, ApprovedCommit(sha=sha, branch=branch))
+    if where is not None:
+        raise BeamError("BEM-352", f"the tree's branch {branch!r} {where}, not at {sha}")
     target = untrusted_odb(workspace.outbox / "objects")
     copied = copy_commit(untrusted_odb(gitdir / "objects"), target, sha)
     _write_branch(workspace, branch, sha)

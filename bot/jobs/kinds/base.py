@@ -1,0 +1,81 @@
+"""What a job kind says about itself, in one place: ``Kind``.
+
+A kind names its tree (``plan``: where the workspace starts and what it is compared with, or
+no tree), the request a job without one is given, the host tools its agent gets beside the
+container's, its prompt values, its outcome (read from the run and the tree when the run
+ends), and how that outcome is judged (``judge``: why the job may not be ``succeeded``).
+The segment (``bot.jobs.executor``) asks the job's kind and never names one.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from bot.agents.memory import MemoryStore
+from bot.config import RepositoryConfig
+from bot.core.errors import JobError
+from bot.core.tools import Tool
+from bot.jobs.parking import PublishTarget
+from bot.jobs.plans import Tree, TreePlan
+from bot.runner.state import RunState
+from bot.store.models import JobKind, JobSpec, Outcome
+from sandbox.inside.jail import SandboxRoot
+
+
+@dataclass(frozen=True)
+class ToolKit:
+    """What a kind's host tools are made from: the job's notes (``memory`` under ``scope``),
+    its tree as the host reads it, and a publish job's ``publish_docset``."""
+
+    memory: MemoryStore
+    scope: str
+    tree: SandboxRoot | None = None
+    publish: Tool | None = None
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A run that ended, as its kind reads its outcome from it."""
+
+    spec: JobSpec
+    state: RunState
+    tree: Tree | None
+    publish: PublishTarget | None
+    tools: Sequence[Tool]
+    diff_max_chars: int
+
+
+class Kind(ABC):
+    """One job kind. ``publishes``: the segment prepares a publish target on the host (the
+    publish tool, its plan and the mirror); ``owns_branch``: the job's tree is on a branch of
+    its own, recorded on the job."""
+
+    job_kind: ClassVar[JobKind]
+    default_request: ClassVar[str] = ""
+    publishes: ClassVar[bool] = False
+    owns_branch: ClassVar[bool] = False
+
+    @abstractmethod
+    def plan(self, spec: JobSpec, repo: RepositoryConfig) -> TreePlan | None:
+        """The tree a job of ``spec`` works in, or None for a kind that needs none."""
+
+    def tools(self, kit: ToolKit) -> list[Tool]:
+        """The host tools the kind adds to the container's (its skill's allowlist decides)."""
+        return []
+
+    def prompt_values(self, tree: Tree | None, publish: PublishTarget | None) -> dict[str, Any]:
+        """The kind's prompt values beside the repository's."""
+        if tree is None:
+            return {}
+        return {"branch": tree.plan.branch, "base": tree.plan.base}
+
+    @abstractmethod
+    def outcome(self, ended: Ended) -> Outcome | None:
+        """The structured result, from what the host can check; None when there is none."""
+
+    def judge(self, ended: Ended, outcome: Outcome | None) -> JobError | None:
+        """Why the run may not be ``succeeded`` (its required result is missing), or None."""
+        return None if outcome is None else outcome.missing()

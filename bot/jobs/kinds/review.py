@@ -1,0 +1,40 @@
+"""review: reads a branch and delivers a verdict with findings through ``review_change``.
+
+- plan: the tree is the branch under review; the compare point is where it left its base
+  (their merge base), so ``git_diff``/``git_log`` show exactly the branch's change;
+- tools: the container's read tools, ``review_change`` and ``remember``;
+- outcome: the review ``review_change`` collected, on the branch at the commit reviewed;
+- judged: a verdict was delivered (``ReviewOutcome.missing``, BEM-521).
+"""
+
+from __future__ import annotations
+
+from bot.agents.memory import RememberTool
+from bot.config import RepositoryConfig
+from bot.core.tools import Tool
+from bot.jobs.host_tools.review import ReviewChangeTool, ReviewCollector
+from bot.jobs.kinds.base import Ended, Kind, ToolKit
+from bot.jobs.plans import TreePlan, branch_plan
+from bot.store.models import JobKind, JobSpec, Outcome
+
+
+class Review(Kind):
+    job_kind = JobKind.REVIEW
+    default_request = "Review the change on {branch} against {base}."
+
+    def plan(self, spec: JobSpec, repo: RepositoryConfig) -> TreePlan:
+        return branch_plan(spec, repo)
+
+    def tools(self, kit: ToolKit) -> list[Tool]:
+        tools: list[Tool] = [RememberTool(kit.memory, kit.scope)]
+        if kit.tree is not None:
+            tools.append(ReviewChangeTool(ReviewCollector(), kit.tree))
+        return tools
+
+    def outcome(self, ended: Ended) -> Outcome | None:
+        tool = next((t for t in ended.tools if isinstance(t, ReviewChangeTool)), None)
+        if ended.tree is None or tool is None:
+            return None
+        return tool.collector.outcome(
+            branch=ended.tree.plan.branch, commit_sha=ended.tree.workspace.base_sha
+        )

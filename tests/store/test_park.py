@@ -1,0 +1,130 @@
+"""The park is one transaction: a worker killed at any point of it leaves the job either
+running with nothing of the park written (the sweep takes it over), or parked with all of
+it; never half-parked. Against a real redis-server: the killed worker is a real process that
+sends MULTI and the first writes of the park's transaction, then dies (SIGKILL) before its
+EXEC, at every point from none to all of them; a last one dies just after the EXEC."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from bot.core.errors import JobError
+from bot.store.models import Approval, JobRecord, JobResult, JobState
+from bot.store.store import JobStore
+from harness.redis_server import RedisServer
+from tests.store.kit import author
+
+WORKER = "w1"
+# Run by a worker process of its own: park the job, dying after ``cut`` of the park's
+# queued writes were sent inside MULTI (no EXEC), or just after the EXEC when ``cut`` is
+# past them all.
+CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    from itertools import chain
+    from redis.client import Pipeline
+    from bot.store.models import Approval
+    from bot.store.store import JobStore
+
+    url, prefix, approval, cut = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    original = Pipeline._execute_transaction
+
+    def dying(self, connection, commands, raise_on_error):
+        if cut >= len(commands):
+            return original(self, connection, commands, raise_on_error)
+        sent = chain([("MULTI",)], [args for args, _ in commands[:cut]])
+        connection.send_packed_command(connection.pack_commands(list(sent)))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    Pipeline._execute_transaction = dying
+    store = JobStore.from_url(url, prefix=prefix)
+    parked = store.park(
+        Approval.model_validate_json(approval),
+        owner="w1",
+        run_state='{"version": 1}',
+        snapshot=b"snapshot",
+        result={"text": "parked"},
+    )
+    assert parked is not None
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def _approval(record: JobRecord) -> Approval:
+    return Approval(
+        id="a1",
+        job_id=record.id,
+        repo="docs",
+        requested_by="alice",
+        call_id="call_1",
+        tool="git_push",
+        arguments={},
+        commit_sha="c" * 40,
+        target_ref="riverbeam/job1",
+    )
+
+
+def _written(store: JobStore, job_id: str) -> dict[str, bool]:
+    """Which parts of a park the store holds for the job."""
+    client, keys = store.client, store.keys
+    record = store.get(job_id)
+    return {
+        "run_state": client.exists(keys.run(job_id)) == 1,
+        "snapshot": client.exists(keys.snapshot(job_id)) == 1,
+        "approval": client.exists(keys.approval(job_id)) == 1,
+        "queued": client.zscore(keys.pending, job_id) is not None,
+        "summary": client.hexists(keys.summaries, job_id),
+        "moved": record.state is JobState.AWAITING_APPROVAL and record.approval_id == "a1",
+    }
+
+
+def test_a_worker_killed_anywhere_in_the_park_leaves_none_or_all_of_it(
+    store: JobStore, server: RedisServer
+) -> None:
+    record = store.claim(store.create(author()).id, worker=WORKER, lease_seconds=60)
+    assert record is not None
+    approval = _approval(record).model_dump_json()
+    seen: list[dict[str, bool]] = []
+    for cut in range(20):
+        child = subprocess.run(
+            [sys.executable, "-c", CHILD, server.url, store.keys.prefix, approval, str(cut)],
+            env=os.environ,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert child.returncode == -9, child.stderr
+        written = _written(store, record.id)
+        seen.append(written)
+        if any(written.values()):
+            break
+        # Nothing of the park: the job is as the worker left it, running on its lease.
+        assert store.get(record.id).version == record.version
+    assert all(seen[-1].values()), seen[-1]
+    # The park's writes were cut after each one of them, and after all but the EXEC.
+    assert len(seen) >= 7 and not any(any(w.values()) for w in seen[:-1])
+
+
+def test_a_park_of_a_job_the_worker_no_longer_runs_writes_nothing(store: JobStore) -> None:
+    record = store.claim(store.create(author()).id, worker="w2", lease_seconds=60)
+    assert record is not None
+    parked = store.park(
+        _approval(record), owner=WORKER, run_state="{}", snapshot=b"s", result=JobResult()
+    )
+    assert parked is None
+    assert not any(_written(store, record.id).values())
+
+
+def test_a_park_with_a_snapshot_over_the_cap_writes_nothing(store: JobStore) -> None:
+    record = store.claim(store.create(author()).id, worker=WORKER, lease_seconds=60)
+    assert record is not None
+    with pytest.raises(JobError) as caught:
+        store.park(_approval(record), owner=WORKER, run_state="{}", snapshot=b"x" * 4097)
+    assert caught.value.code == "BEM-503"
+    assert not any(_written(store, record.id).values())

@@ -26,8 +26,8 @@ import httpx
 from bot.cli.tokens import token_table
 from bot.config import Role, TokenConfig
 from bot.service.access import new_token, token_digest
-from harness.redis_server import free_port
 from harness.stack import PROJECT_ROOT, Stack, clean_environment, log_tail
+from harness.workers import free_port
 
 READY_SECONDS = 30.0
 

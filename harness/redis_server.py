@@ -1,4 +1,5 @@
-"""A real ``redis-server`` process on a free loopback port, owned by the test session.
+"""A real ``redis-server`` process on a free loopback port (one of the test process's own,
+``harness.workers``), owned by the test session.
 
 ``redis_server(workdir)`` yields the URL of a server that lives as long as the block.
 ``running_redis(workdir)`` yields a ``RedisServer`` that a test can stop, crash, pause and
@@ -19,11 +20,7 @@ from pathlib import Path
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from harness.workers import free_port
 
 
 def _answers_ping(port: int) -> bool:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.redis_server import free_port
+from harness.workers import free_port
 
 SSH_USER = "riverbeam-sshtest"
 SSHD = "/usr/sbin/sshd"

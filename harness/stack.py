@@ -67,6 +67,7 @@ from harness.git_http import GitHttpServer
 from harness.gitkit import commit_all, git, traversable_dir, write_files
 from harness.playbooks import seed_upstream
 from harness.redis_server import RedisServer, running_redis
+from harness.workers import IMAGE_BUILD, one_at_a_time
 from sandbox.host.container.hardening import (
     ROLE_LABEL,
     ROLE_SANDBOX,
@@ -377,7 +378,8 @@ def job_stack(
             )
         )
         settings = Settings(**tomllib.loads(config.read_text()))
-        build_image(settings, client=connect())
+        with one_at_a_time(IMAGE_BUILD):
+            build_image(settings, client=connect())
         store = JobStore.from_url(redis_url, prefix=settings.jobs.prefix)
         stack = Stack(
             base=base,

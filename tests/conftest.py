@@ -11,14 +11,19 @@ from bot.clients import openai_compatible
 from harness.stub_model import StubModel
 
 # Variables that would point a client at a real endpoint, hand it a real key, or route its
-# requests through a proxy (httpx reads the proxy variables itself).
+# requests through a proxy (httpx reads the proxy variables itself); and the terminal's size,
+# which pytest-xdist's workers have set (COLUMNS=80): the CLI prints at its pipe width in a
+# test, however pytest was started.
 _ENV_PREFIXES = ("BEAM_", "GFS_", "OPENAI_")
-_ENV_NAMES = frozenset({"NVIDIA_API_KEY", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"})
+_ENV_NAMES = frozenset(
+    {"NVIDIA_API_KEY", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "COLUMNS", "LINES"}
+)
 
 
 @pytest.fixture(autouse=True)
 def _clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test starts without model credentials, endpoints or proxies from the shell."""
+    """Every test starts without model credentials, endpoints, proxies or a terminal size from
+    the shell."""
     for name in list(os.environ):
         if name.upper() in _ENV_NAMES or name.startswith(_ENV_PREFIXES):
             monkeypatch.delenv(name)

@@ -212,7 +212,7 @@ class _Server:
             return streamable_http_client(config.url, http_client=http)
         # mkdtemp's directory is new and 0700; nothing of the worker's is ever put in it.
         self._home = Path(tempfile.mkdtemp(prefix=f"riverbeam-mcp-{config.name}-"))
-        self._errlog = _nameless_file()
+        errlog = self._errlog = _nameless_file()
         assert config.command is not None  # the configuration has a command or a url
         address = f"riverbeam-mcp-{secrets.token_hex(16)}"
         server = StdioServerParameters(
@@ -230,15 +230,17 @@ class _Server:
             env={"HOME": str(self._home), **config.env},
             cwd=self._home,
         )
-        return self._launched(server, address)
+        return self._launched(server, address, errlog)
 
     @contextlib.asynccontextmanager
-    async def _launched(self, server: StdioServerParameters, address: str) -> AsyncIterator[Any]:
+    async def _launched(
+        self, server: StdioServerParameters, address: str, errlog: TextIO
+    ) -> AsyncIterator[Any]:
         """The SDK's stdio transport, once the kernel has named the server's launcher."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK) as listener:
             listener.bind("\0" + address)
             listener.listen(8)
-            async with stdio_client(server, errlog=self._errlog) as streams:
+            async with stdio_client(server, errlog=errlog) as streams:
                 with anyio.fail_after(self.config.startup_timeout_seconds):
                     self._leader = await _launcher_of(listener)
                 listener.close()

@@ -19,8 +19,9 @@ from bot.app import create_app
 from bot.config import Settings
 from bot.jobs.workers import job_queues
 from harness.api_server import ApiServer
-from harness.redis_server import free_port, redis_server
+from harness.redis_server import redis_server
 from harness.stack import Stack
+from harness.workers import free_port
 
 CHECKS = {"redis", "broker", "docker", "image", "workers"}
 

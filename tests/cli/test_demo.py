@@ -14,9 +14,9 @@ import pytest
 from bot.demo import MISSPELLINGS, PAGE, PAGES, SCRIPTED_LABEL, fix_links, fix_typos
 from bot.store.models import JobKind
 from harness.gitkit import traversable_dir
-from harness.redis_server import free_port
 from harness.stack import job_stack
 from harness.stub_model import STUB_MODEL, StubModel, completion, tool_call
+from harness.workers import free_port
 from sandbox.host.container.hardening import ROLE_LABEL, ROLE_SANDBOX, container_job
 from sandbox.host.engine import connect
 from tests.cli.kit import Background, assert_all_gone, cli, environment, started_pids

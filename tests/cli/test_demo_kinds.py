@@ -30,7 +30,7 @@ from bot.demo import (
     fix_typos,
 )
 from harness.gitkit import traversable_dir, upstream_push
-from harness.redis_server import free_port
+from harness.workers import free_port
 from tests.cli.kit import PROJECT_ROOT, Background, Ran, approval_flags, cli, environment
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from harness.redis_server import free_port, running_redis
+from harness.redis_server import running_redis
+from harness.workers import free_port
 from tests.cli.kit import Background, alive, assert_all_gone, environment, started_pids
 
 pytestmark = pytest.mark.slow

@@ -15,6 +15,7 @@ import pytest
 
 from bot.config import SandboxLimits, Settings
 from bot.core.errors import BeamError
+from harness.workers import IMAGE_BUILD, one_at_a_time, own
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.engine import connect
 from sandbox.host.image.build import ImageInfo, build_image
@@ -36,7 +37,8 @@ def settings() -> Settings:
 
 @pytest.fixture(scope="session")
 def image(docker_client: docker.DockerClient, settings: Settings) -> ImageInfo:
-    return build_image(settings, client=docker_client)
+    with one_at_a_time(IMAGE_BUILD):
+        return build_image(settings, client=docker_client)
 
 
 @pytest.fixture
@@ -46,7 +48,7 @@ def limits(settings: Settings) -> SandboxLimits:
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Workspace:
-    return make_workspace(tmp_path / "job-1")
+    return make_workspace(tmp_path / own("job-1"))
 
 
 @pytest.fixture
@@ -58,7 +60,7 @@ def sandbox(
 ) -> Iterator[ContainerSandbox]:
     with ContainerSandbox(docker_client, image.ref) as running:
         running.start(
-            "job-1",
+            own("job-1"),
             workspace.path,
             PROTECTED,
             limits,

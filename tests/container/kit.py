@@ -20,6 +20,7 @@ import docker
 import pygit2
 
 from bot.config import SandboxLimits
+from harness.workers import own
 from sandbox.host.container.hardening import SandboxJob
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.workspace.spare_dirs import make_spare_directory
@@ -40,7 +41,7 @@ class Workspace:
 
 
 def make_workspace(
-    base: Path, *, job_id: str = "job-1", uid: int = 10001, tree: str = "workspace"
+    base: Path, *, job_id: str = own("job-1"), uid: int = 10001, tree: str = "workspace"
 ) -> Workspace:
     path, outbox = base / tree, base / "outbox.git"
     repo = pygit2.init_repository(str(path), initial_head="main")
@@ -65,7 +66,7 @@ def claim_spare(
     root: Path,
     limits: SandboxLimits,
     *,
-    job_id: str = "job-1",
+    job_id: str = own("job-1"),
     deployment: str | None = None,
     replace_leftover: bool = False,
 ) -> tuple[Workspace, Path]:

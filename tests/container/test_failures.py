@@ -12,6 +12,7 @@ import pytest
 
 from bot.config import SandboxLimits
 from bot.core.errors import BeamError
+from harness.workers import own
 from sandbox.host.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.image.build import ImageInfo
@@ -35,7 +36,7 @@ def _start(
     client: docker.DockerClient, image: str, workspace: Workspace, limits: SandboxLimits
 ) -> ContainerSandbox:
     sandbox = ContainerSandbox(client, image)
-    sandbox.start("job-1", workspace.path, PROTECTED, limits, deadline=deadline())
+    sandbox.start(own("job-1"), workspace.path, PROTECTED, limits, deadline=deadline())
     return sandbox
 
 
@@ -195,7 +196,7 @@ def test_one_job_runs_one_container_at_a_time(
     other = make_workspace(tmp_path / "again")
     second = ContainerSandbox(docker_client, image.ref)
     with pytest.raises(BeamError) as failed:
-        second.start("job-1", other.path, PROTECTED, SandboxLimits(), deadline=deadline())
+        second.start(own("job-1"), other.path, PROTECTED, SandboxLimits(), deadline=deadline())
     assert failed.value.code == "BEM-402"
     assert "Conflict" in failed.value.message or "already in use" in failed.value.message
     assert sandbox.call("list_tree", {})
@@ -210,7 +211,12 @@ def test_a_container_an_earlier_attempt_left_is_replaced_by_the_jobs_holder(
     other = make_workspace(tmp_path / "again")
     second = ContainerSandbox(docker_client, image.ref)
     second.start(
-        "job-1", other.path, PROTECTED, SandboxLimits(), deadline=deadline(), replace_leftover=True
+        own("job-1"),
+        other.path,
+        PROTECTED,
+        SandboxLimits(),
+        deadline=deadline(),
+        replace_leftover=True,
     )
     with second:
         assert second.call("list_tree", {})

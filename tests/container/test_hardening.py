@@ -20,6 +20,8 @@ import pytest
 from bot.config import SandboxLimits
 from bot.core.errors import BeamError
 from harness.docker_bridge import bridge_address
+from harness.workers import own
+from sandbox.host.container.hardening import container_name
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.container.probe import ProbeReport, inspect_flags, run_probe
 from sandbox.host.image.build import ImageInfo
@@ -69,7 +71,7 @@ def hardened(
     on_runtime = limits.model_copy(update={"runtime": runtime})
     with ContainerSandbox(docker_client, image.ref) as running:
         running.start(
-            "job-1",
+            own("job-1"),
             workspace.path,
             PROTECTED,
             on_runtime,
@@ -120,7 +122,7 @@ def test_every_flag_reads_back_from_docker_inspect(
     assert {entry.split("=", 1)[0] for entry in env} <= ALLOWED_ENV
     assert not any(canary in entry for entry in env)
     assert inspected["Config"]["Labels"]["riverbeam.role"] == "sandbox"
-    assert inspected["Config"]["Labels"]["riverbeam.job"] == "job-1"
+    assert inspected["Config"]["Labels"]["riverbeam.job"] == own("job-1")
 
 
 def test_a_claimed_spare_reads_back_as_a_fresh_container_does(
@@ -137,7 +139,7 @@ def test_a_claimed_spare_reads_back_as_a_fresh_container_does(
     tmp_path.chmod(0o711)
     on_runtime = limits.model_copy(update={"runtime": runtime})
     with ContainerSandbox(docker_client, image.ref) as spare:
-        workspace, first = claim_spare(spare, tmp_path / "root", on_runtime, job_id="job-2")
+        workspace, first = claim_spare(spare, tmp_path / "root", on_runtime, job_id=own("job-2"))
         claimed = docker_client.api.inspect_container(str(spare.container_id))
         fresh = docker_client.api.inspect_container(str(hardened.container_id))
         claimed_flags, fresh_flags = inspect_flags(claimed), inspect_flags(fresh)
@@ -149,7 +151,7 @@ def test_a_claimed_spare_reads_back_as_a_fresh_container_does(
             (str(first / "outbox.git"), "/outbox"),
         ]
         assert not first.exists() and "README.md" in str(spare.call("list_tree", {}))
-        assert workspace.path.parent == tmp_path / "root" / "job-2"
+        assert workspace.path.parent == tmp_path / "root" / own("job-2")
         same = ("Runtime", "Init", "Ulimits", "Binds", "VolumesFrom", "Links", "LogConfig")
         assert {key: claimed["HostConfig"][key] for key in same} == {
             key: fresh["HostConfig"][key] for key in same
@@ -158,7 +160,7 @@ def test_a_claimed_spare_reads_back_as_a_fresh_container_does(
         for key in ("Env", "User", "WorkingDir", "Entrypoint", "Image", "OpenStdin", "Tty"):
             assert claimed["Config"][key] == fresh["Config"][key], key
         assert claimed["Config"]["Cmd"] == ["--spare"]
-        assert claimed["Name"] == "/riverbeam-job-job-2"
+        assert claimed["Name"] == "/" + container_name(own("job-2"))
 
 
 def test_through_the_tools_only_the_working_tree_is_reachable(
@@ -205,7 +207,7 @@ def test_the_probe_can_connect_when_given_a_network(
     host_listener: tuple[str, int],
 ) -> None:
     # The control for the test below: the probe's connect does work on a bridge network.
-    job = probe_job(workspace, limits, "probe-1")
+    job = probe_job(workspace, limits, own("probe-1"))
     report, _ = run_probe(
         docker_client, image.ref, job, targets=[host_listener], network_mode="bridge"
     )
@@ -222,7 +224,7 @@ def test_code_past_the_jail_finds_no_network_credentials_host_paths_or_programs(
     tmp_path: Path,
     runtime: str,
 ) -> None:
-    job = probe_job(workspace, limits.model_copy(update={"runtime": runtime}), "probe-1")
+    job = probe_job(workspace, limits.model_copy(update={"runtime": runtime}), own("probe-1"))
     paths = [*HOST_PATHS, str(tmp_path), str(workspace.path), "/workspace/README.md"]
     report, _ = run_probe(docker_client, image.ref, job, targets=[host_listener], paths=paths)
     _assert_no_network(report)

@@ -11,6 +11,7 @@ import pytest
 
 from bot.config import SandboxLimits, Settings
 from bot.core.errors import BeamError
+from harness.workers import own
 from sandbox.host.container.probe import run_probe
 from sandbox.host.image.build import (
     KEPT_PREVIOUS_IMAGES,
@@ -153,6 +154,6 @@ def test_no_shell_package_manager_or_compiler_is_in_the_image(
     workspace: Workspace,
     limits: SandboxLimits,
 ) -> None:
-    job = probe_job(workspace, limits, "contents-probe", outbox=False)
+    job = probe_job(workspace, limits, own("contents-probe"), outbox=False)
     report, _ = run_probe(docker_client, image.ref, job, paths=ABSENT)
     assert report.paths == dict.fromkeys(ABSENT, False)

@@ -10,6 +10,7 @@ import pytest
 
 from bot.config import SandboxLimits
 from bot.core.errors import BeamError
+from harness.workers import own
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.container.probe import inspect_flags, run_probe
 from sandbox.host.image.build import ImageInfo
@@ -20,8 +21,8 @@ from tests.container.kit import deadline, make_workspace, probe_job
 def test_a_job_cannot_reach_another_jobs_workspace(
     docker_client: docker.DockerClient, image: ImageInfo, limits: SandboxLimits, tmp_path: Path
 ) -> None:
-    mine = make_workspace(tmp_path / "job-a", job_id="job-a")
-    theirs = make_workspace(tmp_path / "job-b", job_id="job-b")
+    mine = make_workspace(tmp_path / own("job-a"), job_id=own("job-a"))
+    theirs = make_workspace(tmp_path / own("job-b"), job_id=own("job-b"))
     (theirs.path / "private.md").write_text("job b's draft\n")
     planted = {"their-tree": str(theirs.path), "their-file": str(theirs.path / "private.md")}
     for name, target in planted.items():
@@ -32,8 +33,8 @@ def test_a_job_cannot_reach_another_jobs_workspace(
         ContainerSandbox(docker_client, image.ref) as a,
         ContainerSandbox(docker_client, image.ref) as b,
     ):
-        a.start("job-a", mine.path, PROTECTED, limits, deadline=deadline(), outbox=mine.outbox)
-        b.start("job-b", theirs.path, PROTECTED, limits, deadline=deadline())
+        a.start(own("job-a"), mine.path, PROTECTED, limits, deadline=deadline(), outbox=mine.outbox)
+        b.start(own("job-b"), theirs.path, PROTECTED, limits, deadline=deadline())
         for name in planted:
             with pytest.raises(BeamError) as refused:
                 a.call("read_file", {"path": name})
@@ -47,7 +48,7 @@ def test_a_job_cannot_reach_another_jobs_workspace(
         )
 
     # And from inside job a's container, past the jail: job b's paths do not exist.
-    job = probe_job(mine, limits, "job-a-probe")
+    job = probe_job(mine, limits, own("job-a-probe"))
     paths = [str(theirs.path), str(theirs.path / "private.md"), str(tmp_path)]
     report, _ = run_probe(docker_client, image.ref, job, paths=[*paths, "/workspace/their-file"])
     assert not any(report.paths[path] for path in paths)

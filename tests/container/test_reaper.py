@@ -13,11 +13,15 @@ import docker
 import pytest
 
 from bot.config import SandboxLimits
+from harness.workers import own
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.container.reaper import reap
 from sandbox.host.image.build import ImageInfo
 from tests.container.conftest import PROTECTED, container_exists
 from tests.container.kit import make_workspace
+
+# Serial: reap() with no deployment judges every sandbox container on the engine.
+pytestmark = pytest.mark.serial
 
 
 @pytest.fixture
@@ -28,10 +32,10 @@ def started(
     sandboxes: dict[str, ContainerSandbox] = {}
     now = datetime.now(UTC)
     deadlines = {
-        "reap-running": now + timedelta(hours=1),
-        "reap-finished": now + timedelta(hours=1),
-        "reap-unknown": now + timedelta(hours=1),
-        "reap-overdue": now - timedelta(seconds=1),
+        own("reap-running"): now + timedelta(hours=1),
+        own("reap-finished"): now + timedelta(hours=1),
+        own("reap-unknown"): now + timedelta(hours=1),
+        own("reap-overdue"): now - timedelta(seconds=1),
     }
     try:
         for job_id, deadline in deadlines.items():
@@ -48,25 +52,26 @@ def started(
 def test_reap_removes_finished_unknown_and_overdue_jobs_and_keeps_active_ones(
     started: dict[str, ContainerSandbox], docker_client: docker.DockerClient
 ) -> None:
-    active = {"reap-running", "reap-overdue"}  # overdue: still "active", but past deadline
+    # Overdue: still "active", but past its deadline.
+    active = {own("reap-running"), own("reap-overdue")}
     ids = {job: sandbox.container_id for job, sandbox in started.items()}
 
     # Containers of other jobs on this engine are none of this test's business: active.
-    removed = reap(docker_client, lambda job: job in active or not job.startswith("reap-"))
+    removed = reap(docker_client, lambda job: job in active or job not in ids)
 
     # Another test's container past its deadline may go too: only these jobs are asserted.
-    assert sorted(job for job in removed if job.startswith("reap-")) == [
-        "reap-finished",
-        "reap-overdue",
-        "reap-unknown",
+    assert sorted(job for job in removed if job in ids) == [
+        own("reap-finished"),
+        own("reap-overdue"),
+        own("reap-unknown"),
     ]
     assert {job: container_exists(docker_client, str(cid)) for job, cid in ids.items()} == {
-        "reap-running": True,
-        "reap-finished": False,
-        "reap-unknown": False,
-        "reap-overdue": False,
+        own("reap-running"): True,
+        own("reap-finished"): False,
+        own("reap-unknown"): False,
+        own("reap-overdue"): False,
     }
-    assert started["reap-running"].call("list_tree", {})
+    assert started[own("reap-running")].call("list_tree", {})
 
 
 _DYING_WORKER = textwrap.dedent(
@@ -80,7 +85,7 @@ _DYING_WORKER = textwrap.dedent(
 
     sandbox = ContainerSandbox(connect(), sys.argv[1])
     deadline = datetime.now(UTC) + timedelta(hours=1)
-    sandbox.start("reap-orphan", Path(sys.argv[2]), ["main"], SandboxLimits(), deadline=deadline)
+    sandbox.start(sys.argv[3], Path(sys.argv[2]), ["main"], SandboxLimits(), deadline=deadline)
     print(sandbox.container_id, flush=True)
     os._exit(0)  # no stop, no cleanup: a worker killed mid-job
     """
@@ -90,9 +95,9 @@ _DYING_WORKER = textwrap.dedent(
 def test_reap_cleans_up_after_a_worker_that_died_without_stopping(
     docker_client: docker.DockerClient, image: ImageInfo, tmp_path: Path
 ) -> None:
-    workspace = make_workspace(tmp_path / "orphan", job_id="reap-orphan")
+    workspace = make_workspace(tmp_path / "orphan", job_id=own("reap-orphan"))
     worker = subprocess.run(
-        [sys.executable, "-c", _DYING_WORKER, image.ref, str(workspace.path)],
+        [sys.executable, "-c", _DYING_WORKER, image.ref, str(workspace.path), own("reap-orphan")],
         capture_output=True,
         text=True,
         timeout=60,
@@ -102,9 +107,9 @@ def test_reap_cleans_up_after_a_worker_that_died_without_stopping(
     assert container_exists(docker_client, container_id)  # orphaned, still running
 
     def is_active(job: str) -> bool:
-        return job != "reap-orphan"  # the job store says: finished
+        return job != own("reap-orphan")  # the job store says: finished
 
-    assert reap(docker_client, is_active) == ["reap-orphan"]
+    assert reap(docker_client, is_active) == [own("reap-orphan")]
     assert not container_exists(docker_client, container_id)
     assert reap(docker_client, is_active) == []
 
@@ -121,11 +126,11 @@ def test_reap_judges_only_its_own_deployments_containers_by_job(
     later, passed = now + timedelta(hours=2), now - timedelta(hours=1)
     reaped_at = now
     containers = {
-        "scope-ours": ("dep-ours", later),
-        "scope-theirs": ("dep-theirs", later),
-        "scope-theirs-overdue": ("dep-theirs", passed),
-        "scope-unlabelled": (None, later),
-        "scope-unlabelled-overdue": (None, passed),
+        own("scope-ours"): ("dep-ours", later),
+        own("scope-theirs"): ("dep-theirs", later),
+        own("scope-theirs-overdue"): ("dep-theirs", passed),
+        own("scope-unlabelled"): (None, later),
+        own("scope-unlabelled-overdue"): (None, passed),
     }
     sandboxes = []
     try:
@@ -144,18 +149,22 @@ def test_reap_judges_only_its_own_deployments_containers_by_job(
         # Our store runs none of these jobs (nor knows them), and leaves other tests' alone.
         removed = reap(
             docker_client,
-            lambda job: not job.startswith("scope-"),
+            lambda job: job not in containers,
             reaped_at,
             deployment="dep-ours",
         )
 
         # Another deployment's reaper on the same engine may have taken the overdue ones
         # first: whoever did, they are gone, and ours went by this reaper's hand.
-        ours = sorted(job for job in removed if job.startswith("scope-"))
-        assert "scope-ours" in ours
-        assert set(ours) <= {"scope-ours", "scope-theirs-overdue", "scope-unlabelled-overdue"}
+        ours = sorted(job for job in removed if job in containers)
+        assert own("scope-ours") in ours
+        assert set(ours) <= {
+            own("scope-ours"),
+            own("scope-theirs-overdue"),
+            own("scope-unlabelled-overdue"),
+        }
         left = {job for job, cid in ids.items() if container_exists(docker_client, cid)}
-        assert left == {"scope-theirs", "scope-unlabelled"}
+        assert left == {own("scope-theirs"), own("scope-unlabelled")}
     finally:
         for sandbox in sandboxes:
             sandbox.stop()

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from bot.config import SandboxLimits, Settings
 from bot.core.errors import BeamError
+from harness.workers import own
 from sandbox.host.container.hardening import JOB_LABEL
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.container.runtime import resolve_runtime
@@ -25,7 +26,9 @@ def test_auto_runs_the_sandbox_on_crun_when_the_engine_has_it_else_on_its_defaul
     expected = "crun" if "crun" in info["Runtimes"] else info["DefaultRuntime"]
     assert resolve_runtime(docker_client.api, "auto") == expected
     with ContainerSandbox(docker_client, image.ref) as sandbox:
-        sandbox.start("job-auto", workspace.path, PROTECTED, SandboxLimits(), deadline=deadline())
+        sandbox.start(
+            own("job-auto"), workspace.path, PROTECTED, SandboxLimits(), deadline=deadline()
+        )
         assert sandbox.container_id is not None
         inspected = docker_client.api.inspect_container(sandbox.container_id)
         assert inspected["HostConfig"]["Runtime"] == expected
@@ -37,11 +40,11 @@ def test_a_runtime_the_engine_lacks_is_bem_411_and_nothing_is_created(
     limits = SandboxLimits(runtime="riverbeam-absent")
     sandbox = ContainerSandbox(docker_client, image.ref)
     with pytest.raises(BeamError) as refused:
-        sandbox.start("job-absent", workspace.path, PROTECTED, limits, deadline=deadline())
+        sandbox.start(own("job-absent"), workspace.path, PROTECTED, limits, deadline=deadline())
     assert refused.value.code == "BEM-411"
     assert "'riverbeam-absent'" in refused.value.message
     assert "runc" in refused.value.message  # what the engine does have
-    labelled = {"label": [f"{JOB_LABEL}=job-absent"]}
+    labelled = {"label": [f"{JOB_LABEL}={own('job-absent')}"]}
     assert docker_client.api.containers(all=True, filters=labelled) == []
     assert sandbox.container_id is None
 
@@ -56,7 +59,9 @@ def test_the_start_records_its_stages_in_order(
     docker_client: docker.DockerClient, image: ImageInfo, workspace: Workspace
 ) -> None:
     with ContainerSandbox(docker_client, image.ref) as sandbox:
-        sandbox.start("job-stages", workspace.path, PROTECTED, SandboxLimits(), deadline=deadline())
+        sandbox.start(
+            own("job-stages"), workspace.path, PROTECTED, SandboxLimits(), deadline=deadline()
+        )
         stages = sandbox.startup_stages
     host = ["create", "created", "attached", "started", "ready"]
     server = ["interpreter", "imported", "checked"]

@@ -19,12 +19,14 @@ import pytest
 
 from bot.config import SandboxLimits
 from bot.core.errors import BeamError
+from harness.workers import own
 from sandbox.host.container.hardening import (
     DEADLINE_LABEL,
     DEPLOYMENT_LABEL,
     JOB_LABEL,
     ROLE_LABEL,
     SPARE_LABEL,
+    container_name,
 )
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.container.reaper import reap, reap_after_cancel
@@ -105,7 +107,9 @@ def test_a_claimed_spare_runs_the_job_on_its_workspace_renamed_into_place(
     limits: SandboxLimits,
 ) -> None:
     sandbox = _new(docker_client, image, sandboxes)
-    workspace, first = claim_spare(sandbox, root, limits, job_id="spare-job-1", deployment="d1")
+    workspace, first = claim_spare(
+        sandbox, root, limits, job_id=own("spare-job-1"), deployment="d1"
+    )
     assert not first.exists(), "the spare's directory is the job's now"
     # The bind mounts followed the directories: the container sees the job's tree, and what
     # it writes is in the job's directory on the host.
@@ -116,7 +120,7 @@ def test_a_claimed_spare_runs_the_job_on_its_workspace_renamed_into_place(
     committed = sandbox.call("git_status", {})
     assert isinstance(committed, dict)
     inspected = docker_client.api.inspect_container(str(sandbox.container_id))
-    assert inspected["Name"] == "/riverbeam-job-spare-job-1"
+    assert inspected["Name"] == "/" + container_name(own("spare-job-1"))
     labels = inspected["Config"]["Labels"]
     # No job label and no deployment label: a reaper of the release before spares judges
     # it by its deadline only, never removes it as a container of an unknown job.
@@ -139,7 +143,7 @@ def test_a_spare_that_died_or_mounts_another_workspace_gives_way_to_a_fresh_cont
     dead, directory = _spare(docker_client, image, sandboxes, root, limits)
     spare_id = str(dead.container_id)
     docker_client.api.kill(spare_id)
-    claim(dead, directory, limits, job_id="spare-died")
+    claim(dead, directory, limits, job_id=own("spare-died"))
     assert dead.container_id not in (None, spare_id)
     assert not container_exists(docker_client, spare_id)
     assert dead.call("git_status", {})
@@ -148,9 +152,9 @@ def test_a_spare_that_died_or_mounts_another_workspace_gives_way_to_a_fresh_cont
     # Another workspace: the spare is not handed a tree it does not mount; it is removed.
     other, _ = _spare(docker_client, image, sandboxes, root, limits)
     spare_id = str(other.container_id)
-    elsewhere = make_workspace(tmp_path / "elsewhere", job_id="spare-other")
+    elsewhere = make_workspace(tmp_path / "elsewhere", job_id=own("spare-other"))
     other.start(
-        "spare-other",
+        own("spare-other"),
         elsewhere.path,
         PROTECTED,
         limits,
@@ -170,14 +174,19 @@ def test_a_spare_serves_one_job_and_is_gone_with_it(
     limits: SandboxLimits,
 ) -> None:
     sandbox = _new(docker_client, image, sandboxes)
-    claim_spare(sandbox, root, limits, job_id="spare-once-1")
+    claim_spare(sandbox, root, limits, job_id=own("spare-once-1"))
     first = str(sandbox.container_id)
     sandbox.stop()
     assert not container_exists(docker_client, first)
     # The same object, asked for a second job, starts a fresh container: no spare is left.
-    second = make_workspace(root / "spare-once-2", job_id="spare-once-2")
+    second = make_workspace(root / own("spare-once-2"), job_id=own("spare-once-2"))
     sandbox.start(
-        "spare-once-2", second.path, PROTECTED, limits, deadline=deadline(), outbox=second.outbox
+        own("spare-once-2"),
+        second.path,
+        PROTECTED,
+        limits,
+        deadline=deadline(),
+        outbox=second.outbox,
     )
     assert sandbox.container_id not in (None, first)
 
@@ -191,21 +200,21 @@ def test_a_claim_replaces_what_an_earlier_attempt_left_only_when_asked(
     tmp_path: Path,
 ) -> None:
     leftover = _new(docker_client, image, sandboxes)
-    old = make_workspace(tmp_path / "old", job_id="spare-again")
-    leftover.start("spare-again", old.path, PROTECTED, limits, deadline=deadline())
+    old = make_workspace(tmp_path / "old", job_id=own("spare-again"))
+    leftover.start(own("spare-again"), old.path, PROTECTED, limits, deadline=deadline())
     left_id = str(leftover.container_id)
     # Not asked: the name is taken, the spare is removed and the fresh start conflicts too.
     sandbox = _new(docker_client, image, sandboxes)
     with pytest.raises(BeamError) as conflict:
-        claim_spare(sandbox, root / "a", limits, job_id="spare-again")
+        claim_spare(sandbox, root / "a", limits, job_id=own("spare-again"))
     assert conflict.value.code == "BEM-402"
     assert container_exists(docker_client, left_id)
     # Asked (the caller holds the job): the leftover goes, the spare takes the name.
     claimed = _new(docker_client, image, sandboxes)
-    claim_spare(claimed, root / "b", limits, job_id="spare-again", replace_leftover=True)
+    claim_spare(claimed, root / "b", limits, job_id=own("spare-again"), replace_leftover=True)
     assert not container_exists(docker_client, left_id)
     name = docker_client.api.inspect_container(str(claimed.container_id))["Name"]
-    assert name == "/riverbeam-job-spare-again"
+    assert name == "/" + container_name(own("spare-again"))
 
 
 @pytest.mark.parametrize(
@@ -279,7 +288,7 @@ def test_the_reapers_judge_an_idle_spare_by_its_deadline_and_a_claimed_one_by_it
     limits: SandboxLimits,
 ) -> None:
     ours, idle, claimed = _idle_and_claimed(
-        docker_client, image, sandboxes, root, limits, job_id="spare-reaped"
+        docker_client, image, sandboxes, root, limits, job_id=own("spare-reaped")
     )
     overdue, _ = _spare(
         docker_client,
@@ -307,7 +316,7 @@ def test_the_reapers_judge_an_idle_spare_by_its_deadline_and_a_claimed_one_by_it
     # This release: the claimed spare's job runs, so it stays; an idle one is no job's, and
     # is judged by its deadline only, which the one spare has passed a little later.
     def running(job: str) -> bool:
-        return job == "spare-reaped" or not job.startswith("spare-")
+        return job == own("spare-reaped") or not job.startswith("spare-")
 
     reap(docker_client, running, deployment=ours)
     assert alive() == {"idle", "claimed", "overdue"}
@@ -327,9 +336,9 @@ def test_a_cancel_reaps_the_claimed_spare_of_its_job_and_no_idle_one(
     limits: SandboxLimits,
 ) -> None:
     ours, idle, claimed = _idle_and_claimed(
-        docker_client, image, sandboxes, root, limits, job_id="spare-cancelled"
+        docker_client, image, sandboxes, root, limits, job_id=own("spare-cancelled")
     )
     claimed_id, idle_id = str(claimed.container_id), str(idle.container_id)
-    reap_after_cancel(lambda: ours, docker_client=docker_client)("spare-cancelled")
+    reap_after_cancel(lambda: ours, docker_client=docker_client)(own("spare-cancelled"))
     assert not container_exists(docker_client, claimed_id)
     assert container_exists(docker_client, idle_id)

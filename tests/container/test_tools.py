@@ -12,6 +12,7 @@ import pytest
 from bot.config import SandboxLimits
 from bot.core.errors import BeamError
 from bot.core.input import AgentInput
+from harness.workers import own
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.image.build import ImageInfo
 from sandbox.inside.bound_tools import sandbox_tools
@@ -129,7 +130,7 @@ def test_a_compare_point_reaches_the_server_and_git_diff_shows_the_committed_cha
     docker_client: docker.DockerClient, image: ImageInfo, limits: SandboxLimits, tmp_path: Path
 ) -> None:
     # A review's workspace: the branch is checked out clean, its change already committed.
-    workspace = make_workspace(tmp_path / "job-2", job_id="job-2", uid=0)
+    workspace = make_workspace(tmp_path / own("job-2"), job_id=own("job-2"), uid=0)
     repo = pygit2.Repository(str(workspace.path))
     start = str(repo.head.target)
     (workspace.path / "docs/index.md").write_text("# Index\n\nWelcome, reviewers.\n")
@@ -143,7 +144,7 @@ def test_a_compare_point_reaches_the_server_and_git_diff_shows_the_committed_cha
 
     with ContainerSandbox(docker_client, image.ref) as sandbox:
         sandbox.start(
-            "job-2",
+            own("job-2"),
             workspace.path,
             PROTECTED,
             limits,
@@ -180,7 +181,7 @@ def test_a_compare_point_the_workspace_lacks_stops_the_start(
     sandbox = ContainerSandbox(docker_client, image.ref)
     with pytest.raises(BeamError) as failed:
         sandbox.start(
-            "job-1",
+            own("job-1"),
             workspace.path,
             PROTECTED,
             SandboxLimits(),

@@ -26,7 +26,7 @@ from bot.config import Settings
 from bot.demo import REPO_NAME, create_upstream
 from harness.docker_bridge import bridge_address
 from harness.git_http import GitHttpServer, basic
-from harness.redis_server import free_port
+from harness.workers import IMAGE_BUILD, free_port, one_at_a_time
 from sandbox.host.image import ImageInfo, build_image
 from sandbox.host.image.deploy_images import build_deploy_images
 
@@ -101,7 +101,8 @@ def deploy_images() -> tuple[ImageInfo, ImageInfo]:
     """The sandbox image, then the service and Redis images (no-ops when current)."""
     settings = Settings()
     started = time.monotonic()
-    build_image(settings)
+    with one_at_a_time(IMAGE_BUILD):
+        build_image(settings)
     _timed("sandbox image (build or no-op)", started)
     started = time.monotonic()
     images = build_deploy_images(settings)

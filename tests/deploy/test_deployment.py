@@ -19,7 +19,8 @@ from bot.demo import PAGE, REPO_NAME, REQUEST, branch_commit
 from harness.git_http import basic
 from tests.deploy.conftest import UPSTREAM_USER, Deployment, _timed
 
-pytestmark = pytest.mark.slow
+# Serial: the compose deployment and its image builds load the whole machine.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 AUTHOR = {"kind": "author", "repo": REPO_NAME, "request": REQUEST}
 SUMMARIZE = {"kind": "summarize", "repo": REPO_NAME, "branch": "main"}

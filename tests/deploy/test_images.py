@@ -18,7 +18,8 @@ from sandbox.host.image.deploy_images import (
     service_ref,
 )
 
-pytestmark = pytest.mark.slow
+# Serial: building the service and Redis images loads the whole machine.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 LIST_PROGRAMS = (
     "import os, sys\n"

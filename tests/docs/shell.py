@@ -44,8 +44,8 @@ from bot.service.access import Principal
 from bot.store.models import JobKind, JobSpec, JobState
 from harness.api_server import ApiServer, api_server
 from harness.gitkit import traversable_dir
-from harness.redis_server import free_port
 from harness.stack import PROJECT_ROOT, REPO, Stack, job_stack, wait_until
+from harness.workers import free_port
 
 DOC_JOB_ID = "3f9c2a71b0de"
 # Who runs the commands: the user of the pages' samples.

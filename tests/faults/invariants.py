@@ -13,8 +13,10 @@ sandbox reaper and asserts:
   upstream branch holds, and no push is recorded as landed that is not there;
 - **no container left** once the reaper ran: none labelled with one of the jobs.
 
-The reaper is the real one (``sandbox.host.container.reaper.reap``), told to leave alone the
-containers of jobs that are not this test's: the Docker engine is shared with other stacks.
+The reaper is the real one (``sandbox.host.container.reaper.reap``), given the stack's
+deployment and told to leave alone the jobs that are not this test's: the Docker engine is
+shared with other stacks (the suite's parallel workers, other runs), whose containers it
+judges by their deadlines only.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def check_invariants(stack: Stack, job_ids: Collection[str]) -> dict[str, JobRec
     for record in records.values():
         _assert_pushed_at_most_once(stack, record)
     assert len(stack.upstream_updates("main")) == 1, "main was moved"
-    reap(connect(), is_active=lambda job_id: job_id not in ours)
+    reap(connect(), lambda job_id: job_id not in ours, deployment=stack.store.deployment())
     left = {job_id: stack.sandbox_containers(job_id) for job_id in ours}
     assert not any(left.values()), f"containers left after the reaper ran: {left}"
     return records

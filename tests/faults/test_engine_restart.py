@@ -19,7 +19,8 @@ from tests.faults.engine import restart_engine
 from tests.faults.invariants import check_invariants
 from tests.faults.kit import paused, tool_called
 
-pytestmark = pytest.mark.slow
+# Serial: the engine restart stops every container on it, other tests' too.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 def test_an_engine_restart_under_a_running_job_ends_it_clearly() -> None:

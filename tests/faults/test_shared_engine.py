@@ -15,7 +15,9 @@ from harness.stack import job_stack
 from tests.faults.invariants import check_invariants
 from tests.faults.kit import tool_called
 
-pytestmark = pytest.mark.slow
+# Serial: what one deployment's reaper leaves alone is clearest on an engine that no other
+# test reaps on meanwhile.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 def test_one_deployments_reaper_leaves_another_deployments_running_sandbox_alone() -> None:

@@ -27,8 +27,8 @@ from bot.core.tools import Tool
 from bot.jobs.toolbox import Toolbox
 from bot.runner.interrupts import RunAborted
 from harness.mcp_servers import everything, tiny, tiny_script
-from harness.redis_server import free_port
 from harness.stack import wait_until
+from harness.workers import free_port
 
 CANARY = "mcp-leak-canary-4f1c"
 ASK = AgentInput.of_text("a call")

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from bot.clients import openai_compatible
+from harness import figures
 from harness.stub_model import StubModel
 
 # Variables that would point a client at a real endpoint, hand it a real key, or route its
@@ -42,3 +43,12 @@ def stub_model() -> Iterator[StubModel]:
     """A scripted OpenAI-compatible server on loopback; see harness/stub_model.py."""
     with StubModel() as stub:
         yield stub
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The counts tests recorded (``harness.figures``), from every worker of the run."""
+    totals = figures.totals(terminalreporter.stats)
+    if totals:
+        terminalreporter.section("figures")
+        for name, total in sorted(totals.items()):
+            terminalreporter.write_line(f"{name}: {total}")

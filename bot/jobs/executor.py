@@ -64,7 +64,7 @@ from bot.core.tools import ToolSpec
 from bot.jobs.announce import announce_parked
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.kinds import kind_of, request_text
-from bot.jobs.kinds.base import Ended, Kind, ToolKit
+from bot.jobs.kinds.kind import Ended, Kind, ToolKit
 from bot.jobs.lease import LeaseKeeper, StopCheck
 from bot.jobs.model_client import context_budget_for, model_client_for
 from bot.jobs.outcomes import ended_refused, unrecovered_error

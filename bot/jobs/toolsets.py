@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bot.core.tools import Tool
-from bot.jobs.kinds.base import Kind, ToolKit
+from bot.jobs.kinds.kind import Kind, ToolKit
 from bot.jobs.relayed_push import Relay, RelayedPush
 from sandbox.host.container.deferred import DeferredSandbox
 

@@ -2,7 +2,7 @@
 suite is validated strictly against ``openai.types.chat.completion_create_params``, and every
 reply is built from its ``ChatCompletion`` / ``ChatCompletionChunk`` types and served from the
 loopback stub. The counts of cases and validated requests are printed at the end of the run
-(``tests/clients/conftest.py``)."""
+(``harness/figures.py``)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from bot.core.frames import ResultStatus
 from bot.core.input import AgentContext
 from bot.runner import ToolLoopAgent
 from bot.runner.budget import ContextBudget
+from harness import figures
 from harness import openai_conformance as conformance
 from harness.openai_conformance import chat_completion, check_request, chunk
 from harness.stub_model import Hang, Reply, Stream, StubModel
@@ -27,18 +28,21 @@ from tests.runner.kit import FnTool, collect, frames_of, result_of, spec
 from tests.runner.kit import request as user_request
 
 STREAMED = [False, True]
-VALIDATED: dict[str, int] = {"cases": 0, "requests": 0}
 
 
 @pytest.fixture
-def stub() -> Iterator[StubModel]:
+def stub(request: pytest.FixtureRequest) -> Iterator[StubModel]:
     """The stub; once the case is over, every request it received is validated."""
     with StubModel() as running:
         yield running
-    for request in running.requests:
-        check_request(request.json)
-    VALIDATED["cases"] += 1
-    VALIDATED["requests"] += len(running.requests)
+    for sent in running.requests:
+        check_request(sent.json)
+    figures.count(request.node, "openai conformance cases")
+    figures.count(
+        request.node,
+        "openai conformance requests validated against completion_create_params",
+        len(running.requests),
+    )
 
 
 def client(stub: StubModel, sleeps: Sleeps | None = None, **options: Any) -> OpenAiCompatible:

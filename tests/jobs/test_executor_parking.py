@@ -17,8 +17,8 @@ from bot.core.input import AgentInput
 from bot.jobs.branch_change import branch_tip, read_change
 from bot.jobs.commit_notes import MAX_SUBJECT_CHARS, parse_commit_message
 from bot.jobs.kinds import tree_plan
-from bot.jobs.kinds.author import author_outcome, pushed_sha
-from bot.jobs.kinds.commit_notes import commit_notes_outcome
+from bot.jobs.kinds.author_job import author_outcome, pushed_sha
+from bot.jobs.kinds.commit_notes_job import commit_notes_outcome
 from bot.jobs.outcomes import ended_refused
 from bot.jobs.parking import PushTarget, approval_for, check_still_bound
 from bot.runner.state import CallDecision, RunState

@@ -19,7 +19,7 @@ from bot.config import JobSettings, ModelSettings, RepositoryConfig, Settings, W
 from bot.core.errors import JobError
 from bot.jobs.executor import Executor, ImageCheck
 from bot.jobs.kinds import REGISTRY, kind_of
-from bot.jobs.kinds.base import Ended, Kind
+from bot.jobs.kinds.kind import Ended, Kind
 from bot.jobs.parking import PublishTarget
 from bot.jobs.plans import Tree, TreePlan
 from bot.store.models import JobKind, JobRecord, JobSpec, JobState, Outcome, SummaryOutcome

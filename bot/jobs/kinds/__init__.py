@@ -1,24 +1,25 @@
 """The job kinds, one module each, and their registry.
 
 Each module says, in one place, a kind's plan (its tree), its tools, its prompt values, its
-outcome and how that is judged (``bot.jobs.kinds.base.Kind``). A new kind is one module and
+outcome and how that is judged (``bot.jobs.kinds.kind.Kind``). A new kind is one module and
 one line in ``REGISTRY`` (and its ``JobKind`` value and skill); nothing else names a kind.
 """
 
 from __future__ import annotations
 
 from bot.config import RepositoryConfig
-from bot.jobs.kinds.author import Author
-from bot.jobs.kinds.base import Kind
-from bot.jobs.kinds.commit_notes import CommitNotes
-from bot.jobs.kinds.publish import Publish
-from bot.jobs.kinds.review import Review
-from bot.jobs.kinds.summarize import Summarize
+from bot.jobs.kinds.author_job import AuthorJob
+from bot.jobs.kinds.commit_notes_job import CommitNotesJob
+from bot.jobs.kinds.kind import Kind
+from bot.jobs.kinds.publish_job import PublishJob
+from bot.jobs.kinds.review_job import ReviewJob
+from bot.jobs.kinds.summarize_job import SummarizeJob
 from bot.jobs.plans import TreePlan
 from bot.store.models import JobKind, JobSpec
 
 REGISTRY: dict[JobKind, Kind] = {
-    kind.job_kind: kind for kind in (Author(), Review(), Summarize(), CommitNotes(), Publish())
+    kind.job_kind: kind
+    for kind in (AuthorJob(), ReviewJob(), SummarizeJob(), CommitNotesJob(), PublishJob())
 }
 
 

@@ -13,12 +13,12 @@ from bot.agents.memory import RememberTool
 from bot.config import RepositoryConfig
 from bot.core.tools import Tool
 from bot.jobs.host_tools.review import ReviewChangeTool, ReviewCollector
-from bot.jobs.kinds.base import Ended, Kind, ToolKit
+from bot.jobs.kinds.kind import Ended, Kind, ToolKit
 from bot.jobs.plans import TreePlan, branch_plan
 from bot.store.models import JobKind, JobSpec, Outcome
 
 
-class Review(Kind):
+class ReviewJob(Kind):
     job_kind = JobKind.REVIEW
     default_request = "Review the change on {branch} against {base}."
 

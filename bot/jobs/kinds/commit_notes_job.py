@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from bot.config import RepositoryConfig
 from bot.jobs.commit_notes import parse_commit_message
-from bot.jobs.kinds.base import Ended, Kind
+from bot.jobs.kinds.kind import Ended, Kind
 from bot.jobs.plans import TreePlan, branch_plan
 from bot.store.models import CommitNotesOutcome, JobKind, JobSpec, Outcome
 
 
-class CommitNotes(Kind):
+class CommitNotesJob(Kind):
     job_kind = JobKind.COMMIT_NOTES
     default_request = "Draft the commit message for the change on {branch} since {base}."
 

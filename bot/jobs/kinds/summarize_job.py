@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from bot.config import RepositoryConfig
 from bot.jobs.branch_change import read_change
-from bot.jobs.kinds.base import Ended, Kind
+from bot.jobs.kinds.kind import Ended, Kind
 from bot.jobs.plans import Tree, TreePlan, branch_plan
 from bot.store.models import JobKind, JobSpec, Outcome, SummaryOutcome
 
 
-class Summarize(Kind):
+class SummarizeJob(Kind):
     job_kind = JobKind.SUMMARIZE
     default_request = "Summarize what changed on {branch} since {base}."
 

@@ -19,14 +19,14 @@ from bot.core.errors import JobError
 from bot.core.frames import ToolCallRecord
 from bot.core.tools import Tool
 from bot.jobs.branch_change import branch_tip, read_change
-from bot.jobs.kinds.base import Ended, Kind, ToolKit
+from bot.jobs.kinds.kind import Ended, Kind, ToolKit
 from bot.jobs.parking import PublishTarget
 from bot.jobs.plans import Tree, TreePlan
 from bot.store.models import AuthorOutcome, JobKind, JobSpec, Outcome
 from sandbox.host.workspace.prepare import Workspace
 
 
-class Author(Kind):
+class AuthorJob(Kind):
     job_kind = JobKind.AUTHOR
     owns_branch = True
 

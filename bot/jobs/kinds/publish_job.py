@@ -15,13 +15,13 @@ from typing import Any
 
 from bot.config import RepositoryConfig
 from bot.core.tools import Tool
-from bot.jobs.kinds.base import Ended, Kind, ToolKit
+from bot.jobs.kinds.kind import Ended, Kind, ToolKit
 from bot.jobs.parking import PublishTarget
 from bot.jobs.plans import Tree, TreePlan
 from bot.store.models import JobKind, JobSpec, Outcome, PublishOutcome
 
 
-class Publish(Kind):
+class PublishJob(Kind):
     job_kind = JobKind.PUBLISH
     default_request = "Publish the reviewed docs."
     publishes = True

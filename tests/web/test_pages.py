@@ -402,6 +402,19 @@ def test_every_page_carries_the_security_headers(web: Web, path: str) -> None:
     assert "unsafe-inline" not in policy
 
 
+def test_every_page_links_an_icon_that_is_served(web: Web) -> None:
+    with sign_in(web, REVIEWER) as client:
+        page = client.get("/approvals").text
+        icon = re.search(r'<link rel="icon" href="([^"]+)"', page)
+        assert icon is not None
+        linked = client.get(icon.group(1))
+        fallback = client.get("/favicon.ico")
+    for reply in (linked, fallback):
+        assert reply.status_code == 200
+        assert reply.headers["content-type"] == "image/svg+xml"
+        assert reply.content.startswith(b"<svg ")
+
+
 def test_error_pages_carry_the_security_headers_too(web: Web) -> None:
     with sign_in(web, REVIEWER) as client:
         reply = client.get("/no-such-page")

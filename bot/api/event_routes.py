@@ -9,7 +9,12 @@ from fastapi import APIRouter, Header, Query
 
 from bot.api.job_routes import JobId
 from bot.http.deps import PrincipalDep, ServiceDep
-from bot.http.event_stream import EVENT_STREAM_DOC, EventStreamResponse, open_event_stream
+from bot.http.event_stream import (
+    EVENT_STREAM_DOC,
+    EventStreamResponse,
+    header_text,
+    open_event_stream,
+)
 from bot.http.problems import problem_responses
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -39,5 +44,5 @@ async def follow(
         Header(alias="Last-Event-ID", max_length=41, description="overrides ?after="),
     ] = None,
 ) -> EventStreamResponse:
-    resume = last_event_id if last_event_id is not None else after
+    resume = header_text(last_event_id) if last_event_id is not None else after
     return await open_event_stream(service, who, job_id, after=resume)

@@ -8,10 +8,11 @@ Celery beat. Each is started only when it is not already running:
   ``redis-server`` is started with its data in ``<state>/redis-<port>``.
 - Workers and beat are found with a control-channel ping on the broker. Those this code
   starts are named ``riverbeam-<role>-<fingerprint>-<pid>@<host>``, where the fingerprint is
-  a hash of the effective settings, so a running one started with the same configuration
-  is recognised and reused. One started with another configuration (or by plain
-  ``celery``) is reused too, with a warning; in ``strict`` mode (the demo, whose jobs name
-  a repository only its own configuration registers) it is an error instead.
+  a hash of the effective settings (all but ``api.tokens``, which reload live), so a running
+  one started with the same configuration is recognised and reused. One started with
+  another configuration (or by plain ``celery``) is reused too, with a warning; in
+  ``strict`` mode (the demo, whose jobs name a repository only its own configuration
+  registers) it is an error instead.
 
 The processes started here run in their own sessions (a Ctrl-C in the terminal reaches
 only this process, which stops them in order) and, on Linux, get SIGTERM if this process
@@ -69,8 +70,10 @@ FOREIGN_PROCESS = "started with another configuration, or not by riverbeam (sett
 
 def fingerprint(settings: Settings) -> str:
     """A short hash of the effective settings: processes with the same one run the same
-    configuration."""
-    return hashlib.sha256(settings.model_dump_json().encode()).hexdigest()[:10]
+    configuration. ``api.tokens`` is left out: the API reloads them on SIGHUP and workers and
+    beat never read them, so a changed token does not make them another configuration's."""
+    effective = settings.model_dump_json(exclude={"api": {"tokens"}})
+    return hashlib.sha256(effective.encode()).hexdigest()[:10]
 
 
 def node_name(role: str, settings: Settings, pid: int | None = None) -> str:

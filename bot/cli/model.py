@@ -5,6 +5,11 @@ answer streamed (whose last chunk must carry usage, or the context budget cannot
 Prints the provider, model and endpoint, each request's latency and outcome, and every
 setting with where its value came from.
 
+With ``model.factory`` set (the demo's scripted model, tests), the workers use what it
+returns instead of any endpoint, so that is what is checked: no key is needed, the factory
+is loaded and each job kind's client asked for its first reply, and the scripted demo model
+is named as such.
+
 Exit codes: 0 every check passed; 1 the endpoint answered but a check failed (or a request
 failed); 2 the configuration is incomplete (no key, no model name, a bad value).
 """
@@ -17,14 +22,15 @@ import json
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from bot.clients.base import Completion, Message, TextDelta
 from bot.clients.openai_compatible import OpenAiCompatible
 from bot.clients.profiles import ResolvedModel, resolve
+from bot.config import Settings
 from bot.core.errors import BeamError
 from bot.core.tools import ToolSpec, json_params
+from bot.store.models import JobKind, JobRecord, JobSpec
 
 PING = ToolSpec(
     name="ping",
@@ -38,8 +44,7 @@ _TOOL: list[Message] = [
 _CHECK_TOKENS = 1024  # room for a reasoning model to think before "ready"
 
 
-@dataclass(frozen=True)
-class ModelCheck:
+class ModelCheck(NamedTuple):
     name: str
     ok: bool
     detail: str
@@ -59,7 +64,10 @@ def add_model_commands(commands: Any) -> None:
 def _check(args: argparse.Namespace) -> int:
     from bot.config import load_settings
 
-    resolved = resolve(load_settings().model, os.environ)
+    settings = load_settings()
+    if settings.model.factory:
+        return _check_factory(settings)
+    resolved = resolve(settings.model, os.environ)
     if resolved is None:
         raise BeamError(
             "BEM-508",
@@ -79,6 +87,49 @@ def _check(args: argparse.Namespace) -> int:
     for name, value, source in _settings(resolved):
         print(f"  {name:24} {value:32} {source}")
     return 0 if all(check.ok for check in checks) else 1
+
+
+def _check_factory(settings: Settings) -> int:
+    """The check of a configured ``model.factory``, which the workers use instead of any
+    endpoint (so no key is needed): each kind's client is built as a worker builds it, and
+    asked for its first reply to the job's opening request."""
+    from bot.cli.common import scripted_model_note
+
+    factory = settings.model.factory
+    print(f"factory    {factory} (the workers use it, not an endpoint: no API key is needed)")
+    note = scripted_model_note(settings)
+    if note is not None:
+        print(note)
+    checks = [asyncio.run(_first_reply(settings, kind)) for kind in JobKind]
+    for check in checks:
+        mark = "ok  " if check.ok else "FAIL"
+        print(f"{mark} {check.name:16} {check.seconds * 1000:8.0f} ms  {check.detail}")
+    return 0 if all(check.ok for check in checks) else 1
+
+
+async def _first_reply(settings: Settings, kind: JobKind) -> ModelCheck:
+    from bot.jobs.model_client import model_client_for
+
+    # A stand-in job, never stored or run: each kind with the fields it requires.
+    if kind is JobKind.AUTHOR:
+        spec = JobSpec(kind=kind, repo="check", request="Check the model")
+    elif kind is JobKind.PUBLISH:
+        spec = JobSpec(kind=kind, repo="check", review_job="model-check-review")
+    else:
+        spec = JobSpec(kind=kind, repo="check", branch="main")
+    job = JobRecord(id="model-check", spec=spec)
+    client = model_client_for(settings, job)
+    name = getattr(client, "model", None) or type(client).__name__
+    started = time.perf_counter()
+    try:
+        reply = await client.complete(_SMALL, [])
+    except BeamError as error:
+        return ModelCheck(f"{kind} job", False, str(error), time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    if reply.tool_calls:
+        return ModelCheck(f"{kind} job", True, f"{name}: calls {reply.tool_calls[0].name}", seconds)
+    text = (reply.text or "").strip()
+    return ModelCheck(f"{kind} job", bool(text), f"{name}: answers {text[:40]!r}", seconds)
 
 
 async def _run_checks(client: OpenAiCompatible) -> list[ModelCheck]:

@@ -56,6 +56,15 @@ EVENT_STREAM_DOC = """\
 When the store fails mid-stream, an `error` event (data: `{"code", "message"}`) ends it."""
 
 
+def header_text(value: str) -> str:
+    """A header's value as its sender wrote it: ASGI hands header bytes over decoded as
+    latin-1, so UTF-8 text (a full-width digit) would be quoted back as mojibake."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
+
+
 def checked_event_id(value: str) -> str:
     """A stream entry id (``<ms>`` or ``<ms>-<seq>``, each below 2**64) or BEM-705: Redis
     rejects larger numbers, so a bad id is refused before the stream starts."""

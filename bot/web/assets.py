@@ -1,4 +1,4 @@
-"""The pages' stylesheet and live-update script, served from the package with the same
+"""The pages' stylesheet, live-update script and icon, served from the package with the same
 security headers as the pages."""
 
 from __future__ import annotations
@@ -10,7 +10,11 @@ from fastapi import APIRouter, Response
 from bot.core.errors import BeamError
 from bot.web.rendering import WebRoute
 
-MEDIA_TYPES = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+MEDIA_TYPES = {
+    ".css": "text/css; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
 # Read once: the files ship with the package and change only with a new release.
 ASSETS = {
     item.name: item.read_bytes()
@@ -28,3 +32,10 @@ def asset(name: str) -> Response:
         raise BeamError("BEM-706", f"no file named {name!r}")
     media_type = MEDIA_TYPES["." + name.rsplit(".", 1)[-1]]
     return Response(body, media_type=media_type, headers={"Cache-Control": "max-age=300"})
+
+
+@router.get("/favicon.ico")
+def favicon() -> Response:
+    """The icon, also where browsers and tools look without reading a page's ``<link>``: a
+    404 there is a console error on every page."""
+    return asset("favicon.svg")

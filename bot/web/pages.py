@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from bot.core.errors import BeamError
 from bot.http.deps import ServiceDep, authenticated
-from bot.http.event_stream import checked_event_id, open_event_stream
+from bot.http.event_stream import checked_event_id, header_text, open_event_stream
 from bot.service.access import Principal, token_digest
 from bot.service.jobs import JobService
 from bot.service.schemas import Decision
@@ -304,7 +304,7 @@ async def job_events(
     request: Request, job_id: str, visitor: VisitorDep, service: ServiceDep, after: str = "0"
 ) -> Response:
     """The job page's live feed: the API's event stream, signed in by the session cookie."""
-    resume = request.headers.get("last-event-id") or after
+    resume = header_text(request.headers.get("last-event-id", "")) or after
     return await open_event_stream(service, visitor.who, job_id, after=resume)
 
 

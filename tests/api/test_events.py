@@ -154,6 +154,20 @@ def test_a_bad_event_id_is_refused_before_the_stream(
     stack.wait_for(job_id, JobState.FAILED)
 
 
+def test_a_refused_event_id_is_quoted_as_sent_full_width_digits_too(
+    api: ApiServer, stack: Stack
+) -> None:
+    job_id = _submit(api, FAILS_AT_ONCE)
+    with api.client("writer") as client:
+        # Header bytes are UTF-8 as a client sends them; ASGI decodes them as latin-1.
+        header = client.get(f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": "１".encode()})
+        query = client.get(f"/v1/jobs/{job_id}/events", params={"after": "１"})
+    for reply in (header, query):
+        body = problem(reply, 422, "BEM-705")
+        assert body["detail"].startswith("'１' is not an event id"), body["detail"]
+    stack.wait_for(job_id, JobState.FAILED)
+
+
 def test_refusals_come_as_problem_documents_not_streams(api: ApiServer, stack: Stack) -> None:
     with api.client("admin") as client:
         handbook = client.post("/v1/jobs", json={**FAILS_AT_ONCE, "repo": SECOND_REPO}).json()["id"]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.demo import DEMO_MODEL_FACTORY, SCRIPTED_LABEL
+from bot.store.models import JobKind
 from harness.openai_conformance import check_request
 from harness.stub_model import StubModel, completion, error, text_stream, tool_call
 from tests.cli.kit import cli
@@ -65,15 +67,46 @@ def test_a_refused_request_fails_with_exit_1(configured: Path, stub_model: StubM
     assert "Incorrect API key provided" in ran.out
 
 
-def test_no_key_for_a_provider_that_needs_one_is_exit_2(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _keyless(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str) -> None:
+    """A configuration whose ``[model]`` table is ``model``, and no API key anywhere."""
     config = tmp_path / "riverbeam.toml"
-    config.write_text('[model]\nprovider = "openai"\nmodel = "gpt-x"\n')
+    config.write_text(f"[model]\n{model}\n")
     monkeypatch.setenv("RIVERBEAM_CONFIG", str(config))
     for variable in ("BEAM_API_KEY", "GFS_BEAM_API_KEY", "NVIDIA_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(variable, raising=False)
 
+
+def test_no_key_for_a_provider_that_needs_one_is_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _keyless(tmp_path, monkeypatch, 'provider = "openai"\nmodel = "gpt-x"')
+
     ran = cli("model", "check")
 
     assert ran.code == 2 and "BEM-508" in ran.err
+
+
+def test_the_scripted_demo_model_is_named_and_checked_without_a_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _keyless(tmp_path, monkeypatch, f'factory = "{DEMO_MODEL_FACTORY}"')
+
+    ran = cli("model", "check")
+
+    assert ran.code == 0, ran.out + ran.err
+    assert "BEM-508" not in ran.out + ran.err
+    assert f"factory    {DEMO_MODEL_FACTORY}" in ran.out and "no API key is needed" in ran.out
+    assert SCRIPTED_LABEL in ran.out
+    for kind in JobKind:
+        assert f"ok   {kind} job" in ran.out, ran.out
+    assert "riverbeam-demo-script: calls list_tree" in ran.out
+
+
+def test_a_factory_that_cannot_be_loaded_is_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _keyless(tmp_path, monkeypatch, 'factory = "bot.demo:no_such_model"')
+
+    ran = cli("model", "check")
+
+    assert ran.code == 2 and "BEM-508" in ran.err and "no function no_such_model" in ran.err

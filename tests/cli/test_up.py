@@ -58,6 +58,14 @@ def test_up_starts_redis_worker_and_beat_and_stops_them_on_ctrl_c(tmp_path: Path
             assert line in again.output, again.output
         assert "started" not in again.output
 
+        # Tokens reload live (SIGHUP): a new one leaves the worker and beat this config's own.
+        with config.open("a") as toml:
+            toml.write(f'\n[[api.tokens]]\nname = "new"\nrole = "ci"\nsha256 = "{"0" * 64}"\n')
+        with Background(["--config", str(config), "up"], env) as tokens_changed:
+            assert tokens_changed.finish() == 0
+        assert "everything already runs" in tokens_changed.output, tokens_changed.output
+        assert "another configuration" not in tokens_changed.output, tokens_changed.output
+
         up.process.send_signal(signal.SIGINT)
         assert up.finish() == 0, up.output
     stops = ("stopping: SIGINT received", "stopped  api", "stopped  beat", "stopped  worker")

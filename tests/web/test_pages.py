@@ -402,6 +402,27 @@ def test_every_page_carries_the_security_headers(web: Web, path: str) -> None:
     assert "unsafe-inline" not in policy
 
 
+def test_every_page_links_an_icon_that_is_served(web: Web) -> None:
+    with sign_in(web, REVIEWER) as client:
+        page = client.get("/approvals").text
+        icon = re.search(r'<link rel="icon" href="([^"]+)"', page)
+        assert icon is not None
+        linked = client.get(icon.group(1))
+        fallback = client.get("/favicon.ico")
+    for reply in (linked, fallback):
+        assert reply.status_code == 200
+        assert reply.headers["content-type"] == "image/svg+xml"
+        assert reply.content.startswith(b"<svg ")
+
+
+def test_a_refused_last_event_id_is_quoted_as_sent(web: Web) -> None:
+    with sign_in(web, REVIEWER) as client:
+        # UTF-8 header bytes, which ASGI hands over decoded as latin-1.
+        reply = client.get("/jobs/j-any/events", headers={"Last-Event-ID": "１".encode()})
+    assert reply.status_code == 422 and _code(reply.text) == "BEM-705"
+    assert "１" in reply.text and "is not an event id" in reply.text, reply.text
+
+
 def test_error_pages_carry_the_security_headers_too(web: Web) -> None:
     with sign_in(web, REVIEWER) as client:
         reply = client.get("/no-such-page")

@@ -44,8 +44,7 @@ import logging
 import shutil
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +61,7 @@ from bot.core.identity import Trailer
 from bot.core.input import AgentContext, AgentInput
 from bot.core.tools import ToolSpec
 from bot.jobs.announce import announce_parked
+from bot.jobs.container_start import ContainerStart
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.kinds import kind_of, request_text
 from bot.jobs.kinds.base import Ended, Kind, ToolKit
@@ -78,7 +78,7 @@ from bot.jobs.parking import (
     holds,
 )
 from bot.jobs.plans import Baseline, Tree, TreePlan, compare_point
-from bot.jobs.relayed_push import PushGuard, Relay, recorded_pushes, staged
+from bot.jobs.relayed_push import PushGuard, Relay, RelayedPush, recorded_pushes, staged
 from bot.jobs.spares import SparePool
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolbox import Toolbox, servers_for
@@ -164,10 +164,19 @@ class _Segment:
     base_sha: str = ""
     sandbox: DeferredSandbox | None = None
     approval: Approval | None = None
-    tools: JobTools = field(default_factory=JobTools)
     publish: PublishTarget | None = None
     toolbox: Toolbox | None = None
     parked: bool = False
+
+
+@dataclass(frozen=True)
+class Driven:
+    """How the run phase left the segment: the run's state, the approval it parks on (None
+    when the run ended) and the tools it ran with (the outcome reads its host tools)."""
+
+    state: RunState
+    approval: Approval | None
+    tools: JobTools
 
 
 class Executor:
@@ -257,7 +266,7 @@ class Executor:
         if segment.kind.publishes:
             segment.publish = self._publish_target(segment, segment.repo, segment.callbacks)
         with timings.phase("agent"):
-            state, approval = asyncio.run(self._drive(segment, client, stop))
+            driven = asyncio.run(self._drive(segment, client, stop))
         # Gone before the job moves: a parked or finished job never has a container.
         sandbox = segment.sandbox
         with timings.phase("stop"):
@@ -266,11 +275,11 @@ class Executor:
             # A start that failed fails the segment as it did when it ran in line, whatever
             # the run made of it meanwhile (it stopped at its next frame or model call).
             sandbox.raise_if_failed()
-        if approval is not None:
+        if driven.approval is not None:
             with timings.phase("park"):
-                return self._park(segment, state, approval)
+                return self._park(segment, driven.state, driven.approval)
         with timings.phase("finish"):
-            return self._finish(segment, state)
+            return self._finish(segment, driven)
 
     def _decided_approval(self, record: JobRecord) -> Approval:
         """The decision this resume applies; the claim already marked it applied."""
@@ -313,26 +322,18 @@ class Executor:
         segment.base_sha = (approval.base_sha if approval else None) or workspace.base_sha
         if approval is not None and approval.state is ApprovalState.APPROVED:
             check_still_bound(approval, workspace)
-        compare = segment.compare
-
-        def start(sandbox: ContainerSandbox) -> None:
-            sandbox.start(
-                record.id,
-                workspace.tree,
-                repo.protected_refs,
-                settings.sandbox,
-                deadline=datetime.now(UTC) + timedelta(seconds=settings.jobs.time_limit_seconds),
-                outbox=workspace.outbox,
-                identity=settings.identity,
-                trailers=[Trailer.requested_by(record.spec.requested_by)],
-                compare_to=compare.sha if compare else None,
-                compare_label=compare.label if compare else None,
-                # This worker holds the job: a container of it on this engine was left by
-                # an attempt whose worker died (kill -9, a lost Redis connection).
-                replace_leftover=True,
-                deployment=deployment,
-            )
-
+        start = ContainerStart(
+            job_id=record.id,
+            tree=workspace.tree,
+            outbox=workspace.outbox,
+            protected_refs=repo.protected_refs,
+            limits=settings.sandbox,
+            time_limit_seconds=settings.jobs.time_limit_seconds,
+            identity=settings.identity,
+            trailers=(Trailer.requested_by(record.spec.requested_by),),
+            compare=segment.compare,
+            deployment=deployment,
+        )
         container = spare.sandbox if spare else ContainerSandbox(self._docker, image)
         sandbox = DeferredSandbox(container, start)
         segment.sandbox = sandbox
@@ -409,9 +410,7 @@ class Executor:
     def _snapshot_cap(self) -> int:
         return self._settings.jobs.snapshot_max_bytes
 
-    async def _drive(
-        self, segment: _Segment, client: CompletionClient, stop: StopCheck
-    ) -> tuple[RunState, Approval | None]:
+    async def _drive(self, segment: _Segment, client: CompletionClient, stop: StopCheck) -> Driven:
         """Run the agent until it ends or parks on a call a person must decide, with the
         segment's MCP servers started for it and stopped after, whatever happens."""
         assert segment.toolbox is not None  # made when the segment started
@@ -423,26 +422,29 @@ class Executor:
 
     async def _drive_agent(
         self, segment: _Segment, client: CompletionClient, stop: StopCheck
-    ) -> tuple[RunState, Approval | None]:
+    ) -> Driven:
         record = segment.record
         # The store's own client: no connection of the segment's own to open and close.
         memory = RedisMemoryStore(self._store.client, key=self._store.keys.memory)
-        agent = await self._agent(segment, client, memory, stop)
-        frames, state = self._first_frames(segment, agent)
+        tools = self._tools(segment, memory)
+        agent = await self._agent(segment, client, memory, stop, tools)
+        # A resume of an approved push arms the job's relayed git_push here, with the commit
+        # the person approved, right before the decision reaches the agent.
+        frames, state = self._first_frames(segment, agent, tools.push)
         while True:
             async with aclosing(frames) as running:
                 async for _ in running:
                     pass
             pending = state.pending
             if state.status is not ResultStatus.INTERRUPTED or pending is None:
-                return state, None
+                return Driven(state, None, tools)
             verdict = approval_for(record, pending, self._push_target(segment))
             if isinstance(verdict, Approval):
-                return state, verdict
+                return Driven(state, verdict, tools)
             frames = agent.resume(state, verdict)
 
     def _first_frames(
-        self, segment: _Segment, agent: ToolLoopAgent
+        self, segment: _Segment, agent: ToolLoopAgent, push: RelayedPush | None
     ) -> tuple[AsyncGenerator[Frame, None], RunState]:
         approval = segment.approval
         if approval is None:
@@ -451,7 +453,7 @@ class Executor:
             return agent.run(state), state
         state = RunState.load(self._store.load_run_state(segment.record.id))
         approved = approval.state is ApprovalState.APPROVED
-        push, commit = segment.tools.push, approved_commit(approval)
+        commit = approved_commit(approval)
         if approved and push is not None and commit is not None:
             push.arm(commit)
         decision = CallDecision(
@@ -462,20 +464,17 @@ class Executor:
         )
         return agent.resume(state, decision), state
 
-    async def _agent(
-        self, segment: _Segment, client: CompletionClient, memory: MemoryStore, stop: StopCheck
-    ) -> ToolLoopAgent:
+    def _tools(self, segment: _Segment, memory: MemoryStore) -> JobTools:
         record, repo, callbacks = segment.record, segment.repo, segment.callbacks
         assert repo is not None and callbacks is not None  # set before the tree is opened
         spec, workspace = record.spec, segment.workspace
-        notes = await memory.recall(spec.repo, STYLE_NOTES)
         tree = (
             SandboxRoot(workspace.tree, max_read_bytes=self._settings.sandbox.max_read_bytes)
             if workspace is not None
             else None
         )
         publish = segment.publish.tool if segment.publish is not None else None
-        segment.tools = job_tools(
+        return job_tools(
             segment.kind,
             ToolKit(memory=memory, scope=spec.repo, tree=tree, publish=publish),
             sandbox=segment.sandbox,
@@ -485,10 +484,21 @@ class Executor:
             outbox=workspace.outbox if workspace is not None else None,
             mcp=segment.toolbox.tools if segment.toolbox is not None else (),
         )
+
+    async def _agent(
+        self,
+        segment: _Segment,
+        client: CompletionClient,
+        memory: MemoryStore,
+        stop: StopCheck,
+        tools: JobTools,
+    ) -> ToolLoopAgent:
+        record, spec = segment.record, segment.record.spec
+        notes = await memory.recall(spec.repo, STYLE_NOTES)
         return ToolLoopAgent.for_skill(
             spec.kind.skill,
             client,
-            segment.tools.tools,
+            tools.tools,
             granted=self._settings.mcp.skills.get(spec.kind.skill, ()),
             hooks=self._hooks(record.id, stop, segment.sandbox),
             prompt_values=self._prompt_values(segment, [note.text for note in notes]),
@@ -608,7 +618,8 @@ class Executor:
             return store.request_cancel(job_id)
         return parked
 
-    def _finish(self, segment: _Segment, state: RunState) -> JobRecord | None:
+    def _finish(self, segment: _Segment, driven: Driven) -> JobRecord | None:
+        state = driven.state
         result = _result(state)
         if state.status is ResultStatus.FAILED:
             error = state.error or ErrorInfo(code="BEM-509", message="the run failed")
@@ -621,7 +632,7 @@ class Executor:
             state=state,
             tree=_tree(segment),
             publish=segment.publish,
-            tools=segment.tools.tools,
+            tools=driven.tools.tools,
             diff_max_chars=self._settings.jobs.diff_max_chars,
         )
         result.outcome = segment.kind.outcome(ended)

@@ -39,13 +39,10 @@ took over) changes nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import shutil
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import docker
@@ -56,12 +53,10 @@ from bot.agents.redis_memory import RedisMemoryStore
 from bot.clients.base import CompletionClient
 from bot.config import RepositoryConfig, SandboxLimits, Settings
 from bot.core.errors import BeamError
-from bot.core.frames import ChunkFrame, DoneFrame, ErrorInfo, Frame, ResultStatus
+from bot.core.frames import ErrorInfo, Frame, ResultStatus
 from bot.core.identity import Trailer
 from bot.core.input import AgentContext, AgentInput
-from bot.core.tools import ToolSpec
 from bot.jobs.announce import announce_parked
-from bot.jobs.container_start import ContainerStart
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.kinds import kind_of, request_text
 from bot.jobs.kinds.base import Ended, Kind, ToolKit
@@ -75,15 +70,16 @@ from bot.jobs.parking import (
     approved_commit,
     check_publish_still_bound,
     check_still_bound,
-    holds,
 )
 from bot.jobs.plans import Baseline, Tree, TreePlan, compare_point
-from bot.jobs.relayed_push import PushGuard, Relay, RelayedPush, recorded_pushes, staged
+from bot.jobs.relayed_push import PushGuard, Relay, RelayedPush, recorded_pushes
+from bot.jobs.segment.container_start import ContainerStart
+from bot.jobs.segment.hooks import segment_hooks
+from bot.jobs.segment.workspace import segment_workspace, stage_on_host, tool_call_coming
 from bot.jobs.spares import SparePool
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolbox import Toolbox, servers_for
 from bot.jobs.toolsets import JobTools, job_tools
-from bot.runner.hooks import Hooks
 from bot.runner.interrupts import RunAborted
 from bot.runner.loop import ToolLoopAgent
 from bot.runner.state import CallDecision, RunState
@@ -101,27 +97,17 @@ from sandbox.host.image.build import check_image
 from sandbox.host.relay import RelayResult, relay_push
 from sandbox.host.upstream.credentials import UpstreamCallbacks, upstream_callbacks
 from sandbox.host.upstream.mirror import sync_mirror
-from sandbox.host.workspace.outbox_staging import stage_push
 from sandbox.host.workspace.prepare import (
     Workspace,
-    job_directory,
-    open_workspace,
-    prepare_workspace,
     release_workspace,
 )
-from sandbox.host.workspace.snapshot import capture, read_header, restore
+from sandbox.host.workspace.snapshot import capture
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.tool_schemas import TOOL_NAMES
 from skills.loader import skill_by_name
 
 log = logging.getLogger(__name__)
 
 STYLE_NOTES = 20
-# A push is staged when the job parks on it (pending) or when a resume restores it (approved).
-_STAGED_STATES = (ApprovalState.PENDING, ApprovalState.APPROVED)
-CHUNK_EVENT_CHARS = 64
-"""A streamed answer is published in events of at least this many characters (the last
-piece, and any piece before another frame, may be shorter)."""
 
 
 class ImageCheck:
@@ -309,8 +295,15 @@ class Executor:
         try:
             with timings.phase("workspace"):
                 staging = spare.directory if spare else None
-                workspace = self._workspace(
-                    record, plan, repo, callbacks, segment.approval, staging=staging
+                workspace = segment_workspace(
+                    self._store,
+                    self._settings,
+                    record,
+                    plan,
+                    repo,
+                    callbacks,
+                    segment.approval,
+                    staging=staging,
                 )
                 segment.workspace = workspace
                 segment.compare = compare_point(plan, workspace)
@@ -340,7 +333,7 @@ class Executor:
         mode = settings.jobs.container_start
         if mode == "eager":
             sandbox.ready()
-        elif mode == "ahead" and _tool_call_coming(approval, workspace):
+        elif mode == "ahead" and tool_call_coming(approval, workspace):
             sandbox.begin()
 
     def _publish_target(
@@ -360,55 +353,6 @@ class Executor:
         return PublishTarget(
             tool=tool, plan=plan, mirror=mirror, diff_max_chars=settings.jobs.diff_max_chars
         )
-
-    def _workspace(
-        self,
-        record: JobRecord,
-        plan: TreePlan,
-        repo: RepositoryConfig,
-        callbacks: UpstreamCallbacks,
-        approval: Approval | None,
-        *,
-        staging: Path | None = None,
-    ) -> Workspace:
-        workspaces = self._settings.workspaces
-        snapshot: bytes | None = None
-        checkout = plan.checkout
-        if approval is not None:
-            local = _local_workspace(record.id, self._settings)
-            if local is not None and holds(local, approval):
-                return local
-            snapshot = self._store.load_snapshot(record.id)
-            if snapshot is None:
-                raise BeamError(
-                    "BEM-502",
-                    f"job {record.id} parked without a workspace this host has, and its "
-                    "snapshot is gone; submit the job again",
-                )
-            # The parked tree is rebuilt on the commit it was built on, wherever the
-            # branch it came from has moved since.
-            checkout = read_header(snapshot, max_bytes=self._snapshot_cap).base_sha
-        # A first segment taken over from a dead worker on this host, or a local tree that
-        # moved past the park: start clean.
-        shutil.rmtree(job_directory(workspaces, record.id), ignore_errors=True)
-        workspace = prepare_workspace(
-            record.id,
-            record.spec.repo,
-            repo,
-            checkout,
-            workspaces,
-            sandbox_uid=self._settings.sandbox.uid,
-            callbacks=callbacks,
-            staging=staging,
-        )
-        if snapshot is not None and approval is not None:
-            restore(snapshot, workspace, max_bytes=self._snapshot_cap)
-            _stage_on_host(workspace, approval, repo)
-        return workspace
-
-    @property
-    def _snapshot_cap(self) -> int:
-        return self._settings.jobs.snapshot_max_bytes
 
     async def _drive(self, segment: _Segment, client: CompletionClient, stop: StopCheck) -> Driven:
         """Run the agent until it ends or parks on a call a person must decide, with the
@@ -500,7 +444,7 @@ class Executor:
             client,
             tools.tools,
             granted=self._settings.mcp.skills.get(spec.kind.skill, ()),
-            hooks=self._hooks(record.id, stop, segment.sandbox),
+            hooks=segment_hooks(self._store, record.id, stop, segment.sandbox),
             prompt_values=self._prompt_values(segment, [note.text for note in notes]),
             # Streamed: a long generation is no read timeout, and its text reaches the live
             # job page as it arrives.
@@ -518,44 +462,6 @@ class Executor:
             "publish_ref": repo.publish_ref or "",
         }
         return {**values, **segment.kind.prompt_values(_tree(segment), segment.publish)}
-
-    def _hooks(self, job_id: str, stop: StopCheck, sandbox: DeferredSandbox | None) -> Hooks:
-        hooks = Hooks()
-        store = self._store
-        # A streamed answer comes a token or two per frame; its pieces are joined into
-        # events of CHUNK_EVENT_CHARS or more, so a long answer neither floods the event
-        # stream nor trims the job's earlier events out of it.
-        answer: list[str] = []
-
-        @hooks.on_frame
-        async def publish(frame: Frame) -> None:
-            if isinstance(frame, ChunkFrame):
-                answer.append(frame.text)
-                if sum(map(len, answer)) < CHUNK_EVENT_CHARS:
-                    return
-            if answer:
-                store.append_event(job_id, ChunkFrame(text="".join(answer)))
-                answer.clear()
-            if not isinstance(frame, ChunkFrame):
-                store.append_event(job_id, frame)
-            # A refused call (cancelled or taken over) ends the run at its tool frame; so
-            # does a call that found the container's start failed.
-            if not isinstance(frame, DoneFrame):
-                stop.raise_if_stopped()
-                if sandbox is not None:
-                    sandbox.raise_if_failed()
-
-        @hooks.before_completion
-        async def before_model(state: RunState, messages: list[Any], specs: list[ToolSpec]) -> None:
-            stop.check()
-            if sandbox is not None:
-                sandbox.raise_if_failed()
-
-        @hooks.before_tool
-        async def before_tool(state: RunState, call: Any, args: Any) -> None:
-            stop.check()
-
-        return hooks
 
     def _relay(
         self,
@@ -594,10 +500,10 @@ class Executor:
         store, job_id = self._store, segment.record.id
         if segment.workspace is not None and segment.repo is not None:
             # Before the job is parked: a resume may claim it the moment it is.
-            _stage_on_host(segment.workspace, approval, segment.repo)
+            stage_on_host(segment.workspace, approval, segment.repo)
         snapshot = None
         if segment.workspace is not None:
-            snapshot = capture(segment.workspace, max_bytes=self._snapshot_cap)
+            snapshot = capture(segment.workspace, max_bytes=self._settings.jobs.snapshot_max_bytes)
         # One transaction: run state, snapshot, approval and the move, or none of them.
         parked = store.park(
             approval,
@@ -698,34 +604,6 @@ def _stop_container(segment: _Segment) -> None:
         segment.timings.add("container_wait", sandbox.wait_seconds)
 
 
-def _tool_call_coming(approval: Approval | None, workspace: Workspace) -> bool:
-    """Whether a segment knows, before its model answers, that it will call a container
-    tool: a first segment does (every skill with a tree reads it before it answers), and a
-    resume whose approved call runs in the container (an author's ``git_push``), unless the
-    push was staged in this host's outbox (when the job parked, or after the restore)."""
-    if approval is None:
-        return True
-    if approval.state is not ApprovalState.APPROVED or approval.tool not in TOOL_NAMES:
-        return False
-    commit = approved_commit(approval)
-    if approval.tool == "git_push" and commit is not None:
-        return not staged(workspace.outbox, commit)
-    return True
-
-
-def _stage_on_host(workspace: Workspace, approval: Approval, repo: RepositoryConfig) -> None:
-    """Stage a ``git_push`` into the job's outbox on the host (``stage_push``), so that the
-    approved resume relays it with no container (``staged``): when the job parks on it (the
-    push a person is now asked about; the segment's container is gone by then), and after a
-    restore on another host (the approved push). Best effort: when it cannot, the resume
-    pushes from a container as before. The outbox is the job's own repository on this
-    worker: nothing in it goes upstream but through the relay, after the approval, and only
-    the approved commit."""
-    commit = approved_commit(approval)
-    if approval.tool == "git_push" and approval.state in _STAGED_STATES and commit is not None:
-        stage_push(workspace, commit.sha, commit.branch, repo.protected_refs)
-
-
 def _final_state(code: str) -> JobState:
     return JobState.CANCELLED if code == "BEM-506" else JobState.FAILED
 
@@ -738,9 +616,3 @@ def _result(state: RunState) -> JobResult:
         tool_calls=len(state.records),
         refusal=state.refusal,
     )
-
-
-def _local_workspace(job_id: str, settings: Settings) -> Workspace | None:
-    with contextlib.suppress(BeamError):
-        return open_workspace(job_id, settings.workspaces)
-    return None

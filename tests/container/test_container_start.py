@@ -12,8 +12,8 @@ import pytest
 from bot.config import SandboxLimits
 from bot.core.errors import BeamError
 from bot.core.identity import Identity, Trailer
-from bot.jobs.container_start import ContainerStart
 from bot.jobs.plans import Baseline
+from bot.jobs.segment.container_start import ContainerStart
 from harness.workers import own
 from sandbox.host.container.deferred import DeferredSandbox
 from sandbox.host.container.lifecycle import ContainerSandbox

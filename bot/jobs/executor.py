@@ -62,7 +62,6 @@ from bot.jobs.kinds import kind_of, request_text
 from bot.jobs.kinds.base import Ended, Kind, ToolKit
 from bot.jobs.lease import LeaseKeeper, StopCheck
 from bot.jobs.model_client import context_budget_for, model_client_for
-from bot.jobs.outcomes import ended_refused, unrecovered_error
 from bot.jobs.parking import (
     PublishTarget,
     PushTarget,
@@ -74,6 +73,7 @@ from bot.jobs.parking import (
 from bot.jobs.plans import Baseline, Tree, TreePlan, compare_point
 from bot.jobs.relayed_push import PushGuard, Relay, RelayedPush, recorded_pushes
 from bot.jobs.segment.container_start import ContainerStart
+from bot.jobs.segment.finish import Ending, branch_change, final_state, finish, run_result
 from bot.jobs.segment.hooks import segment_hooks
 from bot.jobs.segment.workspace import segment_workspace, stage_on_host, tool_call_coming
 from bot.jobs.spares import SparePool
@@ -87,7 +87,6 @@ from bot.store.models import (
     Approval,
     ApprovalState,
     JobRecord,
-    JobResult,
     JobState,
 )
 from bot.store.store import JobStore
@@ -209,7 +208,7 @@ class Executor:
                 return self._end(segment, JobState.FAILED, error=error)
             except BeamError as error:
                 _stop_container(segment)
-                return self._end(segment, _final_state(error.code), error=error)
+                return self._end(segment, final_state(error.code), error=error)
             except Exception as error:
                 _stop_container(segment)
                 log.exception("job %s failed unexpectedly", record.id)
@@ -510,8 +509,8 @@ class Executor:
             owner=self._worker,
             run_state=state.model_dump_json(),
             snapshot=snapshot,
-            result=_result(state),
-            **_own_branch(segment),
+            result=run_result(state),
+            **branch_change(_own_branch(segment)),
         )
         if parked is None:
             return None
@@ -525,30 +524,15 @@ class Executor:
         return parked
 
     def _finish(self, segment: _Segment, driven: Driven) -> JobRecord | None:
-        state = driven.state
-        result = _result(state)
-        if state.status is ResultStatus.FAILED:
-            error = state.error or ErrorInfo(code="BEM-509", message="the run failed")
-            return self._end(segment, _final_state(error.code), error=error, result=result)
-        if state.status is ResultStatus.REFUSED:
-            # The model declined: nothing it would have done is reported as an outcome.
-            return self._end(segment, JobState.REFUSED, result=result)
         ended = Ended(
             spec=segment.record.spec,
-            state=state,
+            state=driven.state,
             tree=_tree(segment),
             publish=segment.publish,
             tools=driven.tools.tools,
             diff_max_chars=self._settings.jobs.diff_max_chars,
         )
-        result.outcome = segment.kind.outcome(ended)
-        if ended_refused(state):
-            return self._end(segment, JobState.REFUSED, result=result)
-        # Fail closed: what the kind must produce is checked, never assumed.
-        missing = unrecovered_error(state) or segment.kind.judge(ended, result.outcome)
-        if missing is not None:
-            return self._end(segment, JobState.FAILED, error=missing, result=result)
-        return self._end(segment, JobState.SUCCEEDED, result=result)
+        return finish(self._ending(segment), segment.kind, ended)
 
     def _end(
         self,
@@ -556,20 +540,11 @@ class Executor:
         to: JobState,
         *,
         error: BeamError | ErrorInfo | None = None,
-        result: JobResult | None = None,
     ) -> JobRecord | None:
-        job_id = segment.record.id
-        if isinstance(error, BeamError):
-            error = ErrorInfo(code=error.code, message=error.message)
-        changes: dict[str, Any] = {"error": error, **_own_branch(segment)}
-        if result is not None:
-            changes["result"] = result
-        ended = self._store.transition(
-            job_id, to, from_states=(JobState.RUNNING,), owner=self._worker, **changes
-        )
-        if ended is not None:
-            self._store.drop_parked(job_id)
-        return ended
+        return self._ending(segment).end(to, error=error)
+
+    def _ending(self, segment: _Segment) -> Ending:
+        return Ending(self._store, self._worker, segment.record.id, _own_branch(segment))
 
     def _clean_up(self, segment: _Segment) -> None:
         _stop_container(segment)
@@ -581,11 +556,11 @@ class Executor:
                 release_workspace(segment.record.id, self._settings.workspaces)
 
 
-def _own_branch(segment: _Segment) -> dict[str, Any]:
+def _own_branch(segment: _Segment) -> str | None:
     """The record's ``branch`` change: an author job's own branch, once its tree exists."""
     if segment.workspace is None or not segment.kind.owns_branch:
-        return {}
-    return {"branch": segment.workspace.branch}
+        return None
+    return segment.workspace.branch
 
 
 def _tree(segment: _Segment) -> Tree | None:
@@ -602,17 +577,3 @@ def _stop_container(segment: _Segment) -> None:
         # segment waited for (all of it when in line, none when the start was all overlapped).
         segment.timings.add("container", sandbox.start_seconds)
         segment.timings.add("container_wait", sandbox.wait_seconds)
-
-
-def _final_state(code: str) -> JobState:
-    return JobState.CANCELLED if code == "BEM-506" else JobState.FAILED
-
-
-def _result(state: RunState) -> JobResult:
-    return JobResult(
-        text=state.text,
-        usage=state.usage,
-        model_used=state.model_used,
-        tool_calls=len(state.records),
-        refusal=state.refusal,
-    )

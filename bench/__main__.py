@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "cancel_check_bench": ([], ["--checks", "200", "--runs", "3"]),
     "preview_bench": ([], ["--runs", "2"]),
     "mcp_bench": ([], ["--calls", "20", "--runs", "2", "--starts", "2"]),
+    "segment_walk": ([], []),
 }
 
 

@@ -39,14 +39,10 @@ took over) changes nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import shutil
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import docker
@@ -57,17 +53,15 @@ from bot.agents.redis_memory import RedisMemoryStore
 from bot.clients.base import CompletionClient
 from bot.config import RepositoryConfig, SandboxLimits, Settings
 from bot.core.errors import BeamError
-from bot.core.frames import ChunkFrame, DoneFrame, ErrorInfo, Frame, ResultStatus
+from bot.core.frames import ErrorInfo, Frame, ResultStatus
 from bot.core.identity import Trailer
 from bot.core.input import AgentContext, AgentInput
-from bot.core.tools import ToolSpec
 from bot.jobs.announce import announce_parked
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.kinds import kind_of, request_text
 from bot.jobs.kinds.kind import Ended, Kind, ToolKit
 from bot.jobs.lease import LeaseKeeper, StopCheck
 from bot.jobs.model_client import context_budget_for, model_client_for
-from bot.jobs.outcomes import ended_refused, unrecovered_error
 from bot.jobs.parking import (
     PublishTarget,
     PushTarget,
@@ -75,15 +69,17 @@ from bot.jobs.parking import (
     approved_commit,
     check_publish_still_bound,
     check_still_bound,
-    holds,
 )
 from bot.jobs.plans import Baseline, Tree, TreePlan, compare_point
-from bot.jobs.relayed_push import PushGuard, Relay, recorded_pushes, staged
+from bot.jobs.relayed_push import PushGuard, Relay, RelayedPush, recorded_pushes
+from bot.jobs.segment.container_start import ContainerStart
+from bot.jobs.segment.finish import Ending, branch_change, final_state, finish, run_result
+from bot.jobs.segment.hooks import segment_hooks
+from bot.jobs.segment.workspace import segment_workspace, stage_on_host, tool_call_coming
 from bot.jobs.spares import SparePool
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolbox import Toolbox, servers_for
 from bot.jobs.toolsets import JobTools, job_tools
-from bot.runner.hooks import Hooks
 from bot.runner.interrupts import RunAborted
 from bot.runner.loop import ToolLoopAgent
 from bot.runner.state import CallDecision, RunState
@@ -91,7 +87,6 @@ from bot.store.models import (
     Approval,
     ApprovalState,
     JobRecord,
-    JobResult,
     JobState,
 )
 from bot.store.store import JobStore
@@ -101,27 +96,17 @@ from sandbox.host.image.build import check_image
 from sandbox.host.relay import RelayResult, relay_push
 from sandbox.host.upstream.credentials import UpstreamCallbacks, upstream_callbacks
 from sandbox.host.upstream.mirror import sync_mirror
-from sandbox.host.workspace.outbox_staging import stage_push
 from sandbox.host.workspace.prepare import (
     Workspace,
-    job_directory,
-    open_workspace,
-    prepare_workspace,
     release_workspace,
 )
-from sandbox.host.workspace.snapshot import capture, read_header, restore
+from sandbox.host.workspace.snapshot import capture
 from sandbox.inside.jail import SandboxRoot
-from sandbox.inside.tool_schemas import TOOL_NAMES
 from skills.loader import skill_by_name
 
 log = logging.getLogger(__name__)
 
 STYLE_NOTES = 20
-# A push is staged when the job parks on it (pending) or when a resume restores it (approved).
-_STAGED_STATES = (ApprovalState.PENDING, ApprovalState.APPROVED)
-CHUNK_EVENT_CHARS = 64
-"""A streamed answer is published in events of at least this many characters (the last
-piece, and any piece before another frame, may be shorter)."""
 
 
 class ImageCheck:
@@ -164,10 +149,19 @@ class _Segment:
     base_sha: str = ""
     sandbox: DeferredSandbox | None = None
     approval: Approval | None = None
-    tools: JobTools = field(default_factory=JobTools)
     publish: PublishTarget | None = None
     toolbox: Toolbox | None = None
     parked: bool = False
+
+
+@dataclass(frozen=True)
+class Driven:
+    """How the run phase left the segment: the run's state, the approval it parks on (None
+    when the run ended) and the tools it ran with (the outcome reads its host tools)."""
+
+    state: RunState
+    approval: Approval | None
+    tools: JobTools
 
 
 class Executor:
@@ -214,7 +208,7 @@ class Executor:
                 return self._end(segment, JobState.FAILED, error=error)
             except BeamError as error:
                 _stop_container(segment)
-                return self._end(segment, _final_state(error.code), error=error)
+                return self._end(segment, final_state(error.code), error=error)
             except Exception as error:
                 _stop_container(segment)
                 log.exception("job %s failed unexpectedly", record.id)
@@ -257,7 +251,7 @@ class Executor:
         if segment.kind.publishes:
             segment.publish = self._publish_target(segment, segment.repo, segment.callbacks)
         with timings.phase("agent"):
-            state, approval = asyncio.run(self._drive(segment, client, stop))
+            driven = asyncio.run(self._drive(segment, client, stop))
         # Gone before the job moves: a parked or finished job never has a container.
         sandbox = segment.sandbox
         with timings.phase("stop"):
@@ -266,11 +260,11 @@ class Executor:
             # A start that failed fails the segment as it did when it ran in line, whatever
             # the run made of it meanwhile (it stopped at its next frame or model call).
             sandbox.raise_if_failed()
-        if approval is not None:
+        if driven.approval is not None:
             with timings.phase("park"):
-                return self._park(segment, state, approval)
+                return self._park(segment, driven.state, driven.approval)
         with timings.phase("finish"):
-            return self._finish(segment, state)
+            return self._finish(segment, driven)
 
     def _decided_approval(self, record: JobRecord) -> Approval:
         """The decision this resume applies; the claim already marked it applied."""
@@ -300,8 +294,15 @@ class Executor:
         try:
             with timings.phase("workspace"):
                 staging = spare.directory if spare else None
-                workspace = self._workspace(
-                    record, plan, repo, callbacks, segment.approval, staging=staging
+                workspace = segment_workspace(
+                    self._store,
+                    self._settings,
+                    record,
+                    plan,
+                    repo,
+                    callbacks,
+                    segment.approval,
+                    staging=staging,
                 )
                 segment.workspace = workspace
                 segment.compare = compare_point(plan, workspace)
@@ -313,33 +314,25 @@ class Executor:
         segment.base_sha = (approval.base_sha if approval else None) or workspace.base_sha
         if approval is not None and approval.state is ApprovalState.APPROVED:
             check_still_bound(approval, workspace)
-        compare = segment.compare
-
-        def start(sandbox: ContainerSandbox) -> None:
-            sandbox.start(
-                record.id,
-                workspace.tree,
-                repo.protected_refs,
-                settings.sandbox,
-                deadline=datetime.now(UTC) + timedelta(seconds=settings.jobs.time_limit_seconds),
-                outbox=workspace.outbox,
-                identity=settings.identity,
-                trailers=[Trailer.requested_by(record.spec.requested_by)],
-                compare_to=compare.sha if compare else None,
-                compare_label=compare.label if compare else None,
-                # This worker holds the job: a container of it on this engine was left by
-                # an attempt whose worker died (kill -9, a lost Redis connection).
-                replace_leftover=True,
-                deployment=deployment,
-            )
-
+        start = ContainerStart(
+            job_id=record.id,
+            tree=workspace.tree,
+            outbox=workspace.outbox,
+            protected_refs=repo.protected_refs,
+            limits=settings.sandbox,
+            time_limit_seconds=settings.jobs.time_limit_seconds,
+            identity=settings.identity,
+            trailers=(Trailer.requested_by(record.spec.requested_by),),
+            compare=segment.compare,
+            deployment=deployment,
+        )
         container = spare.sandbox if spare else ContainerSandbox(self._docker, image)
         sandbox = DeferredSandbox(container, start)
         segment.sandbox = sandbox
         mode = settings.jobs.container_start
         if mode == "eager":
             sandbox.ready()
-        elif mode == "ahead" and _tool_call_coming(approval, workspace):
+        elif mode == "ahead" and tool_call_coming(approval, workspace):
             sandbox.begin()
 
     def _publish_target(
@@ -360,58 +353,7 @@ class Executor:
             tool=tool, plan=plan, mirror=mirror, diff_max_chars=settings.jobs.diff_max_chars
         )
 
-    def _workspace(
-        self,
-        record: JobRecord,
-        plan: TreePlan,
-        repo: RepositoryConfig,
-        callbacks: UpstreamCallbacks,
-        approval: Approval | None,
-        *,
-        staging: Path | None = None,
-    ) -> Workspace:
-        workspaces = self._settings.workspaces
-        snapshot: bytes | None = None
-        checkout = plan.checkout
-        if approval is not None:
-            local = _local_workspace(record.id, self._settings)
-            if local is not None and holds(local, approval):
-                return local
-            snapshot = self._store.load_snapshot(record.id)
-            if snapshot is None:
-                raise BeamError(
-                    "BEM-502",
-                    f"job {record.id} parked without a workspace this host has, and its "
-                    "snapshot is gone; submit the job again",
-                )
-            # The parked tree is rebuilt on the commit it was built on, wherever the
-            # branch it came from has moved since.
-            checkout = read_header(snapshot, max_bytes=self._snapshot_cap).base_sha
-        # A first segment taken over from a dead worker on this host, or a local tree that
-        # moved past the park: start clean.
-        shutil.rmtree(job_directory(workspaces, record.id), ignore_errors=True)
-        workspace = prepare_workspace(
-            record.id,
-            record.spec.repo,
-            repo,
-            checkout,
-            workspaces,
-            sandbox_uid=self._settings.sandbox.uid,
-            callbacks=callbacks,
-            staging=staging,
-        )
-        if snapshot is not None and approval is not None:
-            restore(snapshot, workspace, max_bytes=self._snapshot_cap)
-            _stage_on_host(workspace, approval, repo)
-        return workspace
-
-    @property
-    def _snapshot_cap(self) -> int:
-        return self._settings.jobs.snapshot_max_bytes
-
-    async def _drive(
-        self, segment: _Segment, client: CompletionClient, stop: StopCheck
-    ) -> tuple[RunState, Approval | None]:
+    async def _drive(self, segment: _Segment, client: CompletionClient, stop: StopCheck) -> Driven:
         """Run the agent until it ends or parks on a call a person must decide, with the
         segment's MCP servers started for it and stopped after, whatever happens."""
         assert segment.toolbox is not None  # made when the segment started
@@ -423,26 +365,29 @@ class Executor:
 
     async def _drive_agent(
         self, segment: _Segment, client: CompletionClient, stop: StopCheck
-    ) -> tuple[RunState, Approval | None]:
+    ) -> Driven:
         record = segment.record
         # The store's own client: no connection of the segment's own to open and close.
         memory = RedisMemoryStore(self._store.client, key=self._store.keys.memory)
-        agent = await self._agent(segment, client, memory, stop)
-        frames, state = self._first_frames(segment, agent)
+        tools = self._tools(segment, memory)
+        agent = await self._agent(segment, client, memory, stop, tools)
+        # A resume of an approved push arms the job's relayed git_push here, with the commit
+        # the person approved, right before the decision reaches the agent.
+        frames, state = self._first_frames(segment, agent, tools.push)
         while True:
             async with aclosing(frames) as running:
                 async for _ in running:
                     pass
             pending = state.pending
             if state.status is not ResultStatus.INTERRUPTED or pending is None:
-                return state, None
+                return Driven(state, None, tools)
             verdict = approval_for(record, pending, self._push_target(segment))
             if isinstance(verdict, Approval):
-                return state, verdict
+                return Driven(state, verdict, tools)
             frames = agent.resume(state, verdict)
 
     def _first_frames(
-        self, segment: _Segment, agent: ToolLoopAgent
+        self, segment: _Segment, agent: ToolLoopAgent, push: RelayedPush | None
     ) -> tuple[AsyncGenerator[Frame, None], RunState]:
         approval = segment.approval
         if approval is None:
@@ -451,7 +396,7 @@ class Executor:
             return agent.run(state), state
         state = RunState.load(self._store.load_run_state(segment.record.id))
         approved = approval.state is ApprovalState.APPROVED
-        push, commit = segment.tools.push, approved_commit(approval)
+        commit = approved_commit(approval)
         if approved and push is not None and commit is not None:
             push.arm(commit)
         decision = CallDecision(
@@ -462,20 +407,17 @@ class Executor:
         )
         return agent.resume(state, decision), state
 
-    async def _agent(
-        self, segment: _Segment, client: CompletionClient, memory: MemoryStore, stop: StopCheck
-    ) -> ToolLoopAgent:
+    def _tools(self, segment: _Segment, memory: MemoryStore) -> JobTools:
         record, repo, callbacks = segment.record, segment.repo, segment.callbacks
         assert repo is not None and callbacks is not None  # set before the tree is opened
         spec, workspace = record.spec, segment.workspace
-        notes = await memory.recall(spec.repo, STYLE_NOTES)
         tree = (
             SandboxRoot(workspace.tree, max_read_bytes=self._settings.sandbox.max_read_bytes)
             if workspace is not None
             else None
         )
         publish = segment.publish.tool if segment.publish is not None else None
-        segment.tools = job_tools(
+        return job_tools(
             segment.kind,
             ToolKit(memory=memory, scope=spec.repo, tree=tree, publish=publish),
             sandbox=segment.sandbox,
@@ -485,12 +427,23 @@ class Executor:
             outbox=workspace.outbox if workspace is not None else None,
             mcp=segment.toolbox.tools if segment.toolbox is not None else (),
         )
+
+    async def _agent(
+        self,
+        segment: _Segment,
+        client: CompletionClient,
+        memory: MemoryStore,
+        stop: StopCheck,
+        tools: JobTools,
+    ) -> ToolLoopAgent:
+        record, spec = segment.record, segment.record.spec
+        notes = await memory.recall(spec.repo, STYLE_NOTES)
         return ToolLoopAgent.for_skill(
             spec.kind.skill,
             client,
-            segment.tools.tools,
+            tools.tools,
             granted=self._settings.mcp.skills.get(spec.kind.skill, ()),
-            hooks=self._hooks(record.id, stop, segment.sandbox),
+            hooks=segment_hooks(self._store, record.id, stop, segment.sandbox),
             prompt_values=self._prompt_values(segment, [note.text for note in notes]),
             # Streamed: a long generation is no read timeout, and its text reaches the live
             # job page as it arrives.
@@ -508,44 +461,6 @@ class Executor:
             "publish_ref": repo.publish_ref or "",
         }
         return {**values, **segment.kind.prompt_values(_tree(segment), segment.publish)}
-
-    def _hooks(self, job_id: str, stop: StopCheck, sandbox: DeferredSandbox | None) -> Hooks:
-        hooks = Hooks()
-        store = self._store
-        # A streamed answer comes a token or two per frame; its pieces are joined into
-        # events of CHUNK_EVENT_CHARS or more, so a long answer neither floods the event
-        # stream nor trims the job's earlier events out of it.
-        answer: list[str] = []
-
-        @hooks.on_frame
-        async def publish(frame: Frame) -> None:
-            if isinstance(frame, ChunkFrame):
-                answer.append(frame.text)
-                if sum(map(len, answer)) < CHUNK_EVENT_CHARS:
-                    return
-            if answer:
-                store.append_event(job_id, ChunkFrame(text="".join(answer)))
-                answer.clear()
-            if not isinstance(frame, ChunkFrame):
-                store.append_event(job_id, frame)
-            # A refused call (cancelled or taken over) ends the run at its tool frame; so
-            # does a call that found the container's start failed.
-            if not isinstance(frame, DoneFrame):
-                stop.raise_if_stopped()
-                if sandbox is not None:
-                    sandbox.raise_if_failed()
-
-        @hooks.before_completion
-        async def before_model(state: RunState, messages: list[Any], specs: list[ToolSpec]) -> None:
-            stop.check()
-            if sandbox is not None:
-                sandbox.raise_if_failed()
-
-        @hooks.before_tool
-        async def before_tool(state: RunState, call: Any, args: Any) -> None:
-            stop.check()
-
-        return hooks
 
     def _relay(
         self,
@@ -584,18 +499,18 @@ class Executor:
         store, job_id = self._store, segment.record.id
         if segment.workspace is not None and segment.repo is not None:
             # Before the job is parked: a resume may claim it the moment it is.
-            _stage_on_host(segment.workspace, approval, segment.repo)
+            stage_on_host(segment.workspace, approval, segment.repo)
         snapshot = None
         if segment.workspace is not None:
-            snapshot = capture(segment.workspace, max_bytes=self._snapshot_cap)
+            snapshot = capture(segment.workspace, max_bytes=self._settings.jobs.snapshot_max_bytes)
         # One transaction: run state, snapshot, approval and the move, or none of them.
         parked = store.park(
             approval,
             owner=self._worker,
             run_state=state.model_dump_json(),
             snapshot=snapshot,
-            result=_result(state),
-            **_own_branch(segment),
+            result=run_result(state),
+            **branch_change(_own_branch(segment)),
         )
         if parked is None:
             return None
@@ -608,30 +523,16 @@ class Executor:
             return store.request_cancel(job_id)
         return parked
 
-    def _finish(self, segment: _Segment, state: RunState) -> JobRecord | None:
-        result = _result(state)
-        if state.status is ResultStatus.FAILED:
-            error = state.error or ErrorInfo(code="BEM-509", message="the run failed")
-            return self._end(segment, _final_state(error.code), error=error, result=result)
-        if state.status is ResultStatus.REFUSED:
-            # The model declined: nothing it would have done is reported as an outcome.
-            return self._end(segment, JobState.REFUSED, result=result)
+    def _finish(self, segment: _Segment, driven: Driven) -> JobRecord | None:
         ended = Ended(
             spec=segment.record.spec,
-            state=state,
+            state=driven.state,
             tree=_tree(segment),
             publish=segment.publish,
-            tools=segment.tools.tools,
+            tools=driven.tools.tools,
             diff_max_chars=self._settings.jobs.diff_max_chars,
         )
-        result.outcome = segment.kind.outcome(ended)
-        if ended_refused(state):
-            return self._end(segment, JobState.REFUSED, result=result)
-        # Fail closed: what the kind must produce is checked, never assumed.
-        missing = unrecovered_error(state) or segment.kind.judge(ended, result.outcome)
-        if missing is not None:
-            return self._end(segment, JobState.FAILED, error=missing, result=result)
-        return self._end(segment, JobState.SUCCEEDED, result=result)
+        return finish(self._ending(segment), segment.kind, ended)
 
     def _end(
         self,
@@ -639,20 +540,11 @@ class Executor:
         to: JobState,
         *,
         error: BeamError | ErrorInfo | None = None,
-        result: JobResult | None = None,
     ) -> JobRecord | None:
-        job_id = segment.record.id
-        if isinstance(error, BeamError):
-            error = ErrorInfo(code=error.code, message=error.message)
-        changes: dict[str, Any] = {"error": error, **_own_branch(segment)}
-        if result is not None:
-            changes["result"] = result
-        ended = self._store.transition(
-            job_id, to, from_states=(JobState.RUNNING,), owner=self._worker, **changes
-        )
-        if ended is not None:
-            self._store.drop_parked(job_id)
-        return ended
+        return self._ending(segment).end(to, error=error)
+
+    def _ending(self, segment: _Segment) -> Ending:
+        return Ending(self._store, self._worker, segment.record.id, _own_branch(segment))
 
     def _clean_up(self, segment: _Segment) -> None:
         _stop_container(segment)
@@ -664,11 +556,11 @@ class Executor:
                 release_workspace(segment.record.id, self._settings.workspaces)
 
 
-def _own_branch(segment: _Segment) -> dict[str, Any]:
+def _own_branch(segment: _Segment) -> str | None:
     """The record's ``branch`` change: an author job's own branch, once its tree exists."""
     if segment.workspace is None or not segment.kind.owns_branch:
-        return {}
-    return {"branch": segment.workspace.branch}
+        return None
+    return segment.workspace.branch
 
 
 def _tree(segment: _Segment) -> Tree | None:
@@ -685,51 +577,3 @@ def _stop_container(segment: _Segment) -> None:
         # segment waited for (all of it when in line, none when the start was all overlapped).
         segment.timings.add("container", sandbox.start_seconds)
         segment.timings.add("container_wait", sandbox.wait_seconds)
-
-
-def _tool_call_coming(approval: Approval | None, workspace: Workspace) -> bool:
-    """Whether a segment knows, before its model answers, that it will call a container
-    tool: a first segment does (every skill with a tree reads it before it answers), and a
-    resume whose approved call runs in the container (an author's ``git_push``), unless the
-    push was staged in this host's outbox (when the job parked, or after the restore)."""
-    if approval is None:
-        return True
-    if approval.state is not ApprovalState.APPROVED or approval.tool not in TOOL_NAMES:
-        return False
-    commit = approved_commit(approval)
-    if approval.tool == "git_push" and commit is not None:
-        return not staged(workspace.outbox, commit)
-    return True
-
-
-def _stage_on_host(workspace: Workspace, approval: Approval, repo: RepositoryConfig) -> None:
-    """Stage a ``git_push`` into the job's outbox on the host (``stage_push``), so that the
-    approved resume relays it with no container (``staged``): when the job parks on it (the
-    push a person is now asked about; the segment's container is gone by then), and after a
-    restore on another host (the approved push). Best effort: when it cannot, the resume
-    pushes from a container as before. The outbox is the job's own repository on this
-    worker: nothing in it goes upstream but through the relay, after the approval, and only
-    the approved commit."""
-    commit = approved_commit(approval)
-    if approval.tool == "git_push" and approval.state in _STAGED_STATES and commit is not None:
-        stage_push(workspace, commit.sha, commit.branch, repo.protected_refs)
-
-
-def _final_state(code: str) -> JobState:
-    return JobState.CANCELLED if code == "BEM-506" else JobState.FAILED
-
-
-def _result(state: RunState) -> JobResult:
-    return JobResult(
-        text=state.text,
-        usage=state.usage,
-        model_used=state.model_used,
-        tool_calls=len(state.records),
-        refusal=state.refusal,
-    )
-
-
-def _local_workspace(job_id: str, settings: Settings) -> Workspace | None:
-    with contextlib.suppress(BeamError):
-        return open_workspace(job_id, settings.workspaces)
-    return None

@@ -68,6 +68,17 @@ class DeciderPolicy:
         return self.settings.allows_self_approval(record.spec.repo)
 
 
+@dataclass(frozen=True)
+class CancellerPolicy:
+    """What ``who`` may cancel, asked inside the cancel's transaction on the job it read:
+    BEM-703 outside the caller's scope, BEM-702 for a job neither theirs nor an admin's."""
+
+    who: Principal
+
+    def check(self, record: JobRecord) -> None:
+        self.who.check_cancel(record)
+
+
 @dataclass
 class JobService:
     """What every surface shares: settings, the store, the task queues, the tokens.
@@ -153,7 +164,7 @@ class JobService:
         queued or parked job is cancelled here and has no container; one found anyway (left
         by a worker that died) is removed by ``after_cancel``, else by the reaper of the host
         it runs on."""
-        record = self.store.request_cancel(job_id, authorize=who.check_cancel)
+        record = self.store.request_cancel(job_id, policy=CancellerPolicy(who))
         if record.state is JobState.CANCELLED and self.after_cancel is not None:
             self.after_cancel(job_id)
         return record

@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from redis import Redis
 from redis.client import Pipeline
@@ -48,6 +48,14 @@ _STORE_FIELDS = frozenset({"id", "spec", "state", "version", "created_at", "upda
 
 # ``change(record, now)``: the fields to set, or None to leave the job as it is.
 Change = Callable[[JobRecord, datetime], dict[str, Any] | None]
+
+
+class CancelPolicy(Protocol):
+    """Who may cancel a job: asked by ``request_cancel`` inside its transaction, on the job
+    it read (the job service's ``CancellerPolicy``)."""
+
+    def check(self, record: JobRecord) -> None:
+        """Raise when the caller may not cancel ``record``."""
 
 
 class JobRecords(RedisGateway):
@@ -230,11 +238,10 @@ class JobRecords(RedisGateway):
 
         return self._change_job(job_id, change, also=parked)[0]
 
-    def request_cancel(
-        self, job_id: str, *, authorize: Callable[[JobRecord], None] | None = None
-    ) -> JobRecord:
-        """Ask for the job to stop; ``authorize(record)`` runs first, inside the transaction,
-        and raises when the caller may not cancel it. A job no worker holds (queued, parked,
+    def request_cancel(self, job_id: str, *, policy: CancelPolicy | None = None) -> JobRecord:
+        """Ask for the job to stop; ``policy.check(record)`` runs first, inside the
+        transaction, and raises when the caller may not cancel it (no policy: the system's
+        own cancel, which may). A job no worker holds (queued, parked,
         or running under a lease that ran out) is cancelled at once, its pending approval
         withdrawn; a running one gets ``cancel_requested`` and its worker ends it between tool
         calls; a final job comes back unchanged. While its worker pushes upstream, BEM-512:
@@ -242,8 +249,8 @@ class JobRecords(RedisGateway):
         went out."""
 
         def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
-            if authorize is not None:
-                authorize(record)
+            if policy is not None:
+                policy.check(record)
             if record.state.is_final:
                 return None
             if record.state is JobState.RUNNING and _leased(record, now):

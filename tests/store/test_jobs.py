@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from bot.core.errors import ApprovalError, JobError
+from bot.core.errors import ApprovalError, BeamError, JobError
 from bot.core.frames import ErrorInfo
 from bot.store.models import (
     Approval,
@@ -179,6 +179,26 @@ def test_cancel_of_a_queued_job_ends_it_at_once(store: JobStore) -> None:
     assert cancelled.error == ErrorInfo(code="BEM-506", message="cancelled while queued")
     assert [event.end for event in store.read_events(record.id)] == [JobState.CANCELLED]
     assert store.claim(record.id, worker="w1", lease_seconds=30) is None  # the queued task
+
+
+class RefusedCancel:
+    """A cancel policy that refuses every job, and says which it was asked about."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def check(self, record: JobRecord) -> None:
+        self.asked.append(record.id)
+        raise BeamError("BEM-702", f"not yours to cancel: {record.id}")
+
+
+def test_a_cancel_its_policy_refuses_changes_nothing(store: JobStore) -> None:
+    record = parked(store)
+    policy = RefusedCancel()
+    assert code_of(lambda: store.request_cancel(record.id, policy=policy)) == "BEM-702"
+    assert policy.asked == [record.id], "asked on the job read in the transaction"
+    assert store.get(record.id) == record
+    assert [a.id for a in store.pending_approvals()] == ["ap1"]
 
 
 def test_cancel_of_a_running_job_asks_its_worker(store: JobStore) -> None:

@@ -74,7 +74,7 @@ from bot.jobs.plans import Baseline, Tree, TreePlan, compare_point
 from bot.jobs.relayed_push import PushGuard, Relay, RelayedPush, recorded_pushes
 from bot.jobs.segment.container_start import ContainerStart
 from bot.jobs.segment.finish import Ending, branch_change, final_state, finish, run_result
-from bot.jobs.segment.hooks import segment_hooks
+from bot.jobs.segment.segment_hooks import segment_hooks
 from bot.jobs.segment.workspace import segment_workspace, stage_on_host, tool_call_coming
 from bot.jobs.spares import SparePool
 from bot.jobs.timings import SegmentTimings

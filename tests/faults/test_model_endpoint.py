@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from bot.core.frames import ChunkFrame
-from bot.jobs.segment.hooks import CHUNK_EVENT_CHARS
+from bot.jobs.segment.segment_hooks import CHUNK_EVENT_CHARS
 from bot.store.models import JobKind, JobRecord, JobState
 from harness.playbooks import AUTHOR_REQUEST, COMMIT_SUBJECT, FIXED_INSTALL
 from harness.stack import Stack, job_stack

@@ -8,7 +8,7 @@ from typing import Any
 
 from bot.core.errors import BeamError
 from bot.core.frames import ErrorInfo, ResultStatus
-from bot.jobs.kinds.base import Ended, Kind
+from bot.jobs.kinds.kind import Ended, Kind
 from bot.jobs.outcomes import ended_refused, unrecovered_error
 from bot.runner.state import RunState
 from bot.store.models import JobRecord, JobResult, JobState

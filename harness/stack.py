@@ -222,6 +222,11 @@ class Stack:
         worker = self.workers.pop(name)
         os.killpg(worker.process.pid, signal.SIGKILL)
         worker.process.wait()
+        # A pool process in uninterruptible sleep dies only when it wakes: wait for the whole
+        # group, so what the test checks next sees a dead host, not a dying one.
+        deadline = time.monotonic() + 30
+        while _group_alive(worker.process.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def worker_settings(self, name: str) -> Settings:
         """The settings worker ``name`` runs with: its host's workspace root and mirrors."""
@@ -515,3 +520,15 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(explain())
         time.sleep(0.05)
+
+
+def _group_alive(group: int) -> bool:
+    """Whether a process of ``group`` still runs (a zombie counts as dead)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(group) and fields[0] not in ("Z", "X"):
+            return True
+    return False

@@ -124,6 +124,9 @@ def test_a_fork_bomb_gets_no_more_than_the_pids_limit_and_goes_with_its_job(
         deadline=datetime.now(UTC) + timedelta(hours=1),
         limits=limits,
         protected_refs=("main",),
+        # Labelled as the stack's own, as a worker of it labels its containers: the reaper
+        # judges another deployment's containers by their deadline only.
+        deployment=stack.store.deployment(),
     )
     arguments = create_arguments(client.api, image, spec, entrypoint=["python3", "-c", bomb])
     container = client.api.create_container(**arguments)["Id"]

@@ -270,24 +270,31 @@ def follow(client: ApiClient, job: JobView, timeout: float) -> JobView:
     """The job once it is final, saying on standard error what it does meanwhile; TimedOut
     when ``timeout`` runs out first. A stream that drops (the API restarted, a proxy cut
     it, an ``error`` event) is opened again after the last event seen, so nothing is shown
-    twice or skipped."""
+    twice or skipped: also when the job ended while the stream was down, since the events
+    it missed are read before the job is returned."""
     deadline = time.monotonic() + timeout
     last = "0"
-    while not job.state.is_final:
+    drained = job.state.is_final
+    while not drained:
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimedOut(job, timeout)
+        ended = False
         try:
             for event in client.events(
                 job.id, after=last, read_timeout=min(left, STREAM_READ_SECONDS)
             ):
                 last = event.id or last
                 if event.event != "frame":
+                    ended = event.event == "end"
                     break  # "end": the job is final; "error": the store failed, reopen
                 _progress(job.id, event.data)
         except (httpx.TransportError, SseError):
             pass  # a read past the deadline, or a dropped connection: look, then reopen
-        job = client.job(job.id) or job
+        was_final, job = job.state.is_final, client.job(job.id) or job
+        # A final job's stream is read to its "end" once more, then no more: a store
+        # that lost the stream's tail must not keep the step waiting.
+        drained = job.state.is_final and (ended or was_final)
         if not job.state.is_final:
             time.sleep(max(0.0, min(POLL_SECONDS, deadline - time.monotonic())))
     return job

@@ -121,10 +121,13 @@ class _CuttingProxy(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, *, cut_when_final: bool = False) -> None:
         super().__init__(("127.0.0.1", 0), _Forward)
         self.upstream = upstream
         self.resumed_from: list[str | None] = []
+        # Hold the cut connection until the job is final: the drop and the job's end race
+        # no more, and the client must still read what it missed.
+        self.cut_when_final = cut_when_final
 
     @property
     def url(self) -> str:
@@ -168,12 +171,27 @@ class _Forward(BaseHTTPRequestHandler):
                 first = re.search(rb"event: frame\r?\n.*?\r?\n\r?\n", held, re.DOTALL)
                 if first is not None:
                     self.wfile.write(held[: first.end()])
+                    self.wfile.flush()
+                    if self.server.cut_when_final:
+                        self._wait_until_final(url.split("?")[0].removesuffix("/events"), headers)
                     return  # the connection drops after one whole frame
+
+    def _wait_until_final(self, job_url: str, headers: dict[str, str]) -> None:
+        wanted = {name: value for name, value in headers.items() if name.lower() == "authorization"}
+
+        def final() -> bool:
+            return JobView.model_validate(httpx.get(job_url, headers=wanted).json()).state.is_final
+
+        wait_until(
+            final,
+            timeout=60,
+            explain=lambda: f"{job_url} is not final",
+        )
 
 
 @contextmanager
-def cutting_proxy(api: ApiServer) -> Iterator[_CuttingProxy]:
-    proxy = _CuttingProxy(api.url)
+def cutting_proxy(api: ApiServer, *, cut_when_final: bool = False) -> Iterator[_CuttingProxy]:
+    proxy = _CuttingProxy(api.url, cut_when_final=cut_when_final)
     thread = threading.Thread(target=proxy.serve_forever, daemon=True)
     thread.start()
     try:
@@ -183,11 +201,12 @@ def cutting_proxy(api: ApiServer) -> Iterator[_CuttingProxy]:
         proxy.server_close()
 
 
+@pytest.mark.parametrize("cut_when_final", [False, True], ids=["while-running", "after-the-end"])
 def test_a_dropped_event_stream_is_reopened_after_the_last_event_seen(
-    stack: Stack, api: ApiServer, fixed: str
+    stack: Stack, api: ApiServer, fixed: str, cut_when_final: bool
 ) -> None:
     argv = ("commit-notes", "--repo", "docs", "--range", f"main..{fixed}", "--timeout", "120")
-    with cutting_proxy(api) as proxy:
+    with cutting_proxy(api, cut_when_final=cut_when_final) as proxy:
         ran = riverbeam_ci(
             api, *argv, "--metadata", "playbook=commit-notes", env={"RIVERBEAM_API_URL": proxy.url}
         )

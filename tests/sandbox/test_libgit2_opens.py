@@ -1,11 +1,12 @@
 """Property: every working-tree file libgit2 opens during a git tool is one the jail vetted.
 
 Each git tool runs in a subprocess under ``strace -f``, on trees that plant links, hard
-links and in-tree links at the places libgit2 reads rules from. Every ``open``/``openat`` of
-a path in the working tree (outside ``.git``) must name, without any symlink on the way,
-a regular file with one link inside the root: a rule file (``.gitignore``,
-``.gitattributes``, ``.gitmodules``) or a tracked file libgit2 hashes to see whether it
-changed.
+links and in-tree links at the places libgit2 reads rules from, and gitlinks, submodules and
+embedded repositories that point it elsewhere. No path outside the root is opened, and every
+``open``/``openat`` of a path in the working tree (outside ``.git``) must name, without any
+symlink on the way, a regular file with one link inside the root: a rule file
+(``.gitignore``, ``.gitattributes``, ``.gitmodules``) or a tracked file libgit2 hashes to see
+whether it changed.
 """
 
 from __future__ import annotations
@@ -73,12 +74,44 @@ def _linked_directory(env: GitEnv) -> None:
     os.symlink(env.outside / "dir", env.work / "linked")
 
 
+def _outside_repository(env: GitEnv) -> Path:
+    """A repository outside the root, whose config and index a planted gitlink would read."""
+    repo = env.outside / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "leak.md").write_text("outside the root\n")
+    subprocess.run(["git", "-C", str(repo), "add", "leak.md"], check=True)
+    return repo
+
+
+def _gitlink_file(env: GitEnv) -> None:
+    _plain(env)
+    (env.work / "docs" / "sub").mkdir()
+    env.write("docs/sub/.git", f"gitdir: {_outside_repository(env) / '.git'}\n")
+
+
+def _embedded_repository(env: GitEnv) -> None:
+    _plain(env)
+    subprocess.run(["git", "init", "-q", str(env.work / "docs" / "nested")], check=True)
+    env.write("docs/nested/page.md", "nested\n")
+    env.write("docs/nested/.gitignore", "*.md\n")
+
+
+def _submodule(env: GitEnv) -> None:
+    repo = _outside_repository(env)
+    env.write(".gitmodules", f'[submodule "sub"]\n\tpath = sub\n\turl = {repo}\n')
+    (env.work / "sub").mkdir()
+    env.write("sub/.git", f"gitdir: {repo / '.git'}\n")
+
+
 TREES: dict[str, Callable[[GitEnv], None]] = {
     "plain rule files": _plain,
     "an outside symlink at docs/.gitignore": _outside_links,
     "an in-tree symlink at .gitattributes": _inside_link,
     "a hard link at docs/.gitattributes": _hard_link,
     "a directory symlinked outside": _linked_directory,
+    "a gitlink file naming a repository outside": _gitlink_file,
+    "an embedded repository": _embedded_repository,
+    "a submodule whose gitdir is outside": _submodule,
 }
 
 
@@ -104,6 +137,9 @@ def _opened(env: GitEnv, trace: Path) -> dict[str, list[str]]:
         if current is None or match is None:
             continue
         path, flags = match.groups()
+        if path.startswith(f"{env.outside}/"):
+            per_tool[current].append(path)  # never vetted: the property fails on it
+            continue
         if not path.startswith(prefix) or "O_DIRECTORY" in flags or "O_PATH" in flags:
             continue
         if path[len(prefix) :].split("/", 1)[0] != ".git":

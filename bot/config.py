@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -30,10 +30,13 @@ from pydantic import (
     ValidationError,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -509,7 +512,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = TomlConfigSettingsSource(settings_cls, toml_file=config_path())
-        return (init_settings, env_settings, toml)
+        return (init_settings, _EnvironmentSource(settings_cls), toml)
 
     @model_validator(mode="after")
     def _schedules_parse(self) -> Settings:
@@ -540,6 +543,47 @@ class Settings(BaseSettings):
         return repository
 
 
+class _Unparsable(ValueError):
+    """A variable whose value pydantic-settings could not parse: a list or table setting
+    that is not JSON."""
+
+    def __init__(self, variable: str, error: ValueError) -> None:
+        super().__init__(f"${variable.upper()}: {error}")
+        self.variable = variable
+        self.reason = str(error)
+
+
+class _EnvironmentSource(EnvSettingsSource):
+    """The ``RIVERBEAM_*`` variables, read as pydantic-settings reads them, except that a
+    value it cannot parse names its variable: pydantic-settings names only the top-level
+    field ("model"), and the JSON error it chains names nothing."""
+
+    def prepare_field_value(
+        self, field_name: str, field: FieldInfo, value: Any, value_is_complex: bool
+    ) -> Any:
+        try:
+            return super().prepare_field_value(field_name, field, value, value_is_complex)
+        except _Unparsable:
+            raise
+        except ValueError as error:
+            # The top-level variable itself (RIVERBEAM_MODEL='not json').
+            raise _Unparsable(f"{self.env_prefix}{field_name}", error) from None
+
+    def explode_env_vars(
+        self, field_name: str, field: FieldInfo, env_vars: Mapping[str, str | None]
+    ) -> dict[str, Any]:
+        try:
+            return super().explode_env_vars(field_name, field, env_vars)
+        except ValueError:
+            # A nested variable: which one is found by parsing each alone, the same way.
+            for name, value in env_vars.items():
+                try:
+                    super().explode_env_vars(field_name, field, {name: value})
+                except ValueError as error:
+                    raise _Unparsable(name, error) from None
+            raise
+
+
 def config_path() -> Path:
     return Path(os.environ.get("RIVERBEAM_CONFIG", "riverbeam.toml"))
 
@@ -555,6 +599,21 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as error:
         problems = "; ".join(_problem(item["loc"], item["msg"]) for item in error.errors()[:5])
         raise BeamError("BEM-900", f"invalid configuration ({config_path()}): {problems}") from None
+    except SettingsError as error:
+        cause = error.__cause__
+        if not isinstance(cause, _Unparsable):
+            raise BeamError(
+                "BEM-900", f"invalid configuration ({config_path()}): {error}: {cause}"
+            ) from None
+        loc = tuple(cause.variable[len("RIVERBEAM_") :].lower().split("__"))
+        # The value is not shown: a variable such as model.headers may carry a credential.
+        reason = (
+            f"the value is not JSON ({cause.reason}); a list or table setting in a variable is "
+            "written "
+            """as JSON, such as '["main", "release/*"]' or '{"X-Team": "docs"}'"""
+        )
+        problem = _problem(loc, reason)
+        raise BeamError("BEM-900", f"invalid configuration ({config_path()}): {problem}") from None
 
 
 def _problem(loc: tuple[int | str, ...], message: str) -> str:

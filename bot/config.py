@@ -370,6 +370,18 @@ class ApiSettings(BaseModel):
     trusted_proxies: tuple[str, ...] = Field(
         default=(), description="proxy addresses whose X-Forwarded-For/-Proto are believed"
     )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="longest a request's headers may take to arrive; then the connection is "
+        "closed (408, BEM-714)",
+    )
+    max_connections_per_address: int = Field(
+        default=64,
+        ge=1,
+        description="open connections one client address may hold; more are refused (429, "
+        "BEM-713); api.trusted_proxies are not counted",
+    )
     mcp_allowed_hosts: tuple[Annotated[str, Field(pattern=_HOST_PATTERN)], ...] = Field(
         default=("localhost:*", "127.0.0.1:*", "[::1]:*"),
         description="the Host names /mcp answers to (name, name:port, name:*; * for any), "

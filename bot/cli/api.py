@@ -29,16 +29,27 @@ def _api(args: argparse.Namespace) -> int:
     import uvicorn
 
     from bot.config import load_settings
+    from bot.http.connections import ConnectionGuard
 
     settings = load_settings()
     host, port = args.host or settings.api.host, args.port or settings.api.port
     check_can_listen(host, port)
+    guard = ConnectionGuard(
+        header_timeout=settings.api.header_timeout_seconds,
+        per_address=settings.api.max_connections_per_address,
+        exempt=settings.api.trusted_proxies,
+    )
     uvicorn.run(
         "bot.app:create_app",
         factory=True,
         host=host,
         port=port,
         workers=args.workers,
+        # uvicorn has no header timeout and no per-address limit: its h11 protocol with both
+        # (bot/http/connections.py). uvicorn calls the factory as it would a protocol class.
+        http=guard.protocol,  # type: ignore[arg-type]
+        # No WebSocket handover: a connection stays with the guarded protocol to its end.
+        ws="none",
         log_level=args.loglevel.lower(),
         # X-Forwarded-For names the client the sign-in throttle counts: believed from the
         # configured proxies only, never from whoever connects (uvicorn's default trusts

@@ -263,6 +263,8 @@ _TABLE = [
     Code("BEM-710", AccessError, "a JSON document is nested too deep or too large"),
     Code("BEM-711", AccessError, "the request body is over the size limit"),
     Code("BEM-712", AccessError, "too many failed sign-ins or tokens from this client"),
+    Code("BEM-713", AccessError, "the client's address holds the most connections allowed"),
+    Code("BEM-714", AccessError, "the request's headers did not arrive in time"),
     Code("BEM-720", AccessError, "riverbeam mcp got no answer the API would give"),
     Code("BEM-721", ToolboxError, "an MCP server of the job did not start"),
     Code("BEM-722", ToolboxError, "an MCP server stopped answering during a call"),

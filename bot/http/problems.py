@@ -50,6 +50,8 @@ STATUS: dict[str, int] = {
     "BEM-710": 422,
     "BEM-711": 413,
     "BEM-712": 429,
+    "BEM-713": 429,
+    "BEM-714": 408,
     "BEM-740": 421,
     "BEM-741": 403,
 }
@@ -82,6 +84,24 @@ def status_for(error: BeamError) -> int:
     return STATUS.get(error.code, 500)
 
 
+def problem_document(
+    error: BeamError,
+    status: int,
+    *,
+    instance: str | None = None,
+    errors: list[FieldProblem] | None = None,
+) -> Problem:
+    return Problem(
+        type=f"urn:riverbeam:error:{error.code}",
+        title=CODES[error.code].meaning,
+        status=status,
+        detail=error.message,
+        code=error.code,
+        instance=instance,
+        errors=errors,
+    )
+
+
 def problem_response(
     request: Request,
     error: BeamError,
@@ -91,15 +111,7 @@ def problem_response(
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     status = status or status_for(error)
-    problem = Problem(
-        type=f"urn:riverbeam:error:{error.code}",
-        title=CODES[error.code].meaning,
-        status=status,
-        detail=error.message,
-        code=error.code,
-        instance=request.url.path,
-        errors=errors,
-    )
+    problem = problem_document(error, status, instance=request.url.path, errors=errors)
     return JSONResponse(
         problem.model_dump(exclude_none=True),
         status_code=status,

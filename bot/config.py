@@ -376,8 +376,10 @@ class ApiSettings(BaseModel):
         description="longest a request's headers may take to arrive; then the connection is "
         "closed (408, BEM-714)",
     )
+    # Above the event streams' 64 reading threads: one host (a CI runner, an office behind
+    # NAT) may follow more jobs than that at once.
     max_connections_per_address: int = Field(
-        default=64,
+        default=128,
         ge=1,
         description="open connections one client address may hold; more are refused (429, "
         "BEM-713); api.trusted_proxies are not counted",

@@ -182,12 +182,14 @@ def test_slowloris_is_closed_at_the_header_deadline_and_capped_per_address(
     refused = [conn.closed_after or math.inf for conn in extra]
     print(
         f"\n{ATTACKERS} slowloris connections from one address: {CAP} held for "
-        f"{lasted[0]:.2f}-{lasted[-1]:.2f} s, {sum(map(math.isfinite, refused))} of the rest "
-        f"closed, in {max(refused) * 1000:.0f} ms at most; API descriptors {before} before, "
+        f"{lasted[0]:.2f}-{lasted[-1]:.2f} s; of the other {len(extra)}, "
+        f"{sum(map(math.isfinite, refused))} refused, in {max(refused) * 1000:.0f} ms at most; "
+        f"API descriptors {before} before, "
         f"{seen.descriptors} during; another client answered in {seen.seconds * 1000:.0f} ms"
     )
 
-    assert max(refused) < 1.0, "connections past the cap are refused as soon as accepted"
+    # Well before the header deadline: refused when accepted, not timed out.
+    assert max(refused) < 1.5, "connections past the cap are refused as soon as accepted"
     assert {conn.status() for conn in extra} == {429}
     assert {conn.problem_code() for conn in extra} == {"BEM-713"}
 
@@ -195,7 +197,7 @@ def test_slowloris_is_closed_at_the_header_deadline_and_capped_per_address(
     assert seen.status == 200 and seen.seconds < 1.0
     assert seen.descriptors <= before + CAP + 8
 
-    assert all(HEADER_SECONDS - 0.2 < seconds < HEADER_SECONDS + 1.0 for seconds in lasted)
+    assert all(HEADER_SECONDS - 0.2 < seconds < HEADER_SECONDS + 1.5 for seconds in lasted)
     assert all(len(conn.drip) < len(DRIP) for conn in slow), "they were dripping"
     assert {conn.status() for conn in slow} == {408}
     assert {conn.problem_code() for conn in slow} == {"BEM-714"}
@@ -219,7 +221,7 @@ def test_every_wait_for_headers_has_the_deadline(api: ApiServer) -> None:
     _watch([quiet, kept], HEADER_SECONDS + 2.5)
 
     assert quiet.closed_after is not None and quiet.received == b""
-    assert HEADER_SECONDS - 0.2 < quiet.closed_after < HEADER_SECONDS + 1.0
+    assert HEADER_SECONDS - 0.2 < quiet.closed_after < HEADER_SECONDS + 1.5
     # The first byte goes at 1 s, and the deadline runs from it.
     assert kept.closed_after is not None
     assert HEADER_SECONDS + 0.8 < kept.closed_after < HEADER_SECONDS + 2.0

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
+from bot.http.connections import ConnectionGuard
 from harness.api_server import ApiServer, api_server
 from harness.stack import job_stack
 from tests.api.conftest import TOKENS
@@ -237,3 +238,19 @@ def test_a_trusted_proxy_is_not_capped(api: ApiServer) -> None:
     last.sock.send(_signed_in(api).removeprefix(OPENING))
     _answered(last)
     assert last.status() == 200
+
+
+def test_the_proxies_not_counted_are_matched_as_uvicorn_trusts_them() -> None:
+    """Addresses, networks and literal names (a Unix socket), as in api.trusted_proxies."""
+    guard = ConnectionGuard(
+        header_timeout=1, per_address=1, exempt=("10.0.0.0/8", "::1", "fd00::/8", "proxy.sock")
+    )
+    for address in ("10.1.2.3", "::1", "fd00::7", "proxy.sock"):
+        assert not guard.counts(address), address
+    for address in ("11.0.0.1", "::2", "127.0.0.1", "other.sock"):
+        assert guard.counts(address), address
+    assert not ConnectionGuard(header_timeout=1, per_address=1, exempt=("*",)).counts("1.2.3.4")
+    assert guard.opened("11.0.0.1") and not guard.opened("11.0.0.1")
+    guard.closed("11.0.0.1")
+    guard.closed("11.0.0.1")
+    assert guard.opened("11.0.0.1"), "a closed connection gives its place back"

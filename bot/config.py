@@ -621,10 +621,10 @@ def load_settings(**overrides: Any) -> Settings:
             ) from None
         loc = tuple(cause.variable[len("RIVERBEAM_") :].lower().split("__"))
         # The value is not shown: a variable such as model.headers may carry a credential.
+        example = """'["main", "release/*"]' or '{"X-Team": "docs"}'"""
         reason = (
             f"the value is not JSON ({cause.reason}); a list or table setting in a variable is "
-            "written "
-            """as JSON, such as '["main", "release/*"]' or '{"X-Team": "docs"}'"""
+            f"written as JSON, such as {example}"
         )
         problem = _problem(loc, reason)
         raise BeamError("BEM-900", f"invalid configuration ({config_path()}): {problem}") from None

@@ -26,6 +26,9 @@ __all__ = ["stage_file", "worktree_patch"]
 
 _NEW = (DeltaStatus.ADDED, DeltaStatus.UNTRACKED)
 _CONTENT_STARTS = ("--- ", "Binary files ")
+# git's quote_c_style with core.quotePath on: these bytes get a short escape, any other
+# control byte, DEL and every byte >= 0x80 an octal one.
+_SHORT_ESCAPES = {7: "a", 8: "b", 9: "t", 10: "n", 11: "v", 12: "f", 13: "r", 34: '"', 92: "\\"}
 
 
 def stage_file(repo: pygit2.Repository, index: pygit2.Index, path: str, file: GitFile) -> None:
@@ -61,7 +64,8 @@ def worktree_patch(
     old = None if delta.status in _NEW else delta.old_file
     header = _header(path, old, file.mode, "0" * 40 if data is None else str(pygit2.hash(data)))
     if data is None:
-        return header + f"Binary files {_old_name(path, old)} and b/{path} differ\n", (0, 0), True
+        new_name = quoted_path("b/", path)
+        return header + f"Binary files {_old_name(path, old)} and {new_name} differ\n", (0, 0), True
     flag = DiffOption.FORCE_BINARY if repo.get_attr(path, "diff") is False else DiffOption.NORMAL
     patch = pygit2.Patch.create_from(
         None if old is None else _old_data(repo, old),
@@ -91,9 +95,26 @@ def _old_data(repo: pygit2.Repository, old: pygit2.DiffFile) -> bytes:
     return blob.data if isinstance(blob, pygit2.Blob) else b""
 
 
+def quoted_path(prefix: str, path: str) -> str:
+    """``prefix + path`` as git writes it in a patch: as is when plain, else in double quotes
+    with C escapes, so a name holding a newline cannot start a line of its own."""
+    raw = os.fsencode(prefix + path)
+    if not any(byte < 0x20 or byte >= 0x7F or byte in (34, 92) for byte in raw):
+        return prefix + path
+    escaped = "".join(
+        "\\" + _SHORT_ESCAPES[byte]
+        if byte in _SHORT_ESCAPES
+        else f"\\{byte:03o}"
+        if byte < 0x20 or byte >= 0x7F
+        else chr(byte)
+        for byte in raw
+    )
+    return f'"{escaped}"'
+
+
 def _header(path: str, old: pygit2.DiffFile | None, mode: int, new_id: str) -> str:
     """git's extended header for the change, modes taken from the tree and the disk."""
-    lines = [f"diff --git a/{path} b/{path}"]
+    lines = [f"diff --git {quoted_path('a/', path)} {quoted_path('b/', path)}"]
     if old is None:
         lines += [f"new file mode {mode:o}", f"index 0000000..{new_id[:7]}"]
     else:
@@ -117,4 +138,4 @@ def _content_of(text: str) -> str:
 
 
 def _old_name(path: str, old: pygit2.DiffFile | None) -> str:
-    return "/dev/null" if old is None else f"a/{path}"
+    return "/dev/null" if old is None else quoted_path("a/", path)

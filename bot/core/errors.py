@@ -190,6 +190,7 @@ _TABLE = [
     Code("BEM-330", GitError, "a branch is a symbolic ref, or HEAD names no branch"),
     Code("BEM-331", GitError, "commit message contains a NUL character"),
     Code("BEM-332", GitError, "text is not valid Unicode (a lone surrogate)"),
+    Code("BEM-333", GitError, "directory nested too deep for git to look into"),
     Code("BEM-340", WorkspaceError, "fetching the upstream into the mirror failed"),
     Code("BEM-341", WorkspaceError, "branch or commit not found upstream, or no shared history"),
     Code("BEM-342", WorkspaceError, "preparing the job's workspace failed"),

@@ -22,6 +22,7 @@ from sandbox.inside.reports import (
 )
 from sandbox.inside.staging import worktree_patch
 from sandbox.inside.worktree_changes import (
+    MAX_NESTING,
     SCAN_FLAGS,
     Change,
     Changes,
@@ -83,13 +84,15 @@ def status_report(
             f"{len(files)} paths changed; the first {max_files} are listed. "
             "Call git_diff with path=<directory> to look at one part of the tree."
         )
-    elif not files:
+    elif not files and not changes.skipped:
         note = "nothing to commit: the files match HEAD"
+    note = _with_skipped(note, changes.skipped)
     return StatusReport(
         branch=branch,
         head=head,
         detached=detached,
-        clean=not files,
+        # What was left out is not known to match HEAD.
+        clean=not files and not changes.skipped,
         files=files[:max_files],
         total_files=len(files),
         truncated=truncated,
@@ -97,7 +100,29 @@ def status_report(
     )
 
 
-def stage_report(path: str, staged: Sequence[Change], max_files: int) -> StageReport:
+def _with_skipped(note: str | None, skipped: Sequence[str]) -> str | None:
+    """``note``, and what a scan left out because libgit2 cannot enter it (BEM-333)."""
+    if not skipped:
+        return note
+    shown = ", ".join(repr(_shortened(path)) for path in skipped[:3])
+    shown += ", ..." if len(skipped) > 3 else ""
+    left_out = (
+        f"BEM-333: {len(skipped)} director{'y' if len(skipped) == 1 else 'ies'} nested "
+        f"{MAX_NESTING} levels deep left out, which git cannot look into: {shown}"
+    )
+    return left_out if note is None else f"{note}. {left_out}"
+
+
+def _shortened(path: str, keep: int = 60) -> str:
+    """A path of a hundred parts, shown by its start and its last part."""
+    if len(path) <= 2 * keep:
+        return path
+    return f"{path[:keep]}.../{path.rsplit('/', 1)[-1][-keep:]}"
+
+
+def stage_report(
+    path: str, staged: Sequence[Change], max_files: int, skipped: Sequence[str] = ()
+) -> StageReport:
     files = [FileStatus(path=c.path, staged=_word(c.status), unstaged=None) for c in staged]
     truncated = len(files) > max_files
     if truncated:
@@ -106,6 +131,7 @@ def stage_report(path: str, staged: Sequence[Change], max_files: int) -> StageRe
         note = "nothing is staged: the index matches HEAD"
     else:
         note = None
+    note = _with_skipped(note, skipped)
     return StageReport(
         path=path,
         staged=files[:max_files],
@@ -143,7 +169,10 @@ def diff_report(
             total_files=0,
             patch="",
             truncated=False,
-            note=f"no changes {since}" + (f" under {narrowed!r}" if narrowed else ""),
+            note=_with_skipped(
+                f"no changes {since}" + (f" under {narrowed!r}" if narrowed else ""),
+                changes.skipped,
+            ),
         )
     index = repo.index
     # Only the changed paths are compared again, so this second pass costs little.
@@ -164,7 +193,10 @@ def diff_report(
         total_files=total,
         patch=patch,
         truncated=truncated,
-        note=_diff_note(total, len(files), cut, max_chars) if truncated else None,
+        note=_with_skipped(
+            _diff_note(total, len(files), cut, max_chars) if truncated else None,
+            changes.skipped,
+        ),
     )
 
 

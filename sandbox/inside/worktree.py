@@ -65,7 +65,15 @@ from sandbox.inside.views import (
     stage_report,
     status_report,
 )
-from sandbox.inside.worktree_changes import SCAN_FLAGS, Changes, diff_index_to_workdir, scan
+from sandbox.inside.worktree_changes import (
+    MAX_NESTING,
+    SCAN_FLAGS,
+    Changes,
+    TooDeep,
+    diff_index_to_workdir,
+    scan,
+    skipping_deep,
+)
 
 if TYPE_CHECKING:
     from bot.core.identity import Trailer
@@ -88,6 +96,12 @@ def _libgit2(action: str) -> Iterator[None]:
         yield
     except pygit2.GitError as error:
         raise BeamError("BEM-320", f"{action} failed: {error}") from error
+    except TooDeep as error:
+        raise BeamError(
+            "BEM-333",
+            f"{action}: the path lies in {error.skipped[0]!r}, nested {MAX_NESTING} levels "
+            "deep, which git cannot look into; the rest of the tree can be used",
+        ) from None
 
 
 class WorkingTree:
@@ -274,14 +288,18 @@ class WorkingTree:
             index = repo.index
             index.read(False)
             pathspec = [target.encode()] if target else None
-            found = diff_index_to_workdir(repo, index, pathspec, SCAN_FLAGS)
+
+            def unstaged(paths: Sequence[bytes] | None) -> pygit2.Diff:
+                return diff_index_to_workdir(repo, index, paths, SCAN_FLAGS)
+
+            found, skipped = skipping_deep(repo, pathspec, unstaged)
             for delta in found.deltas:
                 self._stage(repo, index, delta)
             if target and not len(found):
                 self._explain_nothing_to_add(repo, target)
             index.write()
             staged = self._scan(repo, _head_tree(repo), target).staged
-        return stage_report(target or ".", staged, max_files)
+        return stage_report(target or ".", staged, max_files, skipped)
 
     def commit(
         self, message: str, *, trailers: Sequence[Trailer | str] | None = None

@@ -16,11 +16,13 @@ pygit2's own cffi layer, the way pygit2 itself calls them. Pathspecs are always 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
+import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pygit2
 from pygit2.enums import DeltaStatus, DiffOption, FileMode
@@ -28,14 +30,17 @@ from pygit2.errors import check_error
 from pygit2.ffi import C, ffi
 
 __all__ = [
+    "MAX_NESTING",
     "SCAN_FLAGS",
     "Change",
     "Changes",
+    "TooDeep",
     "diff_index_to_workdir",
     "diff_tree_to_index",
     "files_on_disk",
     "plan_groups",
     "scan",
+    "skipping_deep",
 ]
 
 SCAN_FLAGS = (
@@ -51,6 +56,10 @@ PARALLEL_MIN_ENTRIES = 2_000
 _PIECES_PER_GROUP = 4
 _MAX_EXPANSIONS = 64
 _MAX_FANOUT = 512
+# libgit2's working-directory iterator refuses to enter a directory this many levels down
+# ("directory nesting too deep"), and the whole diff fails with it.
+MAX_NESTING = 100
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +86,8 @@ class Change:
 class Changes:
     staged: tuple[Change, ...]
     unstaged: tuple[Change, ...]
+    # Directories MAX_NESTING levels down, left out of both comparisons (see skipping_deep).
+    skipped: tuple[str, ...] = ()
 
     def paths(self) -> list[str]:
         """Every path either comparison touches, old and new names, sorted."""
@@ -152,8 +163,92 @@ def scan(
     """Staged and unstaged changes; ``repos`` (one per thread) all open the same repository.
 
     The whole tree (``paths`` None) is split across ``repos`` once the index has at least
-    ``min_parallel`` entries.
+    ``min_parallel`` entries. Directories nested too deep for libgit2 are left out and named
+    in ``skipped``; TooDeep when every path asked for lies in one.
     """
+
+    def run(covered: Sequence[bytes] | None) -> Changes:
+        return _scan(repos, tree, covered, min_parallel)
+
+    changes, skipped = skipping_deep(repos[0], paths, run)
+    return dataclasses.replace(changes, skipped=skipped) if skipped else changes
+
+
+class TooDeep(Exception):
+    """Every path a scan was asked for lies in a directory nested too deep for libgit2."""
+
+    def __init__(self, skipped: tuple[str, ...]) -> None:
+        super().__init__(skipped)
+        self.skipped = skipped
+
+
+def skipping_deep(
+    repo: pygit2.Repository,
+    paths: Sequence[bytes] | None,
+    run: Callable[[Sequence[bytes] | None], _T],
+) -> tuple[_T, tuple[str, ...]]:
+    """``run(paths)``, and the directories it had to leave out (none, mostly).
+
+    When libgit2 gives up on a directory nested ``MAX_NESTING`` levels down (a hostile tree
+    can hold one), ``run`` is called again with literal pathspecs that cover ``paths``
+    (None: the whole tree) except each such directory: the rest of the tree stays usable.
+    Only that failure pays for the walk that finds them.
+    """
+    try:
+        return run(paths), ()
+    except pygit2.GitError as error:
+        if "nesting too deep" not in str(error):
+            raise
+        workdir = os.fsencode(repo.workdir)
+        deep = _deep_directories(workdir)
+        if not deep:
+            raise
+    skipped = tuple(sorted(os.fsdecode(path) for path in deep))
+    covered = _covering(_SortedPaths(_fresh_index(repo)), workdir, list(paths or [b""]), deep)
+    if not covered:
+        raise TooDeep(skipped)
+    return run(covered), skipped
+
+
+def _deep_directories(workdir: bytes) -> set[bytes]:
+    """Each directory ``MAX_NESTING`` levels down, not entered; links are not followed."""
+    found: set[bytes] = set()
+    stack: list[tuple[bytes, int]] = [(b"", 0)]
+    while stack:
+        prefix, depth = stack.pop()
+        for name, is_dir in _on_disk(workdir, prefix):
+            if not is_dir:
+                continue
+            if depth + 1 >= MAX_NESTING:
+                found.add(name)
+            else:
+                stack.append((name + b"/", depth + 1))
+    return found
+
+
+def _covering(
+    paths: _SortedPaths, workdir: bytes, roots: list[bytes], deep: set[bytes]
+) -> list[bytes]:
+    """Literal pathspecs naming everything under ``roots`` (``b""``: the tree) but ``deep``:
+    a directory holding one is replaced by its children, down to the deep ones."""
+    covered: list[bytes] = []
+    while roots:
+        root = roots.pop()
+        if any(root == d or root.startswith(d + b"/") for d in deep):
+            continue
+        if not any(not root or d.startswith(root + b"/") for d in deep):
+            covered.append(root)
+            continue
+        roots.extend(_children(paths, workdir, root, max_fanout=None) or ())
+    return sorted(covered)
+
+
+def _scan(
+    repos: Sequence[pygit2.Repository],
+    tree: pygit2.Tree | None,
+    paths: Sequence[bytes] | None,
+    min_parallel: int,
+) -> Changes:
     main = repos[0]
     index = _fresh_index(main)
     staged = _changes(diff_tree_to_index(main, tree, index, paths, SCAN_FLAGS))
@@ -249,9 +344,11 @@ def plan_groups(paths: _SortedPaths, workdir: bytes, groups: int) -> list[list[b
 
 
 def _children(
-    paths: _SortedPaths, workdir: bytes, directory: bytes
+    paths: _SortedPaths, workdir: bytes, directory: bytes, *, max_fanout: int | None = _MAX_FANOUT
 ) -> dict[bytes, tuple[int, bool]] | None:
-    """Each child of ``directory``: its tracked-file count and whether it is a directory."""
+    """Each child of ``directory``: its tracked-file count and whether it is a directory;
+    None when there are more than ``max_fanout``."""
+    limit = math.inf if max_fanout is None else max_fanout
     prefix = directory + b"/" if directory else b""
     children: dict[bytes, tuple[int, bool]] = {}
     position = paths.first_at_or_after(prefix) if prefix else 0
@@ -263,11 +360,11 @@ def _children(
         after = paths.first_at_or_after(name + b"0", position) if slash else position + 1
         children[name] = (after - position, bool(slash))
         position = after
-        if len(children) > _MAX_FANOUT:
+        if len(children) > limit:
             return None
     for name, is_dir in _on_disk(workdir, prefix):
         children.setdefault(name, (1, is_dir))
-    return children if len(children) <= _MAX_FANOUT else None
+    return children if len(children) <= limit else None
 
 
 def _on_disk(workdir: bytes, prefix: bytes) -> Iterator[tuple[bytes, bool]]:

@@ -74,7 +74,8 @@ def _list_tree(tree: WorkingTree, args: dict[str, Any]) -> Result:
         "files": list(files[:MAX_LIST_ENTRIES]),
         "total_files": len(files),
         "truncated": truncated,
-        "directories": _directory_summary(path, files) if truncated else [],
+        # The files are named where they are: under the folder a symlinked path leads to.
+        "directories": _directory_summary(root.resolve(path), files) if truncated else [],
         "note": (
             f"showing the first {MAX_LIST_ENTRIES} of {len(files)} files; "
             "narrow with path=<one of 'directories'>"
@@ -94,15 +95,16 @@ def _directory_summary(path: str, files: list[str]) -> list[JsonValue]:
     counts: list[tuple[str, int]] = []
     position = 0
     while position < len(files):
-        head, slash, _ = files[position][len(prefix) :].partition("/")
-        if not slash:
+        name = files[position]
+        head, slash, _ = name[len(prefix) :].partition("/")
+        if not slash or not name.startswith(prefix):
             position += 1
             continue
         directory = prefix + head
         # "0" sorts right after "/": every path from "dir/" up to "dir0" lies under dir/.
         end = bisect.bisect_left(files, directory + "0", position)
         counts.append((directory, end - position))
-        position = end
+        position = max(end, position + 1)
     counts.sort(key=lambda item: -item[1])
     return [{"path": name, "files": count} for name, count in counts[:MAX_DIRECTORY_SUMMARY]]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -231,6 +232,26 @@ def test_list_tree_caps_entries_and_offers_directories(env: GitEnv) -> None:
         "big/part-2",
     ]
     assert sum(d["files"] for d in narrowed["directories"]) == MAX_LIST_ENTRIES + 50
+
+
+def test_a_capped_listing_through_a_symlinked_folder_ends_and_offers_its_directories(
+    env: GitEnv,
+) -> None:
+    # tldr's pages.en -> pages: the files come back named where they are, which once kept
+    # the directory summary from ever moving on (a hang, holding the tree's lock).
+    for number in range(MAX_LIST_ENTRIES + 10):
+        env.write(f"pages/part-{number % 2}/{number:05d}.md", "")
+    (env.work / "pages.en").symlink_to("pages")
+    outcome: dict[str, Any] = {}
+    listing = threading.Thread(
+        target=lambda: outcome.update(call(env, "list_tree", path="pages.en")), daemon=True
+    )
+    listing.start()
+    listing.join(timeout=30)
+
+    assert not listing.is_alive(), "list_tree through a symlinked folder did not return"
+    assert outcome["truncated"] is True and outcome["total_files"] == MAX_LIST_ENTRIES + 10
+    assert sorted(d["path"] for d in outcome["directories"]) == ["pages/part-0", "pages/part-1"]
 
 
 @pytest.mark.parametrize(

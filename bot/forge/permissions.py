@@ -1,5 +1,5 @@
-"""What a person may do on a forge repository, in the forge's own terms, and the small
-protocol through which the workers ask the forge about it (the forge clients implement it).
+"""What a person may do on a forge repository, in the forge's own terms. The workers learn
+it through ``bot.forge.inbound.lookups.ForgeLookup``, which the forge clients implement.
 
 GitHub's collaborator permissions are the scale; GitLab's access levels map onto it:
 
@@ -17,12 +17,9 @@ admin           admin                 50 (owner), 60 (admin)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from enum import IntEnum
-from typing import Protocol
 
 from bot.config import ForgePermissionName
-from bot.forge.inbound.events import PullRequest, ThreadComment
 
 
 class ForgePermission(IntEnum):
@@ -65,18 +62,3 @@ _GITLAB_LEVELS = (
     (20, ForgePermission.TRIAGE),
     (10, ForgePermission.READ),
 )
-
-
-class ForgeLookup(Protocol):
-    """What the workers ask a forge while they turn an event into work: each call may go to
-    the forge (never inside a webhook request). ``repository`` is the forge's path
-    (``owner/name``, a GitLab project path); ``number`` an issue's or pull request's
-    number (GitLab: its ``iid``)."""
-
-    def permission(self, repository: str, login: str) -> ForgePermission: ...
-
-    def pull_request(self, repository: str, number: int) -> PullRequest: ...
-
-    def changed_paths(self, repository: str, number: int) -> Sequence[str]: ...
-
-    def thread(self, repository: str, number: int) -> Sequence[ThreadComment]: ...

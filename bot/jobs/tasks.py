@@ -31,6 +31,8 @@ from celery import Celery, Task
 from celery.signals import worker_process_shutdown, worker_shutdown
 
 from bot.config import Settings
+from bot.forge.inbound.deliveries import Deliveries
+from bot.forge.inbound.handler import ForgeEventHandler
 from bot.jobs.executor import Executor, ImageCheck
 from bot.jobs.schedules import SCHEDULE_REQUESTER, ScheduleRuns, SummarySchedule, poll_delay
 from bot.jobs.spares import SparePool
@@ -40,6 +42,7 @@ from bot.service.queues import (
     COLLECT_WORKSPACES,
     DEFAULT_QUEUE,
     FINISH_SCHEDULE_RUN,
+    HANDLE_FORGE_EVENT,
     REAP_SANDBOXES,
     RECOVER_JOBS,
     RESUME_DECIDED,
@@ -205,11 +208,19 @@ class JobWorker:
             self._schedule = SummarySchedule(self.settings, self.store, ScheduleRuns(self.store))
         return self._schedule
 
-    def schedule_summaries(self, repo: str, app: Celery) -> dict[str, Any]:
-        """Start a scheduled run of ``repo`` (or skip it) and queue its follow-up."""
-        service = JobService(
+    def _service(self, app: Celery) -> JobService:
+        return JobService(
             self.settings, self.store, TaskQueues(app), TokenRegistry(self.settings.api.tokens)
         )
+
+    def handle_forge_event(self, event: dict[str, Any], app: Celery) -> dict[str, Any]:
+        """Carry out what a forge event asks (``bot.forge.inbound.handler``)."""
+        handler = ForgeEventHandler(self.settings, self._service(app), Deliveries(self.store))
+        return handler.handle(event).model_dump(mode="json")
+
+    def schedule_summaries(self, repo: str, app: Celery) -> dict[str, Any]:
+        """Start a scheduled run of ``repo`` (or skip it) and queue its follow-up."""
+        service = self._service(app)
         scheduler = Principal.operator(SCHEDULE_REQUESTER)
         started = self.schedule.trigger(repo, lambda spec: service.submit(scheduler, spec))
         if started.run is not None:
@@ -292,6 +303,11 @@ def register(app: Celery, settings: Settings) -> None:
     @app.task(name=SCHEDULE_SUMMARIES, bind=True, shared=False)
     def schedule_summaries(task: Task[Any, Any], repo: str) -> dict[str, Any]:
         return worker_for(task).schedule_summaries(repo, app)
+
+    # The outcome goes over the delivery's claim in Redis; the Celery result is not read.
+    @app.task(name=HANDLE_FORGE_EVENT, bind=True, shared=False, ignore_result=True)
+    def handle_forge_event(task: Task[Any, Any], event: dict[str, Any]) -> dict[str, Any]:
+        return worker_for(task).handle_forge_event(event, app)
 
     @app.task(name=FINISH_SCHEDULE_RUN, bind=True, shared=False)
     def finish_schedule_run(task: Task[Any, Any], repo: str, run_id: str, poll: int = 0) -> str:

@@ -6,6 +6,7 @@ events a delivery is normalized into, and what each event asks Riverbeam to do.
 - ``github`` / ``gitlab``: a delivery's payload into a ``ForgeEvent``, or why it is ignored;
 - ``door``: what ``POST /webhooks/<forge>`` does, framework-free;
 - ``deliveries``: the delivery ids in Redis (``SET NX`` with a time to live) and the queue;
-- ``actions``: an event and the configuration into the intended action (pure);
+- ``lookups``: ``ForgeLookup``, what the workers ask the forge (the clients implement it);
+- ``actions``: an event and the configuration into the intended actions (pure);
 - ``handler``: the worker's side, carrying an action out through the job service.
 """

@@ -112,7 +112,9 @@ def normalize(
     _check_installation(found.installation, config)
     if found.repository is None or found.sender is None:
         return Ignored(reason=f"{event} names no repository or sender")
-    if found.sender.login.lower() == config.bot_login.lower():
+    # Its own comments and labels are never answered (it would answer itself); a pull
+    # request it opened or pushed to is still reviewed, which posts no such event.
+    if found.sender.login.lower() == config.bot_login.lower() and event != "pull_request":
         return Ignored(reason="an event of Riverbeam's own account")
     if config.repository_for(found.repository.full_name) is None:
         return Ignored(reason=f"repository {found.repository.full_name} is not configured")

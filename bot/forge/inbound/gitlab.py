@@ -120,7 +120,9 @@ def normalize(
             f"project {project.path_with_namespace} (id {project.id}) is not configured "
             "for this forge",
         )
-    if found.user.username.lower() == config.bot_login.lower():
+    # Its own comments and labels are never answered (it would answer itself); a pull
+    # request it opened or pushed to is still reviewed, which posts no such event.
+    if found.user.username.lower() == config.bot_login.lower() and event != MERGE_REQUEST_HOOK:
         return Ignored(reason="an event of Riverbeam's own account")
     base: Envelope = {
         "forge": forge,

@@ -24,6 +24,7 @@ from typing import Any
 
 import jsonschema
 
+from bot.config import ForgeConfig
 from bot.forge.inbound.events import PullRequest, ThreadComment
 from bot.forge.inbound.signatures import github_signature
 from bot.forge.permissions import ForgePermission
@@ -133,3 +134,8 @@ class FakeLookup:
     def thread(self, repository: str, number: int) -> Sequence[ThreadComment]:
         self.asked.append(("thread", repository, number))
         return self.threads.get(number, ())
+
+
+def no_one_may(_name: str, _config: ForgeConfig) -> FakeLookup:
+    """A ``client_factory`` for the workers: a forge on which nobody has any permission."""
+    return FakeLookup()

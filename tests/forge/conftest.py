@@ -51,9 +51,17 @@ def forges_toml(stack: Stack) -> str:
     (secrets / "github").write_text(GH_SECRET + "\n")
     (secrets / "gitlab").write_text(GL_SECRET)
     docs = {"repository": "docs"}
-    github = {"installations": [1], "repositories": {GITHUB_REPO: docs}}
+    repositories = {GITHUB_REPO: docs}
+    github: dict[str, Any] = {"installations": [1]}
     return (
-        forge_toml("gh", kind="github", secret_file=secrets / "github", bot_login=BOT, **github)
+        forge_toml(
+            "gh",
+            kind="github",
+            secret_file=secrets / "github",
+            bot_login=BOT,
+            repositories=repositories,
+            **github,
+        )
         + forge_toml(
             "gl",
             kind="gitlab",
@@ -67,10 +75,16 @@ def forges_toml(stack: Stack) -> str:
             secret_file=secrets / "github",
             bot_login=BOT,
             deliveries_per_minute=FLOOD_PER_MINUTE,
+            repositories=repositories,
             **github,
         )
         + forge_toml(
-            "nosecret", kind="github", secret_file=secrets / "absent", bot_login=BOT, **github
+            "nosecret",
+            kind="github",
+            secret_file=secrets / "absent",
+            bot_login=BOT,
+            repositories=repositories,
+            **github,
         )
     )
 

@@ -25,7 +25,7 @@ from typing import Any
 import jsonschema
 
 from bot.config import ForgeConfig
-from bot.forge.inbound.events import PullRequest, ThreadComment
+from bot.forge.inbound.forge_events import PullRequest, ThreadComment
 from bot.forge.inbound.signatures import github_signature
 from bot.forge.permissions import ForgePermission
 

@@ -16,7 +16,7 @@ from bot.forge.inbound.actions import (
     SubmitJob,
     actions_for,
 )
-from bot.forge.inbound.events import (
+from bot.forge.inbound.forge_events import (
     CommentCreated,
     ForgeEvent,
     Ignored,

@@ -20,8 +20,8 @@ from pydantic import JsonValue
 from bot.config import Settings
 from bot.forge.inbound import github
 from bot.forge.inbound.deliveries import Deliveries
-from bot.forge.inbound.events import FORGE_EVENT, CommentCreated, Ignored
-from bot.forge.inbound.handler import ForgeEventHandler, Outcome, lookup_for
+from bot.forge.inbound.forge_events import FORGE_EVENT, CommentCreated, Ignored
+from bot.forge.inbound.handler import EventOutcome, ForgeEventHandler, lookup_for
 from bot.forge.permissions import ForgePermission
 from bot.service.access import Principal, TokenRegistry
 from bot.service.jobs import JobService
@@ -149,7 +149,7 @@ def test_a_command_from_a_writer_submits_an_author_job_and_a_reader_starts_nothi
     assert len(forged.stack.store.listing(limit=100).records) == before
 
 
-def _decide(forged: Forged, body: str, login: str, permission: ForgePermission) -> Outcome:
+def _decide(forged: Forged, body: str, login: str, permission: ForgePermission) -> EventOutcome:
     lookup = FakeLookup(permissions={login: permission})
     event = _comment(body, login=login)
     return forged.handler(lookup).handle(FORGE_EVENT.dump_python(event, mode="json"))

@@ -11,7 +11,7 @@ import pytest
 
 from bot.core.errors import BeamError
 from bot.forge.inbound import github, gitlab
-from bot.forge.inbound.events import (
+from bot.forge.inbound.forge_events import (
     CommentCreated,
     Ignored,
     IssueLabeled,

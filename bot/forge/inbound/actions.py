@@ -31,7 +31,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from bot.config import ForgeCommand, ForgeConfig, ForgeRepositoryConfig, Role
-from bot.forge.inbound.events import (
+from bot.forge.inbound.forge_events import (
     CommentCreated,
     ForgeEvent,
     IssueLabeled,
@@ -47,11 +47,11 @@ ADDRESS = "address the review"
 _DECISION = re.compile(r"^(approve|refuse)\s+([A-Za-z0-9._-]{1,100})(?:\s+(.*))?$", re.DOTALL)
 
 
-class _Frozen(BaseModel):
+class _ActionModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class SubmitJob(_Frozen):
+class SubmitJob(_ActionModel):
     """A job for the job service to submit, as ``requester`` (``<forge>:<login>``) in the
     role the command maps to, on the one repository the event is about."""
 
@@ -68,7 +68,7 @@ class SubmitJob(_Frozen):
     metadata: dict[str, JsonValue]
 
 
-class DecideApproval(_Frozen):
+class DecideApproval(_ActionModel):
     type: Literal["decide"] = "decide"
     repo: str
     decider: str
@@ -78,7 +78,7 @@ class DecideApproval(_Frozen):
     comment_url: str
 
 
-class Refused(_Frozen):
+class Refused(_ActionModel):
     """Nothing starts, for a reason the thread may be told (``reply``, at most one)."""
 
     type: Literal["refused"] = "refused"
@@ -87,7 +87,7 @@ class Refused(_Frozen):
     reply: str | None = None
 
 
-class Nothing(_Frozen):
+class Nothing(_ActionModel):
     type: Literal["nothing"] = "nothing"
     reason: str
 
@@ -174,11 +174,7 @@ def _labeled(
         return Nothing(reason="no label that starts work was given")
     if event.thread.kind != "issue":
         return Nothing(reason="a label on a pull request starts nothing")
-    refused = _permitted(event, entry, lookup, "author")
-    if refused is not None:
-        return refused
-    request = _request(event.thread, None, _thread_comments(event, lookup))
-    return _submit(event, entry, JobKind.AUTHOR, role="submitter", request=request)
+    return _author(event, entry, lookup, None)
 
 
 def _comment(
@@ -199,6 +195,17 @@ def _comment(
         return _address(event, entry, lookup, prefix, asked)
     if event.pull is not None and event.pull.from_fork:
         return _fork_refusal("author work")
+    return _author(event, entry, lookup, asked)
+
+
+def _author(
+    event: CommentCreated | IssueLabeled,
+    entry: ForgeRepositoryConfig,
+    lookup: ForgeLookup | None,
+    asked: str | None,
+) -> Action:
+    """An author job from an issue (or a pull request's conversation), its text and thread
+    in the request, for someone with ``minimum.author``."""
     refused = _permitted(event, entry, lookup, "author")
     if refused is not None:
         return refused

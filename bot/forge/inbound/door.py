@@ -22,7 +22,7 @@ from bot.config import ForgeConfig, Settings
 from bot.core.errors import BeamError
 from bot.forge.inbound import github, gitlab
 from bot.forge.inbound.deliveries import Deliveries
-from bot.forge.inbound.events import FORGE_EVENT, Ignored
+from bot.forge.inbound.forge_events import FORGE_EVENT, Ignored
 from bot.forge.inbound.signatures import check_github, check_gitlab, read_secret
 from bot.service.queues import TaskQueues
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bot.config import ForgeConfig
 from bot.core.errors import BeamError
-from bot.forge.inbound.events import (
+from bot.forge.inbound.forge_events import (
     CommentCreated,
     Envelope,
     ForgeEvent,

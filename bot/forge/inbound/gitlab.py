@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bot.config import ForgeConfig
 from bot.core.errors import BeamError
-from bot.forge.inbound.events import (
+from bot.forge.inbound.forge_events import (
     CommentCreated,
     Envelope,
     ForgeEvent,
@@ -35,35 +35,35 @@ ISSUE_HOOKS = ("Issue Hook", "Confidential Issue Hook")
 MERGE_REQUEST_HOOK = "Merge Request Hook"
 
 
-class _Loose(BaseModel):
+class _GitlabLoose(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class _User(_Loose):
+class _GitlabUser(_GitlabLoose):
     username: str
 
 
-class _Project(_Loose):
+class _GitlabProject(_GitlabLoose):
     id: int
     path_with_namespace: str
 
 
-class _Label(_Loose):
+class _GitlabLabel(_GitlabLoose):
     title: str
 
 
-class _Issue(_Loose):
+class _GitlabIssue(_GitlabLoose):
     iid: int
     title: str
     description: str | None = None
     url: str | None = None
 
 
-class _Commit(_Loose):
+class _GitlabCommit(_GitlabLoose):
     id: str
 
 
-class _MergeRequest(_Loose):
+class _GitlabMergeRequest(_GitlabLoose):
     iid: int
     title: str
     description: str | None = None
@@ -72,14 +72,14 @@ class _MergeRequest(_Loose):
     target_branch: str
     source_project_id: int
     target_project_id: int
-    last_commit: _Commit
+    last_commit: _GitlabCommit
     draft: bool = False
     work_in_progress: bool = False
     action: str | None = None
     oldrev: str | None = None
 
 
-class _Note(_Loose):
+class _GitlabNote(_GitlabLoose):
     note: str
     noteable_type: str
     url: str
@@ -89,18 +89,18 @@ class _Note(_Loose):
     action: str | None = None
 
 
-class _Change(_Loose):
+class _GitlabChange(_GitlabLoose):
     previous: Any = None
     current: Any = None
 
 
-class _Delivery(_Loose):
-    user: _User
-    project: _Project
+class _GitlabDelivery(_GitlabLoose):
+    user: _GitlabUser
+    project: _GitlabProject
     object_attributes: dict[str, Any]
-    issue: _Issue | None = None
-    merge_request: _MergeRequest | None = None
-    changes: dict[str, _Change] = {}
+    issue: _GitlabIssue | None = None
+    merge_request: _GitlabMergeRequest | None = None
+    changes: dict[str, _GitlabChange] = {}
 
 
 def normalize(
@@ -109,7 +109,7 @@ def normalize(
     if event not in (*NOTE_HOOKS, *ISSUE_HOOKS, MERGE_REQUEST_HOOK):
         return Ignored(reason=f"{event or 'an event without X-Gitlab-Event'} starts nothing")
     try:
-        found = _Delivery.model_validate(payload)
+        found = _GitlabDelivery.model_validate(payload)
     except ValidationError as error:
         raise BeamError("BEM-804", f"the {event} payload is not GitLab's: {error}") from None
     project = found.project
@@ -140,8 +140,8 @@ def normalize(
         raise BeamError("BEM-804", f"the {event} payload lacks what it needs: {error}") from None
 
 
-def _note(found: _Delivery, base: Envelope) -> ForgeEvent | Ignored:
-    note = _Note.model_validate(found.object_attributes)
+def _note(found: _GitlabDelivery, base: Envelope) -> ForgeEvent | Ignored:
+    note = _GitlabNote.model_validate(found.object_attributes)
     if note.action not in (None, "create"):
         return Ignored(reason=f"a comment {note.action}d: only a new comment counts")
     if note.system:
@@ -162,21 +162,21 @@ def _note(found: _Delivery, base: Envelope) -> ForgeEvent | Ignored:
     return Ignored(reason=f"a comment on a {note.noteable_type} starts nothing")
 
 
-def _labeled(found: _Delivery, base: Envelope) -> ForgeEvent | Ignored:
-    issue = _Issue.model_validate(found.object_attributes)
+def _labeled(found: _GitlabDelivery, base: Envelope) -> ForgeEvent | Ignored:
+    issue = _GitlabIssue.model_validate(found.object_attributes)
     change = found.changes.get("labels")
     if change is None:
         return Ignored(reason="an issue changed, no label given")
-    before = {_Label.model_validate(label).title for label in change.previous or []}
-    after = [_Label.model_validate(label).title for label in change.current or []]
+    before = {_GitlabLabel.model_validate(label).title for label in change.previous or []}
+    after = [_GitlabLabel.model_validate(label).title for label in change.current or []]
     given = tuple(title for title in after if title not in before)
     if not given:
         return Ignored(reason="an issue's labels changed, none given")
     return IssueLabeled(**base, thread=_issue_thread(issue), labels=given)
 
 
-def _merge_request(found: _Delivery, base: Envelope) -> ForgeEvent | Ignored:
-    request = _MergeRequest.model_validate(found.object_attributes)
+def _merge_request(found: _GitlabDelivery, base: Envelope) -> ForgeEvent | Ignored:
+    request = _GitlabMergeRequest.model_validate(found.object_attributes)
     draft = found.changes.get("draft")
     action: PullAction
     if request.action == "open":
@@ -190,7 +190,7 @@ def _merge_request(found: _Delivery, base: Envelope) -> ForgeEvent | Ignored:
     return PullRequestChanged(**base, action=action, pull=_pull(request))
 
 
-def _issue_thread(issue: _Issue) -> Thread:
+def _issue_thread(issue: _GitlabIssue) -> Thread:
     return Thread(
         kind="issue",
         number=issue.iid,
@@ -201,7 +201,7 @@ def _issue_thread(issue: _Issue) -> Thread:
     )
 
 
-def _pull(request: _MergeRequest) -> PullRequest:
+def _pull(request: _GitlabMergeRequest) -> PullRequest:
     return PullRequest(
         number=request.iid,
         title=request.title,

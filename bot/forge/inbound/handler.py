@@ -27,7 +27,7 @@ from bot.config import ForgeConfig, Settings
 from bot.core.errors import BeamError
 from bot.forge.inbound.actions import Action, DecideApproval, SubmitJob, actions_for
 from bot.forge.inbound.deliveries import Deliveries
-from bot.forge.inbound.events import FORGE_EVENT
+from bot.forge.inbound.forge_events import FORGE_EVENT
 from bot.forge.inbound.lookups import ForgeLookup
 from bot.service.access import Principal
 from bot.service.jobs import JobService
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 LookupFactory = Callable[[str, ForgeConfig], ForgeLookup]
 
 
-class Result(BaseModel):
+class ActionResult(BaseModel):
     """One action and what came of it: the job made or decided, or the error."""
 
     model_config = ConfigDict(frozen=True)
@@ -48,13 +48,13 @@ class Result(BaseModel):
     error: dict[str, str] | None = None
 
 
-class Outcome(BaseModel):
+class EventOutcome(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     forge: str
     delivery: str
     event: str
-    results: list[Result]
+    results: list[ActionResult]
 
 
 def lookup_for(name: str, config: ForgeConfig) -> ForgeLookup | None:
@@ -80,11 +80,13 @@ class ForgeEventHandler:
         self.deliveries = deliveries
         self.lookups = lookups
 
-    def handle(self, document: dict[str, Any]) -> Outcome:
+    def handle(self, document: dict[str, Any]) -> EventOutcome:
         event = FORGE_EVENT.validate_python(document)
         config = self.settings.forges.get(event.forge)
         if config is None:
-            results = [Result(action={"type": "nothing", "reason": "the forge is not configured"})]
+            results = [
+                ActionResult(action={"type": "nothing", "reason": "the forge is not configured"})
+            ]
         else:
             actions = actions_for(
                 event,
@@ -93,23 +95,23 @@ class ForgeEventHandler:
                 branch_prefix=self.settings.workspaces.branch_prefix,
             )
             results = [self._apply(action) for action in actions]
-        outcome = Outcome(
+        outcome = EventOutcome(
             forge=event.forge, delivery=event.delivery, event=event.type, results=results
         )
         self.deliveries.record(event.forge, event.delivery, outcome.model_dump_json())
         log.info("forge %s delivery %s: %s", event.forge, event.delivery, outcome.results)
         return outcome
 
-    def _apply(self, action: Action) -> Result:
+    def _apply(self, action: Action) -> ActionResult:
         shown = cast(dict[str, JsonValue], action.model_dump(mode="json"))
         try:
             if isinstance(action, SubmitJob):
-                return Result(action=shown, job_id=self._submit(action))
+                return ActionResult(action=shown, job_id=self._submit(action))
             if isinstance(action, DecideApproval):
-                return Result(action=shown, job_id=self._decide(action))
+                return ActionResult(action=shown, job_id=self._decide(action))
         except BeamError as error:
-            return Result(action=shown, error=error.to_dict())
-        return Result(action=shown)
+            return ActionResult(action=shown, error=error.to_dict())
+        return ActionResult(action=shown)
 
     def _submit(self, action: SubmitJob) -> str:
         who = Principal(name=action.requester, role=action.role, repos=frozenset({action.repo}))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from bot.forge.inbound.events import PullRequest, ThreadComment
+from bot.forge.inbound.forge_events import PullRequest, ThreadComment
 from bot.forge.permissions import ForgePermission
 
 

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from bench import percentile
-from harness.api_server import TokenSpec, api_server
+from harness.api_server import api_server
 from harness.forges import encoded, forge_toml, github_example, github_headers
 from harness.stack import job_stack
 

@@ -5,6 +5,8 @@ and what came of them is written over the delivery's claim in Redis.
 - a job: ``JobService.submit`` as ``<forge>:<login>`` in the command's role, limited to the
   event's repository, with an idempotency key made of the delivery id and the kind, so a
   task that runs twice (a redelivered message) makes one job;
+- an outage of the store (BEM-504) is not an outcome: it propagates, and the task is
+  retried;
 - a decision: the pending approval of that repository with that id is looked up (none is
   BEM-604, the approval id must be the one waiting), then ``JobService.decide`` as a
   reviewer, bound to that approval; the store holds the self-approval rule (BEM-602), and
@@ -110,6 +112,10 @@ class ForgeEventHandler:
             if isinstance(action, DecideApproval):
                 return ActionResult(action=shown, job_id=self._decide(action))
         except BeamError as error:
+            if error.code == "BEM-504":
+                # The store is unreachable: the task is retried, and the idempotency key
+                # of each job makes the retry submit nothing twice.
+                raise
             return ActionResult(action=shown, error=error.to_dict())
         return ActionResult(action=shown)
 

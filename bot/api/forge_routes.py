@@ -31,7 +31,7 @@ router = APIRouter(prefix="/webhooks", tags=["forges"])
     summary="Receive a forge's webhook delivery",
     responses={
         200: {"model": DoorAnswer, "description": "a duplicate, or an event that asks nothing"},
-        **problem_responses(400, 401, 403, 404, 413, 429, 503),
+        **problem_responses(400, 401, 403, 404, 413, 422, 429, 503),
     },
 )
 async def webhook(

@@ -26,7 +26,7 @@ from bot.forge.inbound.forge_events import (
 )
 from bot.forge.permissions import ForgePermission
 from bot.store.models import JobKind
-from harness.forges import FakeLookup, github_example
+from harness.forges import FakeLookup, check_github, github_example
 from tests.forge.kit import (
     GITHUB_REPO,
     github_config,
@@ -279,3 +279,43 @@ def test_address_the_review_asks_the_forge_for_the_pull_request_when_the_event_l
     action = _one(pulled, lookup)
     assert isinstance(action, SubmitJob) and action.base == "riverbeam/job-2"
     assert ("pull_request", GITHUB_REPO, 1) in lookup.asked
+
+
+def test_no_author_work_from_a_github_conversation_comment_on_a_fork_pull_request() -> None:
+    # GitHub's issue_comment on a pull request marks its issue as one, and says no more.
+    payload = github_example("issue_comment", "created", 1)
+    payload["comment"]["body"] = "@riverbeam fix the typo in this branch"
+    number = payload["issue"]["number"]
+    payload["issue"]["pull_request"] = {
+        "url": f"https://api.github.com/repos/{GITHUB_REPO}/pulls/{number}",
+        "html_url": f"https://github.com/{GITHUB_REPO}/pull/{number}",
+        "diff_url": f"https://github.com/{GITHUB_REPO}/pull/{number}.diff",
+        "patch_url": f"https://github.com/{GITHUB_REPO}/pull/{number}.patch",
+        "merged_at": None,
+    }
+    check_github("issue_comment", "created", payload)
+    event = github.normalize(
+        "issue_comment", payload, forge="gh", delivery="d", config=github_config()
+    )
+    assert isinstance(event, CommentCreated) and event.thread.kind == "pull_request"
+    assert event.pull is None
+    fork = PullRequest(
+        number=number,
+        title="t",
+        url="u",
+        author="mallory",
+        head_sha="e" * 40,
+        head_ref="patch-1",
+        base_ref="main",
+        from_fork=True,
+    )
+    lookup = FakeLookup(permissions={"Codertocat": ForgePermission.ADMIN}, pulls={number: fork})
+    action = _one(event, lookup)
+    assert isinstance(action, Refused) and action.code == "BEM-808"
+    # The same comment on a pull request from a branch of the repository: author work.
+    same = fork.model_copy(update={"from_fork": False})
+    allowed = _one(event, FakeLookup(permissions=lookup.permissions, pulls={number: same}))
+    assert isinstance(allowed, SubmitJob) and allowed.kind is JobKind.AUTHOR
+    # Without a forge client, where the pull request comes from cannot be known: nothing.
+    unknown = _one(event, None)
+    assert isinstance(unknown, Refused) and unknown.code == "BEM-810"

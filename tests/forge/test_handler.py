@@ -29,10 +29,12 @@ UNREACHABLE = "redis://127.0.0.1:1/0"
 
 def test_an_unreachable_store_propagates_for_the_task_to_retry(tmp_path: Path) -> None:
     config = github_config()
-    settings = Settings(
-        redis_url=UNREACHABLE,
-        repositories={"docs": {"upstream": "/nonexistent"}},
-        forges={"gh": config.model_dump()},
+    settings = Settings.model_validate(
+        {
+            "redis_url": UNREACHABLE,
+            "repositories": {"docs": {"upstream": "/nonexistent"}},
+            "forges": {"gh": config.model_dump()},
+        }
     )
     queues = TaskQueues(Celery(set_as_current=False))
     jobs = JobStore.from_url(UNREACHABLE, prefix="rbtest-handler")

@@ -193,9 +193,23 @@ def _comment(
         return _unknown(f"{word} with nothing after it: say what to do")
     if asked.lower().startswith(ADDRESS):
         return _address(event, entry, lookup, prefix, asked)
-    if event.pull is not None and event.pull.from_fork:
-        return _fork_refusal("author work")
+    if event.thread.kind == "pull_request":
+        pull = _pull_of(event, lookup)
+        if isinstance(pull, Refused):
+            return pull
+        if pull.from_fork:
+            return _fork_refusal("author work")
     return _author(event, entry, lookup, asked)
+
+
+def _pull_of(event: CommentCreated, lookup: ForgeLookup | None) -> PullRequest | Refused:
+    """The pull request a comment is on: from the delivery, else from the forge (GitHub's
+    conversation comments do not say where the pull request comes from)."""
+    if event.pull is not None:
+        return event.pull
+    if lookup is None:
+        return _no_lookup("the pull request")
+    return lookup.pull_request(event.repository, event.thread.number)
 
 
 def _author(
@@ -244,9 +258,9 @@ def _address(
 ) -> Action:
     if event.thread.kind != "pull_request":
         return _unknown(f"'{ADDRESS}' is for a pull request Riverbeam opened")
-    if lookup is None:
-        return _no_lookup("the pull request and its threads")
-    pull = event.pull or lookup.pull_request(event.repository, event.thread.number)
+    pull = _pull_of(event, lookup)
+    if isinstance(pull, Refused):
+        return pull
     if pull.from_fork:
         return _fork_refusal(f"'{ADDRESS}'")
     if not pull.head_ref.startswith(prefix):

@@ -570,11 +570,6 @@ class ForgeConfig(BaseModel):
         description="'module:function' returning the forge lookups the workers use (tests)",
     )
 
-    def api_url(self) -> str:
-        if self.base_url is not None:
-            return self.base_url.rstrip("/")
-        return "https://api.github.com" if self.kind == "github" else "https://gitlab.com"
-
     def repository_for(self, path: str) -> ForgeRepositoryConfig | None:
         """The entry of a forge repository; GitLab paths compare without case."""
         found = self.repositories.get(path)

@@ -2,7 +2,8 @@
 
 ``forge_api``: real Redis and a real API process with three forges: ``gh`` (GitHub, the App
 installation 1, ``Codertocat/Hello-World`` as ``docs``), ``gl`` (GitLab, the projects of
-GitLab's documented payloads as ``docs``) and ``flood`` (GitHub, 20 deliveries a minute);
+GitLab's documented payloads as ``docs``, whose workers' lookups say nobody may do
+anything) and ``flood`` (GitHub, 20 deliveries a minute);
 plus ``nosecret``, whose secret file does not exist. No worker consumes the ``forge``
 queue, so a test reads what was queued (``queued``)."""
 
@@ -68,6 +69,8 @@ def forges_toml(stack: Stack) -> str:
             secret_file=secrets / "gitlab",
             bot_login="riverbeam-bot",
             repositories={GITLAB_ISSUE_PROJECT: {**docs, "project_id": 5}, GITLAB_MR_PROJECT: docs},
+            # The workers ask this fake forge: nobody has any permission there.
+            client_factory="harness.forges:no_one_may",
         )
         + forge_toml(
             "flood",

@@ -28,11 +28,17 @@ from bot.service.jobs import JobService
 from bot.service.queues import FORGE_QUEUE, HANDLE_FORGE_EVENT, TaskQueues
 from bot.store.models import JobKind, JobRecord, JobSpec, JobState
 from harness.api_server import ApiServer, api_server
-from harness.forges import FakeLookup, encoded, github_example, github_headers
+from harness.forges import (
+    FakeLookup,
+    encoded,
+    github_example,
+    github_headers,
+    gitlab_headers,
+)
 from harness.stack import Stack, job_stack
 from tests.api.conftest import TOKENS
-from tests.forge.conftest import GH_SECRET, forges_toml
-from tests.forge.kit import github_config
+from tests.forge.conftest import GH_SECRET, GL_SECRET, forges_toml
+from tests.forge.kit import github_config, gitlab_payload
 
 AUTHOR_PLAYBOOK: dict[str, JsonValue] = {"playbook": "author-fix-install"}
 
@@ -71,11 +77,13 @@ def forged() -> Iterator[Forged]:
             yield Forged(stack, api, settings)
 
 
-def _outcome(forged: Forged, delivery: str, timeout: float = 30.0) -> dict[str, Any]:
+def _outcome(
+    forged: Forged, delivery: str, timeout: float = 30.0, forge: str = "gh"
+) -> dict[str, Any]:
     deliveries = Deliveries(forged.stack.store)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = deliveries.outcome("gh", delivery)
+        found = deliveries.outcome(forge, delivery)
         if found not in (None, "queued"):
             outcome: dict[str, Any] = json.loads(found)
             return outcome
@@ -190,3 +198,28 @@ def test_the_client_factory_names_the_workers_lookups(forged: Forged) -> None:
     lookup = lookup_for("gh", named)
     assert isinstance(lookup, FakeLookup)
     assert lookup.permission("Codertocat/Hello-World", "octocat") is ForgePermission.NONE
+
+
+def test_gitlab_through_the_worker_a_merge_request_is_reviewed_and_a_command_needs_a_permission(
+    forged: Forged,
+) -> None:
+    url = f"{forged.api.url}/webhooks/gl"
+    opened = gitlab_headers(GL_SECRET, "Merge Request Hook")
+    body = encoded(gitlab_payload("merge-request"))
+    assert httpx.post(url, content=body, headers=opened).status_code == 202
+    outcome = _outcome(forged, opened["X-Gitlab-Event-UUID"], forge="gl")
+    (review,) = outcome["results"]
+    job = forged.stack.store.get(review["job_id"])
+    assert job.spec.kind is JobKind.REVIEW and job.spec.branch == "ms-viewport"
+    assert job.spec.requested_by == "gl:root"
+    # A command: the worker asks the forge (client_factory: nobody may), and nothing starts.
+    note = gitlab_payload("note-issue")
+    note["object_attributes"]["note"] = "@riverbeam fix the install page"
+    commented = gitlab_headers(GL_SECRET, "Note Hook")
+    before = len(forged.stack.store.listing(limit=100).records)
+    assert httpx.post(url, content=encoded(note), headers=commented).status_code == 202
+    outcome = _outcome(forged, commented["X-Gitlab-Event-UUID"], forge="gl")
+    (refused,) = outcome["results"]
+    assert refused["job_id"] is None and refused["action"]["code"] == "BEM-807"
+    assert "@root" in refused["action"]["reply"]
+    assert len(forged.stack.store.listing(limit=100).records) == before

@@ -260,21 +260,26 @@ def test_address_the_review_is_only_for_riverbeams_pull_requests() -> None:
     assert isinstance(action, Refused) and action.code == "BEM-809"
 
 
+def _pull_request(number: int, head_ref: str, *, fork: bool) -> PullRequest:
+    """What the forge says of a pull request (``ForgeLookup.pull_request``)."""
+    return PullRequest(
+        number=number,
+        title="Fix the install page",
+        url=f"https://github.com/{GITHUB_REPO}/pull/{number}",
+        author="mallory" if fork else "Codertocat",
+        head_sha="e" * 40,
+        head_ref=head_ref,
+        base_ref="main",
+        from_fork=fork,
+    )
+
+
 def test_address_the_review_asks_the_forge_for_the_pull_request_when_the_event_lacks_it() -> None:
     event = _comment("@riverbeam address the review", index=1)
     pulled = event.model_copy(
         update={"thread": event.thread.model_copy(update={"kind": "pull_request"})}
     )
-    head = PullRequest(
-        number=1,
-        title="t",
-        url="u",
-        author="a",
-        head_sha="f" * 40,
-        head_ref="riverbeam/job-2",
-        base_ref="main",
-        from_fork=False,
-    )
+    head = _pull_request(1, "riverbeam/job-2", fork=False)
     lookup = FakeLookup(permissions={"Codertocat": ForgePermission.WRITE}, pulls={1: head})
     action = _one(pulled, lookup)
     assert isinstance(action, SubmitJob) and action.base == "riverbeam/job-2"
@@ -299,16 +304,7 @@ def test_no_author_work_from_a_github_conversation_comment_on_a_fork_pull_reques
     )
     assert isinstance(event, CommentCreated) and event.thread.kind == "pull_request"
     assert event.pull is None
-    fork = PullRequest(
-        number=number,
-        title="t",
-        url="u",
-        author="mallory",
-        head_sha="e" * 40,
-        head_ref="patch-1",
-        base_ref="main",
-        from_fork=True,
-    )
+    fork = _pull_request(number, "patch-1", fork=True)
     lookup = FakeLookup(permissions={"Codertocat": ForgePermission.ADMIN}, pulls={number: fork})
     action = _one(event, lookup)
     assert isinstance(action, Refused) and action.code == "BEM-808"

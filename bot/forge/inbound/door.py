@@ -1,8 +1,9 @@
 """What ``POST /webhooks/<forge>`` does, without the web framework: the route reads the body
 (under ``api.max_body_bytes``) and calls ``verify`` on it, then ``accept`` in a thread.
 
-1. ``verify``: the forge is configured (BEM-801), its secret file readable (BEM-803), and the
-   signature or token matches the raw body (BEM-800), before a byte of it is parsed.
+1. ``forge``: the forge is configured (BEM-801); ``verify``: its secret file is readable
+   (BEM-803) and the signature or token matches the raw body (BEM-800), before a byte of it
+   is parsed.
 2. ``accept``: the body is a JSON object (BEM-804) with a delivery id (BEM-805); it is
    normalized (``github`` / ``gitlab``), which refuses an unknown installation or project
    (BEM-802) or says why it is ignored; the delivery id is claimed in Redis (a redelivery is

@@ -2,9 +2,9 @@
 it asks nothing. Only the fields read are modelled; GitHub's published schemas
 (``@octokit/openapi-webhooks``) describe the rest, and the tests hold the examples to them.
 
-Refused (BEM-802): a delivery for an installation not in ``installations``. Ignored: a ping,
-Riverbeam's own account, a repository not configured, an edited or deleted comment, and
-every event and action not listed in docs/forges.md.
+Refused (BEM-802): a delivery for an installation not in ``installations``. Ignored: a
+ping, the comments and labels of Riverbeam's own account, a repository not configured, an
+edited or deleted comment, and every event and action not listed in docs/forges.md.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ it asks nothing. The shapes are those of GitLab's "Webhook events" page
 are modelled.
 
 Refused (BEM-802): a project whose path is not in ``repositories`` (or whose id is not the
-entry's ``project_id``). Ignored: Riverbeam's own account, an edited comment
-(``object_attributes.action`` ``update``), system notes, comments on commits and snippets,
-and every event and action not listed in docs/forges.md.
+entry's ``project_id``). Ignored: the comments and labels of Riverbeam's own account, an
+edited comment (``object_attributes.action`` ``update``), system notes, comments on commits
+and snippets, and every event and action not listed in docs/forges.md.
 """
 
 from __future__ import annotations

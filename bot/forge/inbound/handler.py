@@ -101,7 +101,9 @@ class ForgeEventHandler:
             forge=event.forge, delivery=event.delivery, event=event.type, results=results
         )
         self.deliveries.record(event.forge, event.delivery, outcome.model_dump_json())
-        log.info("forge %s delivery %s: %s", event.forge, event.delivery, outcome.results)
+        # What started, or why not; never the request text (issue bodies, comments).
+        summary = [r.job_id or (r.error or {}).get("code") or r.action.get("code") for r in results]
+        log.info("forge %s delivery %s (%s): %s", event.forge, event.delivery, event.type, summary)
         return outcome
 
     def _apply(self, action: Action) -> ActionResult:

@@ -130,8 +130,18 @@ def test_a_pull_request_webhook_becomes_one_review_job_however_often_it_comes(
     assert not isinstance(normalized, Ignored)
     event = FORGE_EVENT.dump_python(normalized, mode="json")
     forged.stack.app.send_task(HANDLE_FORGE_EVENT, args=[event], queue=FORGE_QUEUE)
-    time.sleep(2.0)
+    _handled_twice(forged, delivery)
     assert [job.id for job in forged.forge_jobs(delivery)] == [result["job_id"]]
+
+
+def _handled_twice(forged: Forged, delivery: str, timeout: float = 30.0) -> None:
+    """Wait until the worker's log shows the delivery's event carried out a second time."""
+    log = forged.stack.workers["a"].log
+    deadline = time.monotonic() + timeout
+    while log.read_text(errors="replace").count(f"delivery {delivery} ") < 2:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the event was not handled again: {forged.stack.log_tails()}")
+        time.sleep(0.1)
 
 
 def test_a_command_from_a_writer_submits_an_author_job_and_a_reader_starts_nothing(

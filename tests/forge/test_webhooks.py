@@ -280,3 +280,18 @@ def test_a_flood_of_webhooks_is_throttled_without_slowing_v1(forge_api: ForgeApi
     assert flooded < max(0.5, 10 * alone)
     # The throttled deliveries queued nothing: the flood's accepted ones are all there is.
     assert sum(e["forge"] == "flood" for e in forge_api.queued()) == accepted
+
+
+def test_healthz_wants_a_worker_on_the_forge_queue_when_a_forge_is_configured(
+    forge_api: ForgeApi,
+) -> None:
+    # No worker runs in this module: every queue is named as unserved, the forge's too.
+    body = problem_or_health(httpx.get(f"{forge_api.api.url}/healthz", timeout=30))
+    assert body["workers"]["forge"] == []
+    assert "forge" in body["checks"]["workers"]["detail"]
+
+
+def problem_or_health(reply: httpx.Response) -> dict[str, Any]:
+    assert reply.status_code == 503, reply.text
+    found: dict[str, Any] = reply.json()
+    return found

@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "preview_bench": ([], ["--runs", "2"]),
     "mcp_bench": ([], ["--calls", "20", "--runs", "2", "--starts", "2"]),
     "segment_walk": ([], []),
+    "webhook_bench": ([], ["--runs", "30", "--warmup", "5", "--job-runs", "5"]),
 }
 
 

@@ -7,10 +7,20 @@ from celery import Celery
 from fastapi import FastAPI
 
 from bot import web
-from bot.api import approval_routes, catalog, event_routes, health, job_routes, metrics
+from bot.api import (
+    approval_routes,
+    catalog,
+    event_routes,
+    forge_routes,
+    health,
+    job_routes,
+    metrics,
+)
 from bot.api.reload import tokens_reload_on_sighup
 from bot.config import Settings, load_settings
-from bot.http.limits import AuthThrottle, BodyLimit
+from bot.forge.inbound.deliveries import Deliveries
+from bot.forge.inbound.door import WebhookDoor
+from bot.http.limits import AuthThrottle, BodyLimit, DeliveryThrottle
 from bot.http.problems import install_problem_handlers
 from bot.jobs.celery_app import create_app as create_celery_app
 from bot.mcp import streamable
@@ -50,9 +60,12 @@ def create_app(settings: Settings | None = None, *, service: JobService | None =
         failures=settings.api.auth_failures,
         window_seconds=settings.api.auth_failure_window_seconds,
     )
+    app.state.webhook_door = WebhookDoor(settings, Deliveries(service.store), service.queues)
+    app.state.delivery_throttle = DeliveryThrottle()
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
     install_problem_handlers(app)
-    for module in (job_routes, event_routes, approval_routes, catalog, health, metrics):
+    routes = (job_routes, event_routes, approval_routes, catalog, health, metrics, forge_routes)
+    for module in routes:
         app.include_router(module.router)
     web.install(app)
     streamable.install(app, service)

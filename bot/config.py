@@ -28,6 +28,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic.fields import FieldInfo
@@ -499,6 +500,102 @@ class McpSettings(BaseModel):
         return None
 
 
+ForgeKind = Literal["github", "gitlab"]
+# The forge's own permission of a person on a repository, weakest first: GitHub's
+# collaborator permissions; GitLab's access levels map onto them (docs/forges.md).
+ForgePermissionName = Literal["none", "read", "triage", "write", "maintain", "admin"]
+ForgeCommand = Literal["author", "address", "decide"]
+_FORGE_REPOSITORY = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$"
+_COMMAND_WORD = r"^@[A-Za-z0-9][A-Za-z0-9_.-]{0,38}$"
+_DEFAULT_MINIMUMS: dict[ForgeCommand, ForgePermissionName] = {
+    "author": "write",
+    "address": "write",
+    "decide": "maintain",
+}
+
+
+class ForgeRepositoryConfig(BaseModel):
+    """One forge repository (GitHub ``owner/name``, GitLab project path) served as a
+    registered Riverbeam repository, and what on it starts work."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    repository: Annotated[str, Field(pattern=REPOSITORY_NAME)] = Field(
+        description="the registered repository (a [repositories] name) the work runs on"
+    )
+    project_id: int | None = Field(
+        default=None, ge=1, description="GitLab: the project's numeric id, checked as well"
+    )
+    command: Annotated[str, Field(pattern=_COMMAND_WORD)] = Field(
+        default="@riverbeam", description="the word a comment starts with to ask for work"
+    )
+    label: str | None = Field(
+        default=None, min_length=1, max_length=100, description="an issue given it gets work"
+    )
+    review: bool = Field(default=True, description="review pull requests opened or updated")
+    review_paths: tuple[Annotated[str, Field(min_length=1, max_length=200)], ...] = Field(
+        default=(), description="review only pull requests touching these globs (docs/**)"
+    )
+    commit_notes: bool = Field(default=False, description="draft commit notes for each PR")
+    minimum: dict[ForgeCommand, ForgePermissionName] = Field(
+        default_factory=lambda: dict(_DEFAULT_MINIMUMS),
+        description="the forge permission each command needs (author, address, decide)",
+    )
+
+    @field_validator("minimum")
+    @classmethod
+    def _every_command(
+        cls, minimum: dict[ForgeCommand, ForgePermissionName]
+    ) -> dict[ForgeCommand, ForgePermissionName]:
+        # A table naming one command keeps the defaults of the others.
+        return {**_DEFAULT_MINIMUMS, **minimum}
+
+
+class ForgeConfig(BaseModel):
+    """One forge Riverbeam takes work from (``[forges.<name>]``): its webhook endpoint is
+    ``/webhooks/<name>``. The webhook secret is read from ``webhook_secret_file`` on each
+    delivery, never from this file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: ForgeKind
+    base_url: HttpUrl | None = Field(
+        default=None,
+        description="the forge's API (default https://api.github.com or https://gitlab.com; "
+        "GitHub Enterprise Server: https://HOST/api/v3)",
+    )
+    webhook_secret_file: Path = Field(description="file holding the webhook secret")
+    bot_login: str = Field(
+        min_length=1, max_length=100, description="Riverbeam's own account: its events are ignored"
+    )
+    installations: tuple[Annotated[int, Field(ge=1)], ...] = Field(
+        default=(), description="GitHub App installation ids accepted; others are refused"
+    )
+    repositories: dict[Annotated[str, Field(pattern=_FORGE_REPOSITORY)], ForgeRepositoryConfig] = (
+        Field(default_factory=dict, description="forge repository -> Riverbeam repository")
+    )
+    deliveries_per_minute: int = Field(
+        default=600, ge=1, description="accepted deliveries a minute; more are 429 (BEM-806)"
+    )
+    delivery_ttl_hours: float = Field(
+        default=168.0, gt=0, description="how long a delivery id is remembered (redeliveries)"
+    )
+    client_factory: (
+        Annotated[str, _checked(_matches(_FACTORY, "'module:function'"), "a factory")] | None
+    ) = Field(
+        default=None,
+        description="'module:function' returning the forge lookups the workers use (tests)",
+    )
+
+    def repository_for(self, path: str) -> ForgeRepositoryConfig | None:
+        """The entry of a forge repository; GitLab paths compare without case."""
+        found = self.repositories.get(path)
+        if found is None and self.kind == "gitlab":
+            folded = path.lower()
+            found = next((v for k, v in self.repositories.items() if k.lower() == folded), None)
+        return found
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="RIVERBEAM_", env_nested_delimiter="__", extra="forbid", frozen=True
@@ -515,6 +612,9 @@ class Settings(BaseSettings):
     jobs: JobSettings = Field(default_factory=JobSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     mcp: McpSettings = Field(default_factory=McpSettings)
+    forges: dict[Annotated[str, Field(pattern=REPOSITORY_NAME)], ForgeConfig] = Field(
+        default_factory=dict
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -538,6 +638,17 @@ class Settings(BaseSettings):
                     parse_cron(repo.summary_schedule, repo=name)
         except BeamError as error:
             raise ValueError(error.message) from None
+        return self
+
+    @model_validator(mode="after")
+    def _forges_name_repositories(self) -> Settings:
+        for name, forge in sorted(self.forges.items()):
+            for path, entry in sorted(forge.repositories.items()):
+                if entry.repository not in self.repositories:
+                    raise ValueError(
+                        f"forges.{name}.repositories.{path!r} names {entry.repository!r}, "
+                        "which [repositories] does not register"
+                    )
         return self
 
     def allows_self_approval(self, repo: str) -> bool:

@@ -171,11 +171,12 @@ def check_image(expected: ExpectedImage) -> str:
     return f"{ref} is present"
 
 
-def check_workers(celery: Celery, served: dict[str, list[str]]) -> str:
-    """Every job queue has a worker that answers; ``served`` is filled with who serves what."""
+def check_workers(celery: Celery, served: dict[str, list[str]], *, forges: bool = False) -> str:
+    """Every job queue (with ``forges``, the forge events' too) has a worker that answers;
+    ``served`` is filled with who serves what."""
     with _broker_connection(celery) as connection:
         by_worker = active_queues(celery, WORKERS_PING_SECONDS, connection=connection)
-    served.update(queues_served(by_worker))
+    served.update(queues_served(by_worker, forges=forges))
     idle = [queue for queue, workers in served.items() if not workers]
     answering = sorted(by_worker)
     if idle:
@@ -224,7 +225,9 @@ async def health(service: JobService, expected: ExpectedImage) -> Health:
     probes: dict[str, Callable[[], str]] = {
         "redis": lambda: check_redis(service.settings),
         "broker": lambda: check_broker(service.queues.app),
-        "workers": lambda: check_workers(service.queues.app, served),
+        "workers": lambda: check_workers(
+            service.queues.app, served, forges=bool(service.settings.forges)
+        ),
     }
     if service.settings.api.health_engine:
         # An API without the engine (only the workers have it) leaves these to the workers,

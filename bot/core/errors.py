@@ -19,6 +19,7 @@ what to do next. The tree groups codes by the part of the system that raises the
     ├── ApprovalError         BEM-60x            approvals of parked calls
     ├── AccessError           BEM-70x            the HTTP API and web pages: tokens, roles, requests
     ├── ToolboxError          BEM-721..726       MCP servers that a job's agent calls
+    ├── ForgeInboundError     BEM-800..819       work from a forge: webhooks, events, commands
     └── ConfigError           BEM-90x            configuration
 
 ``BeamError(code, message)`` builds the right family from the code, so a code travelling as
@@ -121,6 +122,10 @@ class AccessError(BeamError):
 
 class ToolboxError(BeamError):
     """An MCP server of a job's toolbox is not configured, failed to start, or failed a call."""
+
+
+class ForgeInboundError(BeamError):
+    """A forge's webhook was refused, or an event from it started nothing."""
 
 
 class ConfigError(BeamError):
@@ -275,6 +280,17 @@ _TABLE = [
     Code("BEM-726", ToolboxError, "an MCP server does not offer a configured tool"),
     Code("BEM-740", AccessError, "/mcp does not answer to the request's Host name"),
     Code("BEM-741", AccessError, "/mcp does not answer requests from the page's Origin"),
+    Code("BEM-800", ForgeInboundError, "the webhook's signature or token is missing or wrong"),
+    Code("BEM-801", ForgeInboundError, "no forge is configured under this name"),
+    Code("BEM-802", ForgeInboundError, "the webhook's installation or project is not configured"),
+    Code("BEM-803", ForgeInboundError, "the forge's webhook secret file cannot be read"),
+    Code("BEM-804", ForgeInboundError, "the webhook body is not the JSON event its headers name"),
+    Code("BEM-805", ForgeInboundError, "the webhook has no delivery id"),
+    Code("BEM-806", ForgeInboundError, "too many webhook deliveries for this forge"),
+    Code("BEM-807", ForgeInboundError, "the commenter's forge permission is below the command's"),
+    Code("BEM-808", ForgeInboundError, "a pull request from a fork gets a review, nothing else"),
+    Code("BEM-809", ForgeInboundError, "the comment is not a command Riverbeam knows"),
+    Code("BEM-810", ForgeInboundError, "the workers cannot ask this forge (no forge client)"),
     Code("BEM-900", ConfigError, "configuration is missing or invalid"),
     Code("BEM-906", ConfigError, "a service cannot listen on its address"),
 ]

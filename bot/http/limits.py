@@ -122,6 +122,30 @@ class Throttled(HTTPException):
         )
 
 
+class DeliveryThrottle:
+    """Signed webhook deliveries per forge: a token bucket holding a minute's allowance
+    (``forges.<name>.deliveries_per_minute``), refilled evenly. A bucket of its own, apart
+    from the API's clients: a flood from a forge is refused at the door, cheaply, while
+    ``/v1`` goes on as before."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, forge: str, per_minute: int) -> int:
+        """0 when a delivery may come in now; else the seconds until one may."""
+        rate = per_minute / 60.0
+        with self._lock:
+            now = time.monotonic()
+            tokens, then = self._buckets.get(forge, (float(per_minute), now))
+            tokens = min(float(per_minute), tokens + (now - then) * rate)
+            if tokens >= 1.0:
+                self._buckets[forge] = (tokens - 1.0, now)
+                return 0
+            self._buckets[forge] = (tokens, now)
+        return max(1, math.ceil((1.0 - tokens) / rate))
+
+
 def client_address(request: Request) -> str:
     """Whom the throttle counts: the peer address, or what ``X-Forwarded-For`` says when the
     peer is one of ``api.trusted_proxies`` (uvicorn applies the header)."""

@@ -54,6 +54,13 @@ STATUS: dict[str, int] = {
     "BEM-714": 408,
     "BEM-740": 421,
     "BEM-741": 403,
+    "BEM-800": 401,
+    "BEM-801": 404,
+    "BEM-802": 403,
+    "BEM-803": 503,
+    "BEM-804": 400,
+    "BEM-805": 400,
+    "BEM-806": 429,
 }
 HTTP_CODES = {404: "BEM-706", 405: "BEM-707", 413: "BEM-711", 429: "BEM-712"}
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")

@@ -47,6 +47,7 @@ from bot.jobs.tasks import register
 from bot.service.queues import (
     COLLECT_WORKSPACES,
     DEFAULT_QUEUE,
+    FORGE_QUEUE,
     HOSTS_EXCHANGE,
     HOSTS_QUEUE,
     REAP_SANDBOXES,
@@ -72,7 +73,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     jobs = settings.jobs
     # Each queue has its own direct exchange and routing key: bound to a shared one, a
     # message would be copied to every queue.
-    names = [queue_for(kind) for kind in JobKind] + [DEFAULT_QUEUE]
+    names = [queue_for(kind) for kind in JobKind] + [DEFAULT_QUEUE, FORGE_QUEUE]
     queues = [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in names]
     # Redis fanout channels are named after the exchange and the routing key, so sender and
     # workers must use the same key.

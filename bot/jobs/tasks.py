@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import docker
@@ -31,6 +32,9 @@ from celery import Celery, Task
 from celery.signals import worker_process_shutdown, worker_shutdown
 
 from bot.config import Settings
+from bot.core.errors import BeamError
+from bot.forge.inbound.deliveries import Deliveries
+from bot.forge.inbound.handler import ForgeEventHandler
 from bot.jobs.executor import Executor, ImageCheck
 from bot.jobs.schedules import SCHEDULE_REQUESTER, ScheduleRuns, SummarySchedule, poll_delay
 from bot.jobs.spares import SparePool
@@ -40,6 +44,7 @@ from bot.service.queues import (
     COLLECT_WORKSPACES,
     DEFAULT_QUEUE,
     FINISH_SCHEDULE_RUN,
+    HANDLE_FORGE_EVENT,
     REAP_SANDBOXES,
     RECOVER_JOBS,
     RESUME_DECIDED,
@@ -57,6 +62,8 @@ from sandbox.host.engine import connect
 from sandbox.host.workspace.retention import collect_workspaces
 
 log = logging.getLogger(__name__)
+# A forge event whose store is unreachable is tried again, waiting 1, 2, 4 ... 60 s.
+FORGE_EVENT_RETRIES = 20
 
 
 def send_finish(app: Celery, repo: str, run_id: str, *, poll: int, countdown: float) -> None:
@@ -205,11 +212,19 @@ class JobWorker:
             self._schedule = SummarySchedule(self.settings, self.store, ScheduleRuns(self.store))
         return self._schedule
 
-    def schedule_summaries(self, repo: str, app: Celery) -> dict[str, Any]:
-        """Start a scheduled run of ``repo`` (or skip it) and queue its follow-up."""
-        service = JobService(
+    def _service(self, app: Celery) -> JobService:
+        return JobService(
             self.settings, self.store, TaskQueues(app), TokenRegistry(self.settings.api.tokens)
         )
+
+    def handle_forge_event(self, event: dict[str, Any], app: Celery) -> dict[str, Any]:
+        """Carry out what a forge event asks (``bot.forge.inbound.handler``)."""
+        handler = ForgeEventHandler(self.settings, self._service(app), Deliveries(self.store))
+        return handler.handle(event).model_dump(mode="json")
+
+    def schedule_summaries(self, repo: str, app: Celery) -> dict[str, Any]:
+        """Start a scheduled run of ``repo`` (or skip it) and queue its follow-up."""
+        service = self._service(app)
         scheduler = Principal.operator(SCHEDULE_REQUESTER)
         started = self.schedule.trigger(repo, lambda spec: service.submit(scheduler, spec))
         if started.run is not None:
@@ -293,6 +308,8 @@ def register(app: Celery, settings: Settings) -> None:
     def schedule_summaries(task: Task[Any, Any], repo: str) -> dict[str, Any]:
         return worker_for(task).schedule_summaries(repo, app)
 
+    _register_forge_event(app, worker_for)
+
     @app.task(name=FINISH_SCHEDULE_RUN, bind=True, shared=False)
     def finish_schedule_run(task: Task[Any, Any], repo: str, run_id: str, poll: int = 0) -> str:
         # The task id names the claim on the run's delivery: a redelivered message (same id)
@@ -301,3 +318,24 @@ def register(app: Celery, settings: Settings) -> None:
         return worker_for(task).finish_schedule_run(
             repo, run_id, poll=poll, claimant=claimant, app=app
         )
+
+
+def _register_forge_event(app: Celery, worker_for: Callable[[Task[Any, Any]], JobWorker]) -> None:
+    """The task that carries out a forge event; its outcome goes over the delivery's claim
+    in Redis (the Celery result is not read). An unreachable store retries it."""
+
+    @app.task(
+        name=HANDLE_FORGE_EVENT,
+        bind=True,
+        shared=False,
+        ignore_result=True,
+        max_retries=FORGE_EVENT_RETRIES,
+    )
+    def handle_forge_event(task: Task[Any, Any], event: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return worker_for(task).handle_forge_event(event, app)
+        except BeamError as error:
+            if error.code != "BEM-504":
+                raise
+            # Redis is away: the event waits in the broker's retry, not lost.
+            raise task.retry(countdown=min(60, 2**task.request.retries)) from error

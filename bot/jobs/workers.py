@@ -8,15 +8,18 @@ from collections.abc import Sequence
 from celery import Celery
 from kombu import Connection
 
-from bot.service.queues import DEFAULT_QUEUE, queue_for
+from bot.service.queues import DEFAULT_QUEUE, FORGE_QUEUE, queue_for
 from bot.store.models import JobKind
 
 __all__ = ["active_queues", "job_queues", "queues_served"]
 
 
-def job_queues() -> list[str]:
-    """The queues jobs and their resumes are sent to: each must have a worker."""
-    return [queue_for(kind) for kind in JobKind] + [DEFAULT_QUEUE]
+def job_queues(*, forges: bool = False) -> list[str]:
+    """The queues jobs and their resumes are sent to, and with ``forges`` (a forge is
+    configured) the forge events' queue: each must have a worker."""
+    return (
+        [queue_for(kind) for kind in JobKind] + [DEFAULT_QUEUE] + ([FORGE_QUEUE] if forges else [])
+    )
 
 
 def active_queues(
@@ -40,9 +43,9 @@ def active_queues(
     }
 
 
-def queues_served(by_worker: dict[str, list[str]]) -> dict[str, list[str]]:
+def queues_served(by_worker: dict[str, list[str]], *, forges: bool = False) -> dict[str, list[str]]:
     """Each job queue and the workers (sorted) that consume it; [] for one nobody serves."""
-    served: dict[str, list[str]] = {queue: [] for queue in job_queues()}
+    served: dict[str, list[str]] = {queue: [] for queue in job_queues(forges=forges)}
     for worker, queues in sorted(by_worker.items()):
         for queue in queues:
             if queue in served:

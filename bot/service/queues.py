@@ -20,6 +20,9 @@ from bot.core.errors import BeamError
 from bot.store.models import JobKind, JobRecord
 
 DEFAULT_QUEUE: Final = "default"
+FORGE_QUEUE: Final = "forge"
+"""Forge events from webhooks: a queue of their own, so a burst of deliveries never waits
+behind jobs nor holds them up."""
 HOSTS_QUEUE: Final = "riverbeam.hosts"
 """A broadcast queue: every worker gets a copy of what is sent there. The sandbox reaper and
 the workspace collector are per-host chores (each host has its own engine and disk)."""
@@ -36,6 +39,7 @@ SCHEDULE_SUMMARIES: Final = "riverbeam.schedule_summaries"
 FINISH_SCHEDULE_RUN: Final = "riverbeam.finish_schedule_run"
 RECOVER_JOBS: Final = "riverbeam.recover_jobs"
 RESUME_DECIDED: Final = "riverbeam.resume_decided"
+HANDLE_FORGE_EVENT: Final = "riverbeam.handle_forge_event"
 
 # Redis serves priority 0 first (kombu keeps one list per step: 0, 3, 6, 9). A new job is
 # queued at 6 and a decided push (its resume) at 0, so an approved push never waits behind a
@@ -51,7 +55,7 @@ def queue_for(kind: JobKind) -> str:
 
 def worker_queues() -> list[str]:
     """Every queue a general-purpose worker consumes, the broadcast queue included."""
-    return [queue_for(kind) for kind in JobKind] + [DEFAULT_QUEUE, HOSTS_QUEUE]
+    return [queue_for(kind) for kind in JobKind] + [DEFAULT_QUEUE, FORGE_QUEUE, HOSTS_QUEUE]
 
 
 def send_schedule(app: Celery, repo: str) -> None:
@@ -67,6 +71,16 @@ def send_recover(app: Celery) -> None:
 def send_resume_sweep(app: Celery) -> None:
     """Sweep for decisions whose resume message was lost now (what beat sends every minute)."""
     app.send_task(RESUME_DECIDED, queue=DEFAULT_QUEUE)
+
+
+def send_forge_event(app: Celery, event: dict[str, object]) -> None:
+    """Queue a forge event (a ``ForgeEvent`` as JSON) for a worker to act on; BEM-504 when
+    the broker cannot take it (the webhook door then forgets the delivery, so the forge's
+    redelivery is not taken for a duplicate)."""
+    try:
+        app.send_task(HANDLE_FORGE_EVENT, args=[event], queue=FORGE_QUEUE)
+    except OperationalError as error:
+        raise BeamError("BEM-504", f"queueing the forge event failed: {error}") from error
 
 
 def send_chore(app: Celery, task: str) -> None:
@@ -95,6 +109,9 @@ class TaskQueues:
 
     def send_resume(self, record: JobRecord) -> None:
         send_resume(self.app, record)
+
+    def send_forge_event(self, event: dict[str, object]) -> None:
+        send_forge_event(self.app, event)
 
 
 def _send(app: Celery, task: str, record: JobRecord, *, priority: int) -> None:

@@ -57,6 +57,11 @@ class Keys:
     def idem(self, idempotency_key: str) -> str:
         return self.of("idem", digest(idempotency_key))
 
+    # forges
+
+    def forge_delivery(self, name: str, delivery_id: str) -> str:
+        return self.of("forge", name, "delivery", digest(delivery_id))
+
     # parked jobs
 
     def run(self, job_id: str) -> str:

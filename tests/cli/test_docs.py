@@ -12,24 +12,25 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bot.config import RepositoryConfig, Settings
+from bot.config import Settings
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 REQUIRED = object()
 
 
 def _settings(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted key, default) of every leaf setting; a model is walked into, a repository
-    table is ``repositories.<name>``."""
+    """(dotted key, default) of every leaf setting; a model is walked into, a table of
+    named tables is ``repositories.<name>``, ``forges.<name>``, and within a forge
+    ``repositories.<path>``."""
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
         annotation = field.annotation
+        named = typing.get_args(annotation)[1] if typing.get_origin(annotation) is dict else None
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             yield from _settings(annotation, f"{key}.")
-        elif typing.get_origin(annotation) is dict and typing.get_args(annotation)[1] is (
-            RepositoryConfig
-        ):
-            yield from _settings(RepositoryConfig, f"{key}.<name>.")
+        elif isinstance(named, type) and issubclass(named, BaseModel):
+            placeholder = "<path>" if "<name>" in prefix else "<name>"
+            yield from _settings(named, f"{key}.{placeholder}.")
         elif field.is_required():
             yield key, REQUIRED
         else:

@@ -161,7 +161,7 @@ def test_celery_settings_make_a_lost_worker_cost_a_retry_not_a_job() -> None:
     assert config["task_serializer"] == config["result_serializer"] == "json"
     # The broadcast queue is known by its alias: each worker binds a queue of its own to it.
     names = [queue.alias or queue.name for queue in config["task_queues"]]
-    assert names == [*(kind.value for kind in JobKind), "default", HOSTS_QUEUE]
+    assert names == [*(kind.value for kind in JobKind), "default", "forge", HOSTS_QUEUE]
     assert worker_queues() == names
     assert queue_for(JobKind.COMMIT_NOTES) == "commit-notes"
     # A job queue has an exchange and key of its own: nothing is copied to another queue.

@@ -23,6 +23,7 @@ PLACEHOLDERS = {
     "scope": "<scope>",
     "idempotency_key": "<sha256>",
     "session_id": "<sha256>",
+    "delivery_id": "<sha256>",
 }
 
 

@@ -1,0 +1,1 @@
+"""The forges (GitHub, GitLab): work in through webhooks, pull requests, reviews and statuses out."""

@@ -1,0 +1,26 @@
+"""What the workers ask a forge while they turn an event into work. The forge clients
+implement ``ForgeLookup``; ``[forges.<name>] client_factory`` names the function that makes
+one for a forge (the tests' fake forge, until the built-in clients)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from bot.forge.inbound.forge_events import PullRequest, ThreadComment
+from bot.forge.permissions import ForgePermission
+
+
+class ForgeLookup(Protocol):
+    """What the workers ask a forge while they turn an event into work: each call may go to
+    the forge (never inside a webhook request). ``repository`` is the forge's path
+    (``owner/name``, a GitLab project path); ``number`` an issue's or pull request's
+    number (GitLab: its ``iid``)."""
+
+    def permission(self, repository: str, login: str) -> ForgePermission: ...
+
+    def pull_request(self, repository: str, number: int) -> PullRequest: ...
+
+    def changed_paths(self, repository: str, number: int) -> Sequence[str]: ...
+
+    def thread(self, repository: str, number: int) -> Sequence[ThreadComment]: ...

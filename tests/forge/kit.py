@@ -1,0 +1,68 @@
+"""What the forge tests share: the forges' configuration, GitLab's documented payloads, and
+GitHub's published examples made whole where the schema now asks more than they hold."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from bot.config import ForgeConfig
+
+GITLAB_DOCS = "https://docs.gitlab.com/user/project/integrations/webhook_events/"
+GITLAB_PAYLOADS = Path(__file__).parent / "gitlab"
+GITHUB_REPO = "Codertocat/Hello-World"
+GITLAB_ISSUE_PROJECT = "gitlab-org/gitlab-test"
+GITLAB_MR_PROJECT = "gitlabhq/gitlab-test"
+BOT = "riverbeam[bot]"
+
+
+@functools.cache
+def _gitlab(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((GITLAB_PAYLOADS / f"{name}.json").read_text())
+    return loaded
+
+
+def gitlab_payload(name: str) -> dict[str, Any]:
+    """A payload of GitLab's "Webhook events" page (``GITLAB_DOCS``), as a fresh copy."""
+    return copy.deepcopy(_gitlab(name))
+
+
+def with_has_discussions(payload: dict[str, Any]) -> dict[str, Any]:
+    """GitHub's example of some events predates ``repository.has_discussions``, which the
+    current schema requires of the pull request's repositories: fill it in."""
+    pull = payload["pull_request"]
+    for side in ("head", "base"):
+        if pull[side].get("repo") is not None:
+            pull[side]["repo"].setdefault("has_discussions", False)
+    return payload
+
+
+def github_config(**keys: Any) -> ForgeConfig:
+    entry = {"repository": "docs", "label": "riverbeam", "commit_notes": True}
+    entry.update(keys.pop("entry", {}))
+    return ForgeConfig.model_validate(
+        {
+            "kind": "github",
+            "webhook_secret_file": "/nonexistent",
+            "bot_login": BOT,
+            "repositories": {GITHUB_REPO: entry},
+            **keys,
+        }
+    )
+
+
+def gitlab_config(**keys: Any) -> ForgeConfig:
+    entry = {"repository": "docs", "label": "Platform"}
+    entry.update(keys.pop("entry", {}))
+    return ForgeConfig.model_validate(
+        {
+            "kind": "gitlab",
+            "webhook_secret_file": "/nonexistent",
+            "bot_login": "riverbeam-bot",
+            "repositories": {GITLAB_ISSUE_PROJECT: entry, GITLAB_MR_PROJECT: entry},
+            **keys,
+        }
+    )

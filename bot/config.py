@@ -580,12 +580,32 @@ class ForgeConfig(BaseModel):
     delivery_ttl_hours: float = Field(
         default=168.0, gt=0, description="how long a delivery id is remembered (redeliveries)"
     )
+    app_id: int | None = Field(
+        default=None, ge=1, description="GitHub App: its id (the JWT issuer), with private_key_file"
+    )
+    private_key_file: Path | None = Field(
+        default=None, description="GitHub App: file holding its private key (PEM)"
+    )
+    token_file: Path | None = Field(
+        default=None,
+        description="file holding a token: GitHub fine-grained, GitLab project or group",
+    )
     client_factory: (
         Annotated[str, _checked(_matches(_FACTORY, "'module:function'"), "a factory")] | None
     ) = Field(
         default=None,
         description="'module:function' returning the forge lookups the workers use (tests)",
     )
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> ForgeConfig:
+        if (self.app_id is None) != (self.private_key_file is None):
+            raise ValueError("app_id and private_key_file go together (a GitHub App)")
+        if self.app_id is not None and self.kind != "github":
+            raise ValueError("app_id is GitHub's: GitLab takes token_file")
+        if self.app_id is not None and self.token_file is not None:
+            raise ValueError("a GitHub App (app_id) or a token (token_file), not both")
+        return self
 
     def repository_for(self, path: str) -> ForgeRepositoryConfig | None:
         """The entry of a forge repository; GitLab paths compare without case."""

@@ -26,7 +26,14 @@ from bot.demo import demo_model
 from bot.jobs.celery_app import create_app
 from bot.jobs.model_client import load_factory
 from bot.service import queues
-from bot.service.queues import DEFAULT_QUEUE, HOSTS_EXCHANGE, HOSTS_QUEUE, queue_for, worker_queues
+from bot.service.queues import (
+    DEFAULT_QUEUE,
+    FORGE_QUEUE,
+    HOSTS_EXCHANGE,
+    HOSTS_QUEUE,
+    queue_for,
+    worker_queues,
+)
 from bot.store.models import Approval, JobKind, JobSpec, JobState
 from bot.store.store import JobStore
 from harness.redis_server import RedisServer, running_redis
@@ -45,6 +52,7 @@ TASKS = {
     "FINISH_SCHEDULE_RUN": "riverbeam.finish_schedule_run",
     "RECOVER_JOBS": "riverbeam.recover_jobs",
     "RESUME_DECIDED": "riverbeam.resume_decided",
+    "HANDLE_FORGE_EVENT": "riverbeam.handle_forge_event",
 }
 JOB_QUEUES = ["author", "review", "summarize", "commit-notes", "publish"]
 BEAT_ENTRIES = {
@@ -92,9 +100,9 @@ def test_task_names_and_priorities() -> None:
 def test_queue_names() -> None:
     assert [queue_for(kind) for kind in JobKind] == JOB_QUEUES
     assert [kind.value for kind in JobKind] == JOB_QUEUES
-    assert (DEFAULT_QUEUE, HOSTS_QUEUE) == ("default", "riverbeam.hosts")
+    assert (DEFAULT_QUEUE, FORGE_QUEUE, HOSTS_QUEUE) == ("default", "forge", "riverbeam.hosts")
     assert (HOSTS_EXCHANGE.name, HOSTS_EXCHANGE.type) == ("riverbeam.hosts", "fanout")
-    assert worker_queues() == [*JOB_QUEUES, "default", "riverbeam.hosts"]
+    assert worker_queues() == [*JOB_QUEUES, "default", "forge", "riverbeam.hosts"]
 
 
 def test_beat_entry_names() -> None:

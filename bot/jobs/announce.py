@@ -1,23 +1,16 @@
-"""The parked-push webhook: when a job parks on a push, the repository's
+"""The parked-push webhook's document: when a job parks on a push, the repository's
 ``approval_webhook`` (when set) gets a JSON POST saying what waits, with the change read as
-prose: how many word changes of each kind, and the changed pages' link check. Delivery is
-best effort: the approval is open whatever the receiver answers; a failure is logged as
-BEM-370 and is not retried (the API's ``GET /v1/approvals`` is the reliable way to poll)."""
+prose: how many word changes of each kind, and the changed pages' link check. The park
+queues it in the outbox; ``bot.jobs.outbox`` delivers it, tries again and gives up."""
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 
-import httpx
 from pydantic import JsonValue
 
-from bot.core.errors import JobError
-from bot.jobs.webhooks import post_json, public_webhook_url
 from bot.review.words import word_changes
 from bot.store.models import Approval
-
-log = logging.getLogger(__name__)
 
 EVENT = "approval.parked"
 
@@ -47,18 +40,3 @@ def parked_payload(approval: Approval) -> dict[str, JsonValue]:
         "links": None if approval.links is None else approval.links.model_dump(mode="json"),
         "pages": [page.path for page in approval.pages or []],
     }
-
-
-def announce_parked(url: str, approval: Approval, *, timeout: float) -> JobError | None:
-    """POST ``parked_payload`` to ``url``; the BEM-370 error it logged when not delivered."""
-    answer = post_json(url, parked_payload(approval), timeout=timeout)
-    if isinstance(answer, httpx.Response) and answer.is_success:
-        return None
-    what = f"answered {answer.status_code}" if isinstance(answer, httpx.Response) else answer
-    error = JobError(
-        "BEM-370",
-        f"the parked-push webhook {public_webhook_url(url)} for job {approval.job_id} {what}; "
-        "the approval is open all the same",
-    )
-    log.warning("%s: %s", error.code, error.message)
-    return error

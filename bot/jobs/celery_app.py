@@ -47,6 +47,7 @@ from bot.jobs.tasks import register
 from bot.service.queues import (
     COLLECT_WORKSPACES,
     DEFAULT_QUEUE,
+    DELIVER_OUTBOX,
     FORGE_QUEUE,
     HOSTS_EXCHANGE,
     HOSTS_QUEUE,
@@ -128,7 +129,11 @@ def _beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
             ("collect-workspaces", COLLECT_WORKSPACES),
         )
     }
-    for name, task in (("recover-jobs", RECOVER_JOBS), ("resume-decided", RESUME_DECIDED)):
+    for name, task in (
+        ("recover-jobs", RECOVER_JOBS),
+        ("resume-decided", RESUME_DECIDED),
+        ("deliver-outbox", DELIVER_OUTBOX),
+    ):
         chores[name] = {
             "task": task,
             "schedule": RECOVER_INTERVAL_SECONDS,

@@ -56,12 +56,12 @@ from bot.core.errors import BeamError
 from bot.core.frames import ErrorInfo, Frame, ResultStatus
 from bot.core.identity import Trailer
 from bot.core.input import AgentContext, AgentInput
-from bot.jobs.announce import announce_parked
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.kinds import kind_of, request_text
 from bot.jobs.kinds.kind import Ended, Kind, ToolKit
 from bot.jobs.lease import LeaseKeeper, StopCheck
 from bot.jobs.model_client import context_budget_for, model_client_for
+from bot.jobs.outbox import parked_entry
 from bot.jobs.parking import (
     PublishTarget,
     PushTarget,
@@ -503,21 +503,21 @@ class Executor:
         snapshot = None
         if segment.workspace is not None:
             snapshot = capture(segment.workspace, max_bytes=self._settings.jobs.snapshot_max_bytes)
-        # One transaction: run state, snapshot, approval and the move, or none of them.
+        # One transaction: run state, snapshot, approval, its announcement and the move, or
+        # none of them. The announcement is delivered by another task, off this segment.
+        announce = segment.repo is not None and segment.repo.approval_webhook is not None
         parked = store.park(
             approval,
             owner=self._worker,
             run_state=state.model_dump_json(),
             snapshot=snapshot,
+            deliveries=[parked_entry(approval)] if announce else [],
             result=run_result(state),
             **branch_change(_own_branch(segment)),
         )
         if parked is None:
             return None
         segment.parked = True
-        if segment.repo is not None and segment.repo.approval_webhook is not None:
-            timeout = self._settings.jobs.webhook_timeout_seconds
-            announce_parked(str(segment.repo.approval_webhook), approval, timeout=timeout)
         if parked.cancel_requested:
             # Cancelled while it parked: nobody holds it now, so the cancel lands at once.
             return store.request_cancel(job_id)

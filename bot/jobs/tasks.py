@@ -36,6 +36,7 @@ from bot.core.errors import BeamError
 from bot.forge.inbound.deliveries import Deliveries
 from bot.forge.inbound.handler import ForgeEventHandler
 from bot.jobs.executor import Executor, ImageCheck
+from bot.jobs.outbox import deliver_due
 from bot.jobs.schedules import SCHEDULE_REQUESTER, ScheduleRuns, SummarySchedule, poll_delay
 from bot.jobs.spares import SparePool
 from bot.service.access import Principal, TokenRegistry
@@ -43,6 +44,7 @@ from bot.service.jobs import JobService
 from bot.service.queues import (
     COLLECT_WORKSPACES,
     DEFAULT_QUEUE,
+    DELIVER_OUTBOX,
     FINISH_SCHEDULE_RUN,
     HANDLE_FORGE_EVENT,
     REAP_SANDBOXES,
@@ -52,6 +54,7 @@ from bot.service.queues import (
     RUN_JOB,
     SCHEDULE_SUMMARIES,
     TaskQueues,
+    send_deliveries,
     send_resume,
     send_run,
 )
@@ -197,6 +200,15 @@ class JobWorker:
             queued.append(record.id)
         return queued
 
+    def deliver_outbox(self, app: Celery) -> list[str]:
+        """Deliver the outbox's due entries; when one is to be tried again, send this task
+        again for the first such time (the beat's sweep every minute is the backstop)."""
+        attempts = deliver_due(self.store.outbox, self.settings)
+        later = [a.retry_after for a in attempts if a.retry_after is not None]
+        if later:
+            send_deliveries(app, countdown=min(later))
+        return [f"{a.entry.id}:{a.outcome}" for a in attempts]
+
     def reap_sandboxes(self) -> list[str]:
         """Remove this deployment's sandbox containers on this host whose job is not
         running, and any sandbox container past its deadline."""
@@ -280,13 +292,15 @@ def register(app: Celery, settings: Settings) -> None:
     # nothing reads the result (a key written and published per segment, for nobody).
     @app.task(name=RUN_JOB, bind=True, shared=False, ignore_result=True)
     def run_job(task: Task[Any, Any], job_id: str) -> str | None:
-        record = worker_for(task).run_job(job_id)
-        return None if record is None else record.state.value
+        return _segment_ended(app, worker_for(task).run_job(job_id))
 
     @app.task(name=RESUME_JOB, bind=True, shared=False, ignore_result=True)
     def resume_job(task: Task[Any, Any], job_id: str) -> str | None:
-        record = worker_for(task).resume_job(job_id)
-        return None if record is None else record.state.value
+        return _segment_ended(app, worker_for(task).resume_job(job_id))
+
+    @app.task(name=DELIVER_OUTBOX, bind=True, shared=False, ignore_result=True)
+    def deliver_outbox(task: Task[Any, Any]) -> list[str]:
+        return worker_for(task).deliver_outbox(app)
 
     @app.task(name=REAP_SANDBOXES, bind=True, shared=False)
     def reap_sandboxes(task: Task[Any, Any]) -> list[str]:
@@ -339,3 +353,12 @@ def _register_forge_event(app: Celery, worker_for: Callable[[Task[Any, Any]], Jo
                 raise
             # Redis is away: the event waits in the broker's retry, not lost.
             raise task.retry(countdown=min(60, 2**task.request.retries)) from error
+
+
+def _segment_ended(app: Celery, record: JobRecord | None) -> str | None:
+    if record is None:
+        return None
+    if record.state is JobState.AWAITING_APPROVAL:
+        # The park may have queued its announcement (in its own transaction): deliver it now.
+        send_deliveries(app)
+    return record.state.value

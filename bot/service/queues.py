@@ -40,6 +40,7 @@ FINISH_SCHEDULE_RUN: Final = "riverbeam.finish_schedule_run"
 RECOVER_JOBS: Final = "riverbeam.recover_jobs"
 RESUME_DECIDED: Final = "riverbeam.resume_decided"
 HANDLE_FORGE_EVENT: Final = "riverbeam.handle_forge_event"
+DELIVER_OUTBOX: Final = "riverbeam.deliver_outbox"
 
 # Redis serves priority 0 first (kombu keeps one list per step: 0, 3, 6, 9). A new job is
 # queued at 6 and a decided push (its resume) at 0, so an approved push never waits behind a
@@ -61,6 +62,11 @@ def worker_queues() -> list[str]:
 def send_schedule(app: Celery, repo: str) -> None:
     """Trigger a scheduled summary run of ``repo`` now (what beat sends at its cron times)."""
     app.send_task(SCHEDULE_SUMMARIES, args=[repo], queue=DEFAULT_QUEUE)
+
+
+def send_deliveries(app: Celery, *, countdown: float = 0.0) -> None:
+    """Deliver the outbox's due entries, ``countdown`` seconds from now."""
+    app.send_task(DELIVER_OUTBOX, queue=DEFAULT_QUEUE, countdown=countdown)
 
 
 def send_recover(app: Celery) -> None:

@@ -7,7 +7,7 @@ transaction. A running job's cancel flag (``<prefix>:cancel:<id>``) mirrors its 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -25,6 +25,7 @@ from bot.store.models import (
     JobRecord,
     JobSpec,
     JobState,
+    OutboxEntry,
     PushState,
     UpstreamPush,
 )
@@ -35,6 +36,7 @@ from bot.store.records import (
     check_snapshot,
     index_lease,
     loaded,
+    queue_delivery,
     queue_pending,
     queue_withdrawal,
     read_approval,
@@ -212,12 +214,14 @@ class JobRecords(RedisGateway):
         owner: str,
         run_state: str,
         snapshot: bytes | None,
+        deliveries: Sequence[OutboxEntry] = (),
         **changes: Any,
     ) -> JobRecord | None:
         """Park the job ``owner`` runs on its pending ``approval``, in ONE transaction: the
-        run state, the workspace snapshot (if any), the approval queued for reviewers and
-        the move to ``awaiting_approval`` (with ``changes``) are written together, or none
-        of them is (a worker killed meanwhile leaves the job running, for the sweep). None
+        run state, the workspace snapshot (if any), the approval queued for reviewers, the
+        ``deliveries`` that announce it (the outbox) and the move to ``awaiting_approval``
+        (with ``changes``) are written together, or none of them is (a worker killed
+        meanwhile leaves the job running, for the sweep). None
         when the job is no longer ``owner``'s running job: nothing is written."""
         if approval.state is not ApprovalState.PENDING:
             raise ValueError("only a pending approval can be opened")
@@ -235,6 +239,8 @@ class JobRecords(RedisGateway):
             if snapshot is not None:
                 tx.set(self.keys.snapshot(job_id), snapshot)
             queue_pending(tx, self.keys, approval)
+            for entry in deliveries:
+                queue_delivery(tx, self.keys, entry)
 
         return self._change_job(job_id, change, also=parked)[0]
 

@@ -110,6 +110,15 @@ class Keys:
     def schedule_run(self, repo: str, run_id: str) -> str:
         return self.of("schedule-run", repo, run_id)
 
+    # the outbox
+
+    def outbox(self, entry_id: str) -> str:
+        return self.of("outbox", entry_id)
+
+    @property
+    def outbox_due(self) -> str:
+        return self.of("outbox", "due")
+
     # the rest of the deployment
 
     @property

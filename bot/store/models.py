@@ -480,3 +480,23 @@ def invalid_request(error: ValidationError) -> JobError:
         message = item["msg"].removeprefix("Value error, ")
         problems.append(f"{where}: {message}" if where else message)
     return JobError("BEM-501", f"invalid job request: {'; '.join(problems)}")
+
+
+class OutboxEntry(BaseModel):
+    """A call to make outside, queued in the store so it survives the worker that queued it
+    and is tried again until it is delivered or given up (``bot.store.outbox``). What to
+    call is named, not stored: ``channel`` of repository ``repo`` is looked up in the
+    configuration when it is delivered, so a URL's secret never rests in Redis."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+    channel: Literal["approval_webhook"]
+    repo: str
+    job_id: str | None = None
+    event: str
+    payload: dict[str, JsonValue]
+    created_at: datetime
+    attempts: int = 0
+    last_error: ErrorInfo | None = None
+    given_up_at: datetime | None = None

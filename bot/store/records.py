@@ -18,7 +18,14 @@ from redis.client import Pipeline
 
 from bot.core.errors import JobError
 from bot.store.keys import Keys
-from bot.store.models import Approval, ApprovalState, ApprovalSummary, JobRecord, JobState
+from bot.store.models import (
+    Approval,
+    ApprovalState,
+    ApprovalSummary,
+    JobRecord,
+    JobState,
+    OutboxEntry,
+)
 
 log = logging.getLogger(__name__)
 
@@ -157,3 +164,9 @@ def unapplied_decision(approval: Approval) -> bool:
     return (
         approval.state in (ApprovalState.APPROVED, ApprovalState.REFUSED) and not approval.applied
     )
+
+
+def queue_delivery(tx: Pipeline, keys: Keys, entry: OutboxEntry) -> None:
+    """Put ``entry`` in the outbox, due at once (``bot.store.outbox``)."""
+    tx.set(keys.outbox(entry.id), entry.model_dump_json())
+    tx.zadd(keys.outbox_due, {entry.id: 0})

@@ -10,13 +10,21 @@ restart are in docs/storage.md.
 
 from __future__ import annotations
 
+import functools
+
 from bot.store.approvals import Approvals
 from bot.store.blobs import ParkedBlobs
 from bot.store.events import EventStreams
 from bot.store.leases import Leases
 from bot.store.listing import JobListing
 from bot.store.locks import ScheduleLocks
+from bot.store.outbox import Outbox
 
 
 class JobStore(Leases, JobListing, EventStreams, Approvals, ParkedBlobs, ScheduleLocks):
     """The job store: ``JobStore.for_settings(settings)``, or ``JobStore.from_url(url)``."""
+
+    @functools.cached_property
+    def outbox(self) -> Outbox:
+        """The calls to make outside, on this store's client."""
+        return Outbox(self)

@@ -24,6 +24,7 @@ PLACEHOLDERS = {
     "idempotency_key": "<sha256>",
     "session_id": "<sha256>",
     "delivery_id": "<sha256>",
+    "entry_id": "<entry id>",
 }
 
 

@@ -10,11 +10,12 @@ import os
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 
 import pytest
 
 from bot.core.errors import JobError
-from bot.store.models import Approval, JobRecord, JobResult, JobState
+from bot.store.models import Approval, JobRecord, JobResult, JobState, OutboxEntry
 from bot.store.store import JobStore
 from harness.redis_server import RedisServer
 from tests.store.kit import author
@@ -31,7 +32,9 @@ CHILD = textwrap.dedent(
     from bot.store.models import Approval
     from bot.store.store import JobStore
 
-    url, prefix, approval, cut = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    from bot.store.models import OutboxEntry
+
+    url, prefix, approval, entry, cut = sys.argv[1:5] + [int(sys.argv[5])]
     original = Pipeline._execute_transaction
 
     def dying(self, connection, commands, raise_on_error):
@@ -48,11 +51,23 @@ CHILD = textwrap.dedent(
         owner="w1",
         run_state='{"version": 1}',
         snapshot=b"snapshot",
+        deliveries=[OutboxEntry.model_validate_json(entry)],
         result={"text": "parked"},
     )
     assert parked is not None
     os.kill(os.getpid(), signal.SIGKILL)
     """
+)
+
+
+ENTRY = OutboxEntry(
+    id="e" * 32,
+    channel="approval_webhook",
+    repo="docs",
+    job_id="job1",
+    event="approval.parked",
+    payload={"event": "approval.parked"},
+    created_at=datetime(2026, 12, 6, tzinfo=UTC),
 )
 
 
@@ -80,6 +95,8 @@ def _written(store: JobStore, job_id: str) -> dict[str, bool]:
         "approval": client.exists(keys.approval(job_id)) == 1,
         "queued": client.zscore(keys.pending, job_id) is not None,
         "summary": client.hexists(keys.summaries, job_id),
+        "announcement": client.exists(keys.outbox(ENTRY.id)) == 1,
+        "announcement_due": client.zscore(keys.outbox_due, ENTRY.id) is not None,
         "moved": record.state is JobState.AWAITING_APPROVAL and record.approval_id == "a1",
     }
 
@@ -90,10 +107,11 @@ def test_a_worker_killed_anywhere_in_the_park_leaves_none_or_all_of_it(
     record = store.claim(store.create(author()).id, worker=WORKER, lease_seconds=60)
     assert record is not None
     approval = _approval(record).model_dump_json()
+    entry = ENTRY.model_dump_json()
     seen: list[dict[str, bool]] = []
     for cut in range(20):
         child = subprocess.run(
-            [sys.executable, "-c", CHILD, server.url, store.keys.prefix, approval, str(cut)],
+            [sys.executable, "-c", CHILD, server.url, store.keys.prefix, approval, entry, str(cut)],
             env=os.environ,
             capture_output=True,
             text=True,
@@ -108,7 +126,7 @@ def test_a_worker_killed_anywhere_in_the_park_leaves_none_or_all_of_it(
         assert store.get(record.id).version == record.version
     assert all(seen[-1].values()), seen[-1]
     # The park's writes were cut after each one of them, and after all but the EXEC.
-    assert len(seen) >= 7 and not any(any(w.values()) for w in seen[:-1])
+    assert len(seen) >= 9 and not any(any(w.values()) for w in seen[:-1])
 
 
 def test_a_park_of_a_job_the_worker_no_longer_runs_writes_nothing(store: JobStore) -> None:

@@ -53,6 +53,7 @@ TASKS = {
     "RECOVER_JOBS": "riverbeam.recover_jobs",
     "RESUME_DECIDED": "riverbeam.resume_decided",
     "HANDLE_FORGE_EVENT": "riverbeam.handle_forge_event",
+    "DELIVER_OUTBOX": "riverbeam.deliver_outbox",
 }
 JOB_QUEUES = ["author", "review", "summarize", "commit-notes", "publish"]
 BEAT_ENTRIES = {
@@ -60,6 +61,7 @@ BEAT_ENTRIES = {
     "collect-workspaces": "riverbeam.collect_workspaces",
     "recover-jobs": "riverbeam.recover_jobs",
     "resume-decided": "riverbeam.resume_decided",
+    "deliver-outbox": "riverbeam.deliver_outbox",
     "summarize-docs": "riverbeam.schedule_summaries",
 }
 STORED_KEYS = {

@@ -2,12 +2,14 @@
 
 The public names below load on first use, so a process that needs only ``bot.core.errors`` and
 ``bot.core.tools`` (the tool server inside a sandbox container) does not import the model
-clients, the runner or the job machinery.
+clients, the runner or the job machinery. They are for users of the library: Riverbeam's own
+modules import the module a name lives in, never this package (the ``no-root-imports``
+contract), so every import it makes is one the layers see.
 """
 
 from __future__ import annotations
 
-import importlib
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -63,7 +65,7 @@ _EXPORTS = {
     "Usage": "bot.core.frames",
     "json_params": "bot.core.tools",
 }
-_SUBPACKAGES = {"clients", "runner"}
+_SUBPACKAGES = {"clients": "bot.clients", "runner": "bot.runner"}
 
 __all__ = [
     "Agent",
@@ -101,12 +103,56 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _SUBPACKAGES:
-        return importlib.import_module(f"bot.{name}")
+        return _load(_SUBPACKAGES[name])
     if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        value = getattr(_load(_EXPORTS[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'bot' has no attribute {name!r}")
+
+
+def _load(module: str) -> ModuleType:
+    # Import statements, not names for importlib: the import graph (lint-imports) sees what
+    # this package can load. One branch per module, so ``from bot import BeamError`` loads the
+    # errors and nothing else. ``import bot.x``, never ``from bot import x``: that asks this
+    # module for ``x`` first, which would come back here.
+    if module == "bot.clients":
+        import bot.clients
+
+        return bot.clients
+    if module == "bot.runner":
+        import bot.runner
+
+        return bot.runner
+    if module == "bot.agents.host":
+        import bot.agents.host
+
+        return bot.agents.host
+    if module == "bot.agents.memory":
+        import bot.agents.memory
+
+        return bot.agents.memory
+    if module == "bot.core.agent":
+        import bot.core.agent
+
+        return bot.core.agent
+    if module == "bot.core.errors":
+        import bot.core.errors
+
+        return bot.core.errors
+    if module == "bot.core.frames":
+        import bot.core.frames
+
+        return bot.core.frames
+    if module == "bot.core.input":
+        import bot.core.input
+
+        return bot.core.input
+    if module == "bot.core.tools":
+        import bot.core.tools
+
+        return bot.core.tools
+    raise AttributeError(f"module 'bot' has no loader for {module!r}")
 
 
 def __dir__() -> list[str]:

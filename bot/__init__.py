@@ -9,6 +9,7 @@ contract), so every import it makes is one the layers see.
 
 from __future__ import annotations
 
+import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -113,46 +114,21 @@ def __getattr__(name: str) -> Any:
 
 def _load(module: str) -> ModuleType:
     # Import statements, not names for importlib: the import graph (lint-imports) sees what
-    # this package can load. One branch per module, so ``from bot import BeamError`` loads the
-    # errors and nothing else. ``import bot.x``, never ``from bot import x``: that asks this
-    # module for ``x`` first, which would come back here.
-    if module == "bot.clients":
-        import bot.clients
+    # this package can load. A name of the core loads the core alone; any other, the rest too.
+    # ``import bot.x``, never ``from bot import x``: that asks this module for ``x`` first,
+    # which would come back here.
+    import bot.core.agent
+    import bot.core.errors
+    import bot.core.frames
+    import bot.core.input
+    import bot.core.tools
 
-        return bot.clients
-    if module == "bot.runner":
-        import bot.runner
-
-        return bot.runner
-    if module == "bot.agents.host":
+    if not module.startswith("bot.core."):
         import bot.agents.host
-
-        return bot.agents.host
-    if module == "bot.agents.memory":
         import bot.agents.memory
-
-        return bot.agents.memory
-    if module == "bot.core.agent":
-        import bot.core.agent
-
-        return bot.core.agent
-    if module == "bot.core.errors":
-        import bot.core.errors
-
-        return bot.core.errors
-    if module == "bot.core.frames":
-        import bot.core.frames
-
-        return bot.core.frames
-    if module == "bot.core.input":
-        import bot.core.input
-
-        return bot.core.input
-    if module == "bot.core.tools":
-        import bot.core.tools
-
-        return bot.core.tools
-    raise AttributeError(f"module 'bot' has no loader for {module!r}")
+        import bot.clients
+        import bot.runner  # noqa: F401 (each import binds ``bot``: ruff sees the last unused)
+    return sys.modules[module]
 
 
 def __dir__() -> list[str]:

@@ -11,6 +11,7 @@ package (the ``no-root-imports`` contract).
 
 from __future__ import annotations
 
+import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -38,20 +39,12 @@ def __getattr__(name: str) -> Any:
 
 def _load(module: str) -> ModuleType:
     # Import statements, not names for importlib: the import graph (lint-imports) sees what
-    # this package can load, one module per branch.
-    if module == "sandbox.inside.bound_tools":
-        import sandbox.inside.bound_tools
+    # this package can load. Only a user of the names gets here, never the tool server.
+    import sandbox.inside.bound_tools
+    import sandbox.inside.jail
+    import sandbox.inside.worktree  # noqa: F401 (each import binds ``sandbox``: ruff sees the last unused)
 
-        return sandbox.inside.bound_tools
-    if module == "sandbox.inside.jail":
-        import sandbox.inside.jail
-
-        return sandbox.inside.jail
-    if module == "sandbox.inside.worktree":
-        import sandbox.inside.worktree
-
-        return sandbox.inside.worktree
-    raise AttributeError(f"module 'sandbox' has no loader for {module!r}")
+    return sys.modules[module]
 
 
 def __dir__() -> list[str]:

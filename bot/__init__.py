@@ -2,12 +2,15 @@
 
 The public names below load on first use, so a process that needs only ``bot.core.errors`` and
 ``bot.core.tools`` (the tool server inside a sandbox container) does not import the model
-clients, the runner or the job machinery.
+clients, the runner or the job machinery. They are for users of the library: Riverbeam's own
+modules import the module a name lives in, never this package (the ``no-root-imports``
+contract), so every import it makes is one the layers see.
 """
 
 from __future__ import annotations
 
-import importlib
+import sys
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -63,7 +66,7 @@ _EXPORTS = {
     "Usage": "bot.core.frames",
     "json_params": "bot.core.tools",
 }
-_SUBPACKAGES = {"clients", "runner"}
+_SUBPACKAGES = {"clients": "bot.clients", "runner": "bot.runner"}
 
 __all__ = [
     "Agent",
@@ -101,12 +104,31 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _SUBPACKAGES:
-        return importlib.import_module(f"bot.{name}")
+        return _load(_SUBPACKAGES[name])
     if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        value = getattr(_load(_EXPORTS[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'bot' has no attribute {name!r}")
+
+
+def _load(module: str) -> ModuleType:
+    # Import statements, not names for importlib: the import graph (lint-imports) sees what
+    # this package can load. A name of the core loads the core alone; any other, the rest too.
+    # ``import bot.x``, never ``from bot import x``: that asks this module for ``x`` first,
+    # which would come back here.
+    import bot.core.agent
+    import bot.core.errors
+    import bot.core.frames
+    import bot.core.input
+    import bot.core.tools
+
+    if not module.startswith("bot.core."):
+        import bot.agents.host
+        import bot.agents.memory
+        import bot.clients
+        import bot.runner  # noqa: F401 (each import binds ``bot``: ruff sees the last unused)
+    return sys.modules[module]
 
 
 def __dir__() -> list[str]:

@@ -192,8 +192,8 @@ def _imported_from(tree: Path, modules: tuple[str, ...]) -> list[str]:
         [
             sys.executable,
             "-c",
-            "import importlib, sys\n"
-            "for name in sys.argv[1:]: print(importlib.import_module(name).__file__)",
+            "import importlib.util, sys\n"
+            "for name in sys.argv[1:]: print(importlib.util.find_spec(name).origin)",
             *modules,
         ],
         cwd=tree,

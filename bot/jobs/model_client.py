@@ -9,7 +9,6 @@ key either, the job fails with BEM-508.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
 from typing import cast
@@ -19,6 +18,7 @@ from bot.clients.openai_compatible import OpenAiCompatible
 from bot.clients.profiles import DEFAULT_MAX_OUTPUT_TOKENS, context_window
 from bot.config import Settings
 from bot.core.errors import BeamError
+from bot.core.factories import load_factory
 from bot.runner.budget import ContextBudget
 from bot.store.models import JobRecord
 
@@ -28,7 +28,11 @@ ModelFactory = Callable[[JobRecord], CompletionClient]
 def model_client_for(settings: Settings, job: JobRecord) -> CompletionClient:
     """The model client for one job; BEM-508 when none is configured."""
     if settings.model.factory:
-        client = load_factory(settings.model.factory)(job)
+        factory = cast(
+            ModelFactory,
+            load_factory(settings.model.factory, setting="model.factory", code="BEM-508"),
+        )
+        client = factory(job)
         if not isinstance(client, CompletionClient):
             raise BeamError(
                 "BEM-508",
@@ -60,24 +64,3 @@ def context_budget_for(settings: Settings) -> ContextBudget | None:
         max_calls_per_reply=model.max_calls_per_reply,
         compaction=model.compaction,
     )
-
-
-def load_factory(reference: str) -> ModelFactory:
-    """The function ``"module:function"`` names; BEM-508 when it cannot be loaded."""
-    module_name, _, attribute = reference.partition(":")
-    if not module_name or not attribute:
-        raise BeamError(
-            "BEM-508", f"model.factory {reference!r} must look like 'package.module:function'"
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise BeamError(
-            "BEM-508", f"model.factory {reference!r}: cannot import {module_name}: {error}"
-        ) from None
-    factory = getattr(module, attribute, None)
-    if not callable(factory):
-        raise BeamError(
-            "BEM-508", f"model.factory {reference!r}: {module_name} has no function {attribute}"
-        )
-    return cast(ModelFactory, factory)

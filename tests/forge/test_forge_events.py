@@ -18,6 +18,7 @@ import pytest
 from pydantic import JsonValue
 
 from bot.config import Settings
+from bot.core.errors import ForgeInboundError
 from bot.forge.inbound import github
 from bot.forge.inbound.deliveries import Deliveries
 from bot.forge.inbound.forge_events import FORGE_EVENT, CommentCreated, Ignored
@@ -208,6 +209,12 @@ def test_the_client_factory_names_the_workers_lookups(forged: Forged) -> None:
     lookup = lookup_for("gh", named)
     assert isinstance(lookup, FakeLookup)
     assert lookup.permission("Codertocat/Hello-World", "octocat") is ForgePermission.NONE
+    # A name that loads nothing fails the task with the setting named, not an ImportError.
+    missing = config.model_copy(update={"client_factory": "harness.forges:no_such_lookup"})
+    with pytest.raises(ForgeInboundError) as caught:
+        lookup_for("gh", missing)
+    assert caught.value.code == "BEM-810"
+    assert "forges.gh.client_factory" in caught.value.message
 
 
 def test_gitlab_through_the_worker_a_merge_request_is_reviewed_and_a_command_needs_a_permission(

@@ -21,10 +21,10 @@ import redis
 from celery import Celery
 
 from bot.config import RepositoryConfig, Settings, WorkspaceSettings
+from bot.core.factories import load_factory
 from bot.core.frames import ChunkFrame
 from bot.demo import demo_model
 from bot.jobs.celery_app import create_app
-from bot.jobs.model_client import load_factory
 from bot.service import queues
 from bot.service.queues import (
     DEFAULT_QUEUE,
@@ -126,7 +126,9 @@ def test_entry_points() -> None:
     installed = importlib.metadata.entry_points(group="console_scripts", name="riverbeam")
     assert [point.value for point in installed] == ["bot.cli:main"]
     assert callable(installed["riverbeam"].load())
-    assert load_factory("bot.demo:demo_model") is demo_model
+    assert (
+        load_factory("bot.demo:demo_model", setting="model.factory", code="BEM-508") is demo_model
+    )
 
 
 FIND_APP = (

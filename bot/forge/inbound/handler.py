@@ -18,7 +18,6 @@ outcome keeps each ``reply`` for them.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
 from typing import Any, cast
@@ -27,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 
 from bot.config import ForgeConfig, Settings
 from bot.core.errors import BeamError
+from bot.core.factories import load_factory
 from bot.forge.inbound.actions import Action, DecideApproval, SubmitJob, actions_for
 from bot.forge.inbound.deliveries import Deliveries
 from bot.forge.inbound.forge_events import FORGE_EVENT
@@ -64,9 +64,9 @@ def lookup_for(name: str, config: ForgeConfig) -> ForgeLookup | None:
     (no built-in client yet), so that what needs the forge's answer starts nothing."""
     if config.client_factory is None:
         return None
-    module, _, function = config.client_factory.partition(":")
-    factory = cast(LookupFactory, getattr(importlib.import_module(module), function))
-    return factory(name, config)
+    setting = f"forges.{name}.client_factory"
+    made = load_factory(config.client_factory, setting=setting, code="BEM-810")
+    return cast(LookupFactory, made)(name, config)
 
 
 class ForgeEventHandler:

@@ -46,6 +46,7 @@ from sandbox.host.image.recipe import (
     Wheel,
 )
 from sandbox.host.image.rootfs import build_from_rootfs
+from sandbox.inside.server import LOADED_LATER
 
 __all__ = [
     "ImageInfo",
@@ -179,11 +180,11 @@ def container_closure() -> tuple[tuple[tuple[str, Path], ...], tuple[tuple[str, 
     """What ``import sandbox.inside.server`` loads, with the modules it imports when used
     (``LOADED_LATER``): project source files, and third-party distributions with their installed
     versions. Computed in a fresh interpreter."""
+    imports = "".join(f"import {name}\n" for name in ("sandbox.inside.server", *LOADED_LATER))
     probe = (
-        "import importlib, json, sys\n"
+        "import json, sys\n"
         "before = set(sys.modules)\n"
-        "import sandbox.inside.server\n"
-        "for name in sandbox.inside.server.LOADED_LATER: importlib.import_module(name)\n"
+        f"{imports}"
         "print(json.dumps({name: getattr(sys.modules[name], '__file__', None)"
         " for name in set(sys.modules) - before}))\n"
     )

@@ -165,7 +165,9 @@ class FakeGitHub:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.fake = self  # type: ignore[attr-defined]
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def origin(self) -> str:

@@ -44,11 +44,11 @@ CommitState = Literal["pending", "success", "failure", "error"]
 """A commit status's state, GitHub's names (GitLab: pending, success, failed, canceled)."""
 
 
-class _Frozen(BaseModel):
+class _Ref(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class CommentRef(_Frozen):
+class CommentRef(_Ref):
     """A comment Riverbeam posted, to edit it in place later (the job's status comment)."""
 
     id: int = Field(ge=1, description="the forge's comment id (GitLab: the note id)")
@@ -56,7 +56,7 @@ class CommentRef(_Frozen):
     url: str = Field(description="where a person reads it")
 
 
-class PullRequestRef(_Frozen):
+class PullRequestRef(_Ref):
     """A pull request (GitLab: merge request) Riverbeam opened or found."""
 
     number: int = Field(ge=1, description="GitLab: the iid")
@@ -66,7 +66,7 @@ class PullRequestRef(_Frozen):
     head_sha: str = Field(description="the head commit when it was read")
 
 
-class LineComment(_Frozen):
+class LineComment(_Ref):
     """A review finding on one line of a pull request's diff (the line's number in the file
     after the change, ``RIGHT``; in the file before it, ``LEFT``)."""
 

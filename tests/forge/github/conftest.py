@@ -14,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from bot.forge.clients.github import GitHubApp, GitHubClient, TokenFile
+from bot.forge.clients.github_api import GitHubApp, GitHubClient, TokenFile
 from harness import figures
 from harness.fake_github import FakeGitHub
 

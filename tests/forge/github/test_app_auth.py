@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from bot.core.errors import ForgeCredentialsError, ForgeRefused
-from bot.forge.clients.github import GitHubApp, GitHubClient
+from bot.forge.clients.github_api import GitHubApp, GitHubClient
 from bot.forge.permissions import ForgePermission
 from harness.fake_github import FakeGitHub, Minted
 from tests.forge.github.conftest import APP_ID, INSTALLATION, REPO, AppKey, Clock

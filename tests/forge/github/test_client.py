@@ -9,10 +9,12 @@ import pytest
 
 from bot.config import ForgeConfig
 from bot.core.errors import ForgeCredentialsError, ForgeRefused
+from bot.forge.clients.choice import client_for
 from bot.forge.clients.contract import CommentRef, ForgeClient, LineComment
-from bot.forge.clients.github import GitHubApp, GitHubClient, TokenFile, github_client
+from bot.forge.clients.github_api import GitHubApp, GitHubClient, TokenFile, github_client
 from bot.forge.permissions import ForgePermission
 from harness.fake_github import FakeGitHub
+from harness.forges import FakeLookup
 from tests.forge.github.conftest import REPO, TOKEN
 
 
@@ -189,3 +191,15 @@ def test_the_factory_reads_the_forge_table(tmp_path: Path, token_file: Path) -> 
     assert by_app.base_url == "https://ghe.example/api/v3"
     with pytest.raises(ForgeCredentialsError, match="BEM-824"):
         github_client("gh", ForgeConfig(**base))
+
+
+def test_the_workers_use_the_built_in_client_when_a_github_forge_has_credentials(
+    tmp_path: Path, token_file: Path
+) -> None:
+    base = {"kind": "github", "webhook_secret_file": tmp_path / "s", "bot_login": "riverbeam[bot]"}
+    assert isinstance(client_for("gh", ForgeConfig(**base, token_file=token_file)), GitHubClient)
+    assert client_for("gh", ForgeConfig(**base)) is None  # no credentials: no client
+    named = ForgeConfig(**base, token_file=token_file, client_factory="harness.forges:no_one_may")
+    assert isinstance(client_for("gh", named), FakeLookup)  # the named factory first
+    gitlab = {**base, "kind": "gitlab"}
+    assert client_for("gl", ForgeConfig(**gitlab, token_file=token_file)) is None  # not built yet

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bot.core.errors import ForgeClientError, ForgeRefused, ForgeRetryLater
-from bot.forge.clients.github import GitHubApp, GitHubClient, TokenFile
+from bot.forge.clients.github_api import GitHubApp, GitHubClient, TokenFile
 from harness.fake_github import SECONDARY_LIMIT_MESSAGE, FakeGitHub
 from harness.stub_model import Exchange, Reply, StubModel
 from tests.forge.github.conftest import APP_ID, INSTALLATION, REPO, TOKEN, AppKey, Clock

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from bot.core.errors import ForgeRefused, ForgeRetryLater
-from bot.forge.clients.github import GitHubClient
+from bot.forge.clients.github_api import GitHubClient
 from harness.fake_github import FakeGitHub
 from harness.github_openapi import Violation, description
 from tests.forge.github.conftest import REPO, TOKEN

@@ -2,7 +2,7 @@
 Server (``base_url`` ``https://HOST/api/v3``), held in the tests to GitHub's own OpenAPI
 description (``harness.fake_github`` validates every request and reply against it).
 
-Credentials, read from files on the worker's host (BEM-824 when they cannot be):
+GitHubCredentials, read from files on the worker's host (BEM-824 when they cannot be):
 
 - a fine-grained token (``token_file``), read on each call, so a rotated file takes effect;
 - a GitHub App (``app_id`` + ``private_key_file``): an RS256 JWT (issued 60 s in the past
@@ -52,7 +52,7 @@ MAX_PAGES = 30
 STATUS_DESCRIPTION_CHARS = 140
 
 
-class Credentials(Protocol):
+class GitHubCredentials(Protocol):
     """Where the Authorization header comes from; ``repr`` names the kind, never a secret."""
 
     def authorization(self, client: GitHubClient, repository: str) -> str: ...
@@ -147,7 +147,7 @@ class GitHubClient:
 
     def __init__(
         self,
-        credentials: Credentials,
+        credentials: GitHubCredentials,
         *,
         base_url: str = GITHUB_API,
         deadline: float = http.DEFAULT_DEADLINE_SECONDS,
@@ -414,7 +414,7 @@ class GitHubClient:
 
 def github_client(name: str, config: ForgeConfig) -> GitHubClient:
     """The client of the ``[forges.<name>]`` table of kind github: its App or its token."""
-    credentials: Credentials
+    credentials: GitHubCredentials
     if config.app_id is not None and config.private_key_file is not None:
         credentials = GitHubApp(config.app_id, config.private_key_file)
     elif config.token_file is not None:

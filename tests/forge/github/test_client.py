@@ -203,3 +203,12 @@ def test_the_workers_use_the_built_in_client_when_a_github_forge_has_credentials
     assert isinstance(client_for("gh", named), FakeLookup)  # the named factory first
     gitlab = {**base, "kind": "gitlab"}
     assert client_for("gl", ForgeConfig(**gitlab, token_file=token_file)) is None  # not built yet
+
+
+def test_a_worker_keeps_one_client_per_forge_table(tmp_path: Path, token_file: Path) -> None:
+    base = {"kind": "github", "webhook_secret_file": tmp_path / "s", "bot_login": "riverbeam[bot]"}
+    config = ForgeConfig(**base, token_file=token_file)
+    assert client_for("gh", config) is client_for("gh", config.model_copy())
+    assert client_for("gh", config) is not client_for(
+        "gh", config.model_copy(update={"bot_login": "rb"})
+    )

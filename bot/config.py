@@ -594,7 +594,8 @@ class ForgeConfig(BaseModel):
         Annotated[str, _checked(_matches(_FACTORY, "'module:function'"), "a factory")] | None
     ) = Field(
         default=None,
-        description="'module:function' returning the forge lookups the workers use (tests)",
+        description="'module:function' returning the forge lookups the workers use (tests); "
+        "unset: the built-in client of the kind, when there is one",
     )
 
     @model_validator(mode="after")

@@ -20,6 +20,10 @@ what to do next. The tree groups codes by the part of the system that raises the
     ├── AccessError           BEM-70x            the HTTP API and web pages: tokens, roles, requests
     ├── ToolboxError          BEM-721..726       MCP servers that a job's agent calls
     ├── ForgeInboundError     BEM-800..819       work from a forge: webhooks, events, commands
+    ├── ForgeClientError      BEM-820..829       calling a forge's API (825.. GitHub's own)
+    │   ├── ForgeRetryLater                      the forge may answer later: retry
+    │   ├── ForgeRefused                         the forge refused: retrying would not help
+    │   └── ForgeCredentialsError                the forge's key or token cannot be read
     └── ConfigError           BEM-90x            configuration
 
 ``BeamError(code, message)`` builds the right family from the code, so a code travelling as
@@ -30,7 +34,7 @@ document) comes back as the same class. Errors pickle by code and message.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 
 class BeamError(Exception):
@@ -53,7 +57,7 @@ class BeamError(Exception):
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
 
-    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return (BeamError, (self.code, self.message))
 
     def to_dict(self) -> dict[str, str]:
@@ -126,6 +130,38 @@ class ToolboxError(BeamError):
 
 class ForgeInboundError(BeamError):
     """A forge's webhook was refused, or an event from it started nothing."""
+
+
+class ForgeClientError(BeamError):
+    """A call to a forge's API (GitHub, GitLab) failed; a subclass says what may follow."""
+
+
+class ForgeRetryLater(ForgeClientError):
+    """The forge was unreachable, slow, failing (5xx) or rate limiting: the same call may
+    succeed later. ``retry_after_seconds`` is the forge's own wait (``Retry-After``, the rate
+    limit's reset), or None when it named none and the caller's backoff applies."""
+
+    def __new__(
+        cls, code: str, message: str, retry_after_seconds: float | None = None
+    ) -> ForgeRetryLater:
+        return cast(ForgeRetryLater, super().__new__(cls, code, message))
+
+    def __init__(self, code: str, message: str, retry_after_seconds: float | None = None) -> None:
+        super().__init__(code, message)
+        self.retry_after_seconds = retry_after_seconds
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (ForgeRetryLater, (self.code, self.message, self.retry_after_seconds))
+
+
+class ForgeRefused(ForgeClientError):
+    """The forge refused the call (a 4xx other than a rate limit, a reply that is not its
+    API's): the same call would be refused again, so it is not retried."""
+
+
+class ForgeCredentialsError(ForgeClientError):
+    """The forge's private key or token file cannot be read on this host (the path is
+    named, never what it holds)."""
 
 
 class ConfigError(BeamError):
@@ -291,6 +327,16 @@ _TABLE = [
     Code("BEM-808", ForgeInboundError, "a pull request from a fork gets a review, nothing else"),
     Code("BEM-809", ForgeInboundError, "the comment is not a command Riverbeam knows"),
     Code("BEM-810", ForgeInboundError, "the workers cannot ask this forge (no forge client)"),
+    Code("BEM-820", ForgeRetryLater, "the forge could not be reached or did not answer in time"),
+    Code("BEM-821", ForgeRetryLater, "the forge failed with a server error (5xx)"),
+    Code("BEM-822", ForgeRetryLater, "the forge is rate limiting the calls (429)"),
+    Code("BEM-823", ForgeRefused, "the forge refused the call (4xx)"),
+    Code("BEM-824", ForgeCredentialsError, "the forge's key or token file cannot be read"),
+    Code("BEM-825", ForgeRetryLater, "GitHub's secondary rate limit stopped the call"),
+    Code("BEM-826", ForgeRetryLater, "GitHub's rate limit is used up until its reset"),
+    Code("BEM-827", ForgeRefused, "GitHub refused the App's JWT or the token (401)"),
+    Code("BEM-828", ForgeRefused, "the GitHub App is not installed on the repository"),
+    Code("BEM-829", ForgeRefused, "GitHub's reply is not what its API description says"),
     Code("BEM-900", ConfigError, "configuration is missing or invalid"),
     Code("BEM-906", ConfigError, "a service cannot listen on its address"),
 ]

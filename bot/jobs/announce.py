@@ -1,7 +1,7 @@
 """The parked-push webhook's document: when a job parks on a push, the repository's
 ``approval_webhook`` (when set) gets a JSON POST saying what waits, with the change read as
 prose: how many word changes of each kind, and the changed pages' link check. The park
-queues it in the outbox; ``bot.jobs.outbox`` delivers it, tries again and gives up."""
+queues it in the outbox; ``bot.jobs.delivery`` delivers it, tries again and gives up."""
 
 from __future__ import annotations
 

@@ -56,12 +56,12 @@ from bot.core.errors import BeamError
 from bot.core.frames import ErrorInfo, Frame, ResultStatus
 from bot.core.identity import Trailer
 from bot.core.input import AgentContext, AgentInput
+from bot.jobs.delivery import parked_entry
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.kinds import kind_of, request_text
 from bot.jobs.kinds.kind import Ended, Kind, ToolKit
 from bot.jobs.lease import LeaseKeeper, StopCheck
 from bot.jobs.model_client import context_budget_for, model_client_for
-from bot.jobs.outbox import parked_entry
 from bot.jobs.parking import (
     PublishTarget,
     PushTarget,

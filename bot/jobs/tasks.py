@@ -33,10 +33,11 @@ from celery.signals import worker_process_shutdown, worker_shutdown
 
 from bot.config import Settings
 from bot.core.errors import BeamError
+from bot.forge.clients.choice import client_for
 from bot.forge.inbound.deliveries import Deliveries
 from bot.forge.inbound.handler import ForgeEventHandler
+from bot.jobs.delivery import deliver_due
 from bot.jobs.executor import Executor, ImageCheck
-from bot.jobs.outbox import deliver_due
 from bot.jobs.schedules import SCHEDULE_REQUESTER, ScheduleRuns, SummarySchedule, poll_delay
 from bot.jobs.spares import SparePool
 from bot.service.access import Principal, TokenRegistry
@@ -231,7 +232,9 @@ class JobWorker:
 
     def handle_forge_event(self, event: dict[str, Any], app: Celery) -> dict[str, Any]:
         """Carry out what a forge event asks (``bot.forge.inbound.handler``)."""
-        handler = ForgeEventHandler(self.settings, self._service(app), Deliveries(self.store))
+        handler = ForgeEventHandler(
+            self.settings, self._service(app), Deliveries(self.store), lookups=client_for
+        )
         return handler.handle(event).model_dump(mode="json")
 
     def schedule_summaries(self, repo: str, app: Celery) -> dict[str, Any]:

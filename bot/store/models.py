@@ -484,7 +484,7 @@ def invalid_request(error: ValidationError) -> JobError:
 
 class OutboxEntry(BaseModel):
     """A call to make outside, queued in the store so it survives the worker that queued it
-    and is tried again until it is delivered or given up (``bot.store.outbox``). What to
+    and is tried again until it is delivered or given up (``bot.store.outgoing``). What to
     call is named, not stored: ``channel`` of repository ``repo`` is looked up in the
     configuration when it is delivered, so a URL's secret never rests in Redis."""
 

@@ -167,6 +167,6 @@ def unapplied_decision(approval: Approval) -> bool:
 
 
 def queue_delivery(tx: Pipeline, keys: Keys, entry: OutboxEntry) -> None:
-    """Put ``entry`` in the outbox, due at once (``bot.store.outbox``)."""
+    """Put ``entry`` in the outbox, due at once (``bot.store.outgoing``)."""
     tx.set(keys.outbox(entry.id), entry.model_dump_json())
     tx.zadd(keys.outbox_due, {entry.id: 0})

@@ -18,7 +18,7 @@ from bot.store.events import EventStreams
 from bot.store.leases import Leases
 from bot.store.listing import JobListing
 from bot.store.locks import ScheduleLocks
-from bot.store.outbox import Outbox
+from bot.store.outgoing import Outbox
 
 
 class JobStore(Leases, JobListing, EventStreams, Approvals, ParkedBlobs, ScheduleLocks):

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.core.errors import CODES, BeamError, GitError, JailError, RoutingError
+from bot.core.errors import CODES, BeamError, ForgeRetryLater, GitError, JailError, RoutingError
 
 DOCS = Path(__file__).parents[2] / "docs" / "errors.md"
 
@@ -47,3 +47,13 @@ def test_docs_list_every_code_with_its_meaning() -> None:
     assert sorted(rows) == sorted(CODES)
     for code, entry in CODES.items():
         assert rows[code] == entry.meaning, code
+
+
+def test_a_retry_later_keeps_its_wait_through_pickling() -> None:
+    error = ForgeRetryLater("BEM-825", "secondary rate limit", retry_after_seconds=42.0)
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is ForgeRetryLater
+    assert (copy.code, copy.retry_after_seconds) == ("BEM-825", 42.0)
+    assert BeamError("BEM-821", "a 502").retry_after_seconds is None  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="BEM-823 belongs to ForgeRefused"):
+        ForgeRetryLater("BEM-823", "a 404 is not retried")

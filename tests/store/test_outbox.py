@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from bot.core.frames import ErrorInfo
 from bot.store.models import OutboxEntry
-from bot.store.outbox import GIVEN_UP_KEPT_SECONDS
+from bot.store.outgoing import GIVEN_UP_KEPT_SECONDS
 from bot.store.store import JobStore
 
 ERROR = ErrorInfo(code="BEM-370", message="answered HTTP 503")

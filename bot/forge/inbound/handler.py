@@ -60,8 +60,8 @@ class EventOutcome(BaseModel):
 
 
 def lookup_for(name: str, config: ForgeConfig) -> ForgeLookup | None:
-    """The forge lookups the workers use: from ``client_factory`` when set; None otherwise
-    (no built-in client yet), so that what needs the forge's answer starts nothing."""
+    """The forge lookups ``client_factory`` names, or None when it names none (the worker's
+    task falls back to the built-in clients, ``bot.forge.clients.choice``)."""
     if config.client_factory is None:
         return None
     setting = f"forges.{name}.client_factory"

@@ -1,4 +1,4 @@
-"""Delivering the outbox (``bot.store.outbox``): the ``riverbeam.deliver_outbox`` task takes
+"""Delivering the outbox (``bot.store.outgoing``): the ``riverbeam.deliver_outbox`` task takes
 the due entries and makes each call, off every segment's path: a park queues its
 announcement in its own transaction and the task that ran the segment only sends this one.
 
@@ -29,7 +29,7 @@ from bot.core.frames import ErrorInfo
 from bot.jobs.announce import EVENT, parked_payload
 from bot.jobs.webhooks import WebhookAnswer, post_json, public_webhook_url
 from bot.store.models import Approval, OutboxEntry
-from bot.store.outbox import Outbox
+from bot.store.outgoing import Outbox
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,3 @@
+"""What the workers post back to a forge and ask it: the contract every forge implements
+(``contract``), one HTTP call under a total deadline (``http``), the built-in GitHub client
+(``github_api``) and which client a forge table gets (``choice``)."""

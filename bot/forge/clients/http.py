@@ -1,0 +1,135 @@
+"""One HTTP call to a forge's API under a total deadline, and the failures any forge shares.
+
+httpx's timeouts are per operation: a server that sends one byte a second never trips a
+read timeout, and a call could last forever. ``call`` runs the whole exchange (connecting,
+sending, the headers and every byte of the body) under one deadline
+(``bot.clients.deadline.within``, as the webhooks do), so it ends by its deadline whatever
+the server does, and reads at most ``MAX_REPLY_BYTES``. The TLS context is made once and
+shared, since loading the CA bundle is the slow part.
+"""
+
+from __future__ import annotations
+
+import functools
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from bot.clients.deadline import DeadlinePassed, within
+from bot.clients.retry import parse_retry_after
+from bot.core.errors import ForgeRefused, ForgeRetryLater
+
+DEFAULT_DEADLINE_SECONDS = 15.0
+MAX_REPLY_BYTES = 8 * 1024 * 1024
+"""A forge's replies that the clients read (a page of 100 files or comments) are far less."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What came back: the status, the headers and the whole body."""
+
+    status: int
+    headers: httpx.Headers
+    body: bytes
+    url: str
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    return httpx.create_ssl_context()
+
+
+def call(
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    params: Mapping[str, str | int] | None = None,
+    json: Any = None,
+    deadline: float = DEFAULT_DEADLINE_SECONDS,
+    forge: str,
+) -> Reply:
+    """The reply to one request, or ``ForgeRetryLater`` (BEM-820) when the forge cannot be
+    reached or the exchange runs past ``deadline`` seconds. ``forge`` names it in messages;
+    nothing of ``headers`` (the credentials) ever is."""
+    try:
+        return within(deadline, lambda: _exchange(method, url, headers, params, json, deadline))
+    except DeadlinePassed:
+        raise ForgeRetryLater(
+            "BEM-820", f"{forge} did not answer {method} {_shown(url)} within {deadline:g} s"
+        ) from None
+    except _TooLarge:
+        raise ForgeRefused(
+            "BEM-823", f"{forge} answered {method} {_shown(url)} with over {MAX_REPLY_BYTES} bytes"
+        ) from None
+    except (httpx.TransportError, OSError) as error:
+        # httpx's message names the URL at most, never a header.
+        raise ForgeRetryLater(
+            "BEM-820",
+            f"{forge} could not be reached for {method} {_shown(url)}: "
+            f"{type(error).__name__}: {error}",
+        ) from None
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _exchange(
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    params: Mapping[str, str | int] | None,
+    json: Any,
+    deadline: float,
+) -> Reply:
+    # httpx's own timeout only keeps one stalled read from outliving the deadline.
+    async with httpx.AsyncClient(
+        verify=_tls(), timeout=deadline, follow_redirects=False, trust_env=False
+    ) as client:
+        request = client.build_request(method, url, headers=headers, params=params, json=json)
+        response = await client.send(request, stream=True)
+        try:
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_REPLY_BYTES:
+                    raise _TooLarge
+        finally:
+            await response.aclose()
+        return Reply(response.status_code, response.headers, bytes(body), str(request.url))
+
+
+def _shown(url: str) -> str:
+    return str(httpx.URL(url).copy_with(query=None))
+
+
+def message_of(reply: Reply) -> str:
+    """The forge's own message in an error reply (GitHub ``message``, GitLab ``message`` or
+    ``error``), shortened; the status alone when there is none."""
+    text = ""
+    try:
+        document = httpx.Response(200, content=reply.body).json()
+    except ValueError:
+        document = None
+    if isinstance(document, dict):
+        found = document.get("message") or document.get("error")
+        text = found if isinstance(found, str) else ""
+    return text[:300]
+
+
+def generic_failure(forge: str, what: str, reply: Reply) -> ForgeRetryLater | ForgeRefused:
+    """The error of a reply that is not a success, as any forge means it: a 5xx or a 408 is
+    retried (after ``Retry-After`` when sent, BEM-821), a 429 too (BEM-822), any other 4xx
+    is refused (BEM-823)."""
+    said = message_of(reply)
+    shown = f"{forge} answered {what} with {reply.status}" + (f": {said}" if said else "")
+    wait = parse_retry_after(reply.headers.get("retry-after"))
+    if reply.status >= 500 or reply.status == 408:
+        return ForgeRetryLater("BEM-821", shown, retry_after_seconds=wait)
+    if reply.status == 429:
+        return ForgeRetryLater("BEM-822", shown, retry_after_seconds=wait)
+    return ForgeRefused("BEM-823", shown)

@@ -23,6 +23,7 @@ __all__ = [
     "OBJECT_KEYWORDS",
     "VALUE_KEYWORDS",
     "check_arguments",
+    "integers_as_int",
     "invalid_arguments",
     "json_params",
     "supported_schema",
@@ -94,7 +95,30 @@ def check_arguments(tool: str, schema: Mapping[str, Any], args: Any) -> dict[str
     problems = list(_problems(schema, args))
     if problems:
         raise invalid_arguments(tool, problems)
-    return args
+    return integers_as_int(schema, args)
+
+
+def integers_as_int(schema: Mapping[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` (already valid for ``schema``) with every value the schema types ``integer``,
+    at any depth, as a Python ``int``. JSON Schema counts ``2.0`` as an integer and JSON has
+    one number type, so a model may well send it; the tools behind the check then get the
+    ``int`` they are written for, not a float they would trip on."""
+    converted: dict[str, Any] = _as_int(schema, args)
+    return converted
+
+
+def _as_int(schema: Mapping[str, Any], value: Any) -> Any:
+    kinds = schema.get("type")
+    integer = kinds == "integer" or (isinstance(kinds, list) and "integer" in kinds)
+    if integer and isinstance(value, float) and value.is_integer():
+        return int(value)
+    properties = schema.get("properties")
+    if isinstance(value, dict) and isinstance(properties, Mapping):
+        return {name: _as_int(properties.get(name, {}), item) for name, item in value.items()}
+    items = schema.get("items")
+    if isinstance(value, list) and isinstance(items, Mapping):
+        return [_as_int(items, item) for item in value]
+    return value
 
 
 def _problems(schema: Mapping[str, Any], args: dict[str, Any]) -> Iterator[Problem]:

@@ -9,7 +9,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
-from bot.core.arguments import invalid_arguments, json_params
+from bot.core.arguments import integers_as_int, invalid_arguments, json_params
 from bot.core.errors import BeamError
 from bot.core.input import AgentInput
 
@@ -118,4 +118,4 @@ def validate_arguments(spec: ToolSpec, args: Any) -> dict[str, JsonValue]:
     ]
     if problems:
         raise invalid_arguments(spec.name, problems)
-    return args
+    return integers_as_int(spec.parameters, args)

@@ -169,6 +169,35 @@ def test_nul_and_lone_surrogates_in_any_text_argument_are_bem_codes(
     assert env.tree.head_sha() == head  # nothing was committed, cut or not
 
 
+# Every integer argument of every tool, written as a float: the tool answers as it does to
+# the integer (the in-container check hands it an int), never with a raw exception.
+_INTEGERS = sorted(
+    (name, arg)
+    for name, spec in TOOL_SPECS.items()
+    for arg, schema in spec.parameters["properties"].items()
+    if schema.get("type") == "integer"
+)
+
+
+@pytest.mark.parametrize(("name", "arg"), _INTEGERS)
+def test_an_integer_argument_written_as_a_float_is_that_integer(
+    env: GitEnv, name: str, arg: str
+) -> None:
+    required = TOOL_SPECS[name].parameters["required"]
+    args = {key: _VALID[key] for key in required}
+    assert call(env, name, **args, **{arg: 2.0}) == call(env, name, **args, **{arg: 2})
+
+
+@pytest.mark.parametrize("bad", [2.5, True, float("nan"), float("inf"), 0.0])
+@pytest.mark.parametrize(("name", "arg"), _INTEGERS)
+def test_an_integer_argument_that_is_no_integer_is_bem_090(
+    env: GitEnv, name: str, arg: str, bad: object
+) -> None:
+    required = TOOL_SPECS[name].parameters["required"]
+    args = {key: _VALID[key] for key in required} | {arg: bad}
+    assert refused(env, name, **args).code == "BEM-090"
+
+
 def test_an_unknown_tool_is_bem_089(env: GitEnv) -> None:
     error = refused(env, "git_reset")
     assert error.code == "BEM-089"

@@ -25,19 +25,26 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from bot.config import Settings
+from bot.core.errors import ForgeClientError, ForgeRetryLater
 from bot.core.frames import ErrorInfo
+from bot.forge.clients.choice import client_for
+from bot.forge.clients.contract import ForgeClient
+from bot.forge.clients.http import DEFAULT_DEADLINE_SECONDS
 from bot.jobs.announce import EVENT, parked_payload
 from bot.jobs.webhooks import WebhookAnswer, post_json, public_webhook_url
-from bot.store.models import Approval, OutboxEntry
+from bot.store.models import Approval, ForgeThreadRef, JobSpec, OutboxEntry
 from bot.store.outgoing import Outbox
 
 log = logging.getLogger(__name__)
 
+_STAT_LINES = 30
 RETRY_SECONDS = (5.0, 30.0, 120.0, 600.0, 1800.0)
 MAX_ATTEMPTS = len(RETRY_SECONDS) + 1
 _RETRIED_STATUSES = frozenset({408, 425, 429})
 # A claim outlives one call's deadline by this much: its worker is presumed dead past it.
-_CLAIM_MARGIN_SECONDS = 30.0
+_CLAIM_MARGIN = 30.0
+# A forge comment may take three calls (an App's installation, its token, the comment).
+_FORGE_CALL_SECONDS = 3 * DEFAULT_DEADLINE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -63,9 +70,53 @@ def parked_entry(approval: Approval) -> OutboxEntry:
     )
 
 
+def parked_comment(settings: Settings, spec: JobSpec, approval: Approval) -> OutboxEntry | None:
+    """For a job that came from a forge thread (``metadata["forge"]``, set by the forge
+    handler), the comment there saying what waits and how a reviewer decides it; None for
+    any other job. Names from the repository (the diff's paths) are hostile text: they are
+    shown in a fenced block with backticks taken out, so they cannot close it."""
+    origin = spec.metadata.get("forge")
+    if not isinstance(origin, dict):
+        return None
+    try:
+        target = ForgeThreadRef(
+            forge=str(origin["name"]),
+            repository=str(origin["repository"]),
+            number=int(str(origin["number"])),
+            thread="pull_request" if origin.get("thread") == "pull_request" else "issue",
+        )
+    except (KeyError, ValueError):
+        return None
+    config = settings.forges.get(target.forge)
+    entry = None if config is None else config.repository_for(target.repository)
+    if entry is None:
+        return None
+    decide = "/" + entry.command.lstrip("@/")
+    stat = "\n".join(approval.diff_stat.replace("`", "'").splitlines()[:_STAT_LINES])
+    broken = len(approval.links.broken) if approval.links is not None else None
+    links = "" if broken is None else f"\n\nLinks checked on the changed pages: {broken} broken."
+    body = (
+        f"Riverbeam job `{approval.job_id}` has a change ready; it waits for a person.\n\n"
+        f"It would push commit `{(approval.commit_sha or '')[:12]}` to `{approval.target_ref}`:\n\n"
+        f"```text\n{stat}\n```{links}\n\n"
+        f"A reviewer decides it here: `{decide} approve {approval.id}`, or "
+        f"`{decide} refuse {approval.id} <reason>`. Whoever asked for it cannot approve it."
+    )
+    return OutboxEntry(
+        id=uuid.uuid4().hex,
+        channel="forge_comment",
+        repo=approval.repo,
+        job_id=approval.job_id,
+        event="forge.parked",
+        forge=target,
+        payload={"body": body},
+        created_at=datetime.now(UTC),
+    )
+
+
 def deliver_due(outbox: Outbox, settings: Settings) -> list[Attempt]:
     """Deliver every entry due now, one after the other, until none is."""
-    lease = settings.jobs.webhook_timeout_seconds + _CLAIM_MARGIN_SECONDS
+    lease = max(settings.jobs.webhook_timeout_seconds, _FORGE_CALL_SECONDS) + _CLAIM_MARGIN
     attempts: list[Attempt] = []
     while entries := outbox.claim(lease_seconds=lease):
         for entry in entries:
@@ -74,10 +125,18 @@ def deliver_due(outbox: Outbox, settings: Settings) -> list[Attempt]:
 
 
 def _attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
+    if entry.channel == "forge_comment":
+        return _forge_attempt(entry, settings)
+    return _webhook_attempt(entry, settings)
+
+
+def _webhook_attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
     repo = settings.repositories.get(entry.repo)
     url = None if repo is None or repo.approval_webhook is None else str(repo.approval_webhook)
     if url is None:
-        return _given_up(entry, f"repository {entry.repo!r} has no approval_webhook any more")
+        return _given_up(
+            entry, "BEM-370", f"repository {entry.repo!r} has no approval_webhook any more"
+        )
     headers = {"X-Riverbeam-Event": entry.event, "X-Riverbeam-Delivery": entry.id}
     answer = post_json(
         url, entry.payload, timeout=settings.jobs.webhook_timeout_seconds, headers=headers
@@ -91,19 +150,49 @@ def _attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
     )
     retried = not isinstance(answer, WebhookAnswer) or _retried(answer.status_code)
     if retried and entry.attempts < MAX_ATTEMPTS:
-        error = ErrorInfo(code="BEM-370", message=f"{message}; it is tried again")
-        return Attempt(entry, "retry", RETRY_SECONDS[entry.attempts - 1], error)
-    return _given_up(entry, message)
+        return _again(entry, "BEM-370", message, RETRY_SECONDS[entry.attempts - 1])
+    return _given_up(entry, "BEM-370", message)
+
+
+def _forge_attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
+    """A comment on the forge's thread, through the workers' client of that forge: what
+    the forge cannot take now is tried again (after the wait it named, if any), what it
+    refuses is given up with the client's code."""
+    target = entry.forge
+    body = entry.payload.get("body")
+    if target is None or not isinstance(body, str):
+        return _given_up(entry, "BEM-810", "the entry names no forge thread or no comment")
+    where = f"{target.forge}: {target.repository}#{target.number}"
+    config = settings.forges.get(target.forge)
+    client = None if config is None else client_for(target.forge, config)
+    if not isinstance(client, ForgeClient):
+        return _given_up(entry, "BEM-810", f"{where}: no forge client can post comments")
+    try:
+        client.post_comment(target.repository, target.number, body)
+    except ForgeRetryLater as error:
+        message = f"{where}: {error.message} (attempt {entry.attempts} of {MAX_ATTEMPTS})"
+        if entry.attempts >= MAX_ATTEMPTS:
+            return _given_up(entry, error.code, message)
+        wait = error.retry_after_seconds
+        after = RETRY_SECONDS[entry.attempts - 1] if wait is None else wait
+        return _again(entry, error.code, message, after)
+    except ForgeClientError as error:
+        return _given_up(entry, error.code, f"{where}: {error.message}")
+    return Attempt(entry, "delivered")
 
 
 def _retried(status: int) -> bool:
     return status >= 500 or status in _RETRIED_STATUSES
 
 
-def _given_up(entry: OutboxEntry, message: str) -> Attempt:
-    error = ErrorInfo(
-        code="BEM-370", message=f"{message}; given up, the approval is open all the same"
-    )
+def _again(entry: OutboxEntry, code: str, message: str, after: float) -> Attempt:
+    error = ErrorInfo(code=code, message=f"{message}; it is tried again")
+    return Attempt(entry, "retry", after, error)
+
+
+def _given_up(entry: OutboxEntry, code: str, message: str) -> Attempt:
+    kept = "the approval is open all the same" if entry.channel == "approval_webhook" else ""
+    error = ErrorInfo(code=code, message=f"{message}; given up" + (f", {kept}" if kept else ""))
     return Attempt(entry, "given_up", error=error)
 
 

@@ -231,11 +231,15 @@ class JobWorker:
         )
 
     def handle_forge_event(self, event: dict[str, Any], app: Celery) -> dict[str, Any]:
-        """Carry out what a forge event asks (``bot.forge.inbound.handler``)."""
+        """Carry out what a forge event asks (``bot.forge.inbound.handler``); the replies it
+        queued for the thread are delivered by the outbox task, sent at once."""
         handler = ForgeEventHandler(
             self.settings, self._service(app), Deliveries(self.store), lookups=client_for
         )
-        return handler.handle(event).model_dump(mode="json")
+        outcome = handler.handle(event)
+        if outcome.replies:
+            send_deliveries(app)
+        return outcome.model_dump(mode="json")
 
     def schedule_summaries(self, repo: str, app: Celery) -> dict[str, Any]:
         """Start a scheduled run of ``repo`` (or skip it) and queue its follow-up."""

@@ -482,17 +482,32 @@ def invalid_request(error: ValidationError) -> JobError:
     return JobError("BEM-501", f"invalid job request: {'; '.join(problems)}")
 
 
+class ForgeThreadRef(BaseModel):
+    """Where a comment on a forge goes: a ``[forges.<name>]`` of the configuration, the
+    repository's path on it, and the issue's or pull request's number (GitLab: iid)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    forge: str
+    repository: str
+    number: int = Field(ge=1)
+    thread: Literal["issue", "pull_request"] = "issue"
+
+
 class OutboxEntry(BaseModel):
     """A call to make outside, queued in the store so it survives the worker that queued it
     and is tried again until it is delivered or given up (``bot.store.outgoing``). What to
-    call is named, not stored: ``channel`` of repository ``repo`` is looked up in the
-    configuration when it is delivered, so a URL's secret never rests in Redis."""
+    call is named, not stored: ``channel`` of repository ``repo`` (the parked-push webhook)
+    or the forge of ``forge`` (a comment, ``payload["body"]``) is looked up in the
+    configuration when it is delivered, so no URL's secret and no credential rests in
+    Redis."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
-    channel: Literal["approval_webhook"]
+    channel: Literal["approval_webhook", "forge_comment"]
     repo: str
+    forge: ForgeThreadRef | None = None
     job_id: str | None = None
     event: str
     payload: dict[str, JsonValue]

@@ -38,11 +38,17 @@ class Outbox:
         self._gateway = gateway
         self._keys = gateway.keys
 
-    def add(self, entry: OutboxEntry) -> None:
-        with self._gateway.reachable():
-            pipe = self._gateway.client.pipeline(transaction=True)
-            queue_delivery(pipe, self._keys, entry)
-            pipe.execute()
+    def add(self, entry: OutboxEntry) -> bool:
+        """Queue ``entry``, due at once; False (nothing written) when an entry of its id is
+        already there, so a task that runs twice queues a call once."""
+        key = self._keys.outbox(entry.id)
+
+        def body(pipe: Pipeline) -> tuple[bool, Writes | None]:
+            if pipe.exists(key):
+                return False, None
+            return True, lambda tx: queue_delivery(tx, self._keys, entry)
+
+        return self._gateway.atomic([key], body)
 
     def get(self, entry_id: str) -> OutboxEntry | None:
         with self._gateway.reachable():

@@ -16,7 +16,7 @@ it holds.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -76,6 +76,7 @@ class LineComment(_Ref):
     side: Literal["RIGHT", "LEFT"] = "RIGHT"
 
 
+@runtime_checkable
 class ForgeClient(ForgeLookup, Protocol):
     """What the workers ask a forge and post back to it. ``repository`` is the forge's path
     (``owner/name``, a GitLab project path); ``number`` an issue's or pull request's number

@@ -344,6 +344,13 @@ def _request(thread: Thread, asked: str | None, comments: str) -> str:
     return text if len(text) <= MAX_REQUEST_CHARS else text[: MAX_REQUEST_CHARS - 1] + "…"
 
 
+def thread_of(event: ForgeEvent) -> Thread:
+    """The issue or pull request the event is on."""
+    if isinstance(event, PullRequestChanged):
+        return Thread.of_pull(event.pull)
+    return event.thread
+
+
 def _submit(
     event: ForgeEvent,
     entry: ForgeRepositoryConfig,
@@ -356,9 +363,7 @@ def _submit(
     branch: str | None = None,
     range: str | None = None,
 ) -> SubmitJob:
-    thread = (
-        event.thread if not isinstance(event, PullRequestChanged) else Thread.of_pull(event.pull)
-    )
+    thread = thread_of(event)
     forge: dict[str, JsonValue] = {
         "name": event.forge,
         "repository": event.repository,

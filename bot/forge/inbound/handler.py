@@ -20,20 +20,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from bot.config import ForgeConfig, Settings
 from bot.core.errors import BeamError
 from bot.core.factories import load_factory
-from bot.forge.inbound.actions import Action, DecideApproval, SubmitJob, actions_for
+from bot.forge.inbound.actions import (
+    Action,
+    DecideApproval,
+    Refused,
+    SubmitJob,
+    actions_for,
+    thread_of,
+)
 from bot.forge.inbound.deliveries import Deliveries
-from bot.forge.inbound.forge_events import FORGE_EVENT
+from bot.forge.inbound.forge_events import FORGE_EVENT, ForgeEvent
 from bot.forge.inbound.lookups import ForgeLookup
 from bot.service.access import Principal
 from bot.service.jobs import JobService
-from bot.store.models import DecisionBinding, JobSpec
+from bot.store.keys import digest
+from bot.store.models import DecisionBinding, ForgeThreadRef, JobSpec, OutboxEntry
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +66,7 @@ class EventOutcome(BaseModel):
     delivery: str
     event: str
     results: list[ActionResult]
+    replies: int = Field(default=0, description="comments queued for the thread (the outbox)")
 
 
 def lookup_for(name: str, config: ForgeConfig) -> ForgeLookup | None:
@@ -67,6 +77,40 @@ def lookup_for(name: str, config: ForgeConfig) -> ForgeLookup | None:
     setting = f"forges.{name}.client_factory"
     made = load_factory(config.client_factory, setting=setting, code="BEM-810")
     return cast(LookupFactory, made)(name, config)
+
+
+def _replies(
+    event: ForgeEvent, config: ForgeConfig, actions: list[Action], results: list[ActionResult]
+) -> list[OutboxEntry]:
+    """A comment on the event's thread for each action that has something to tell it: a
+    refusal's reply, or the error an action met (BEM-604 for an approval id that is not
+    the one waiting, BEM-602 for the requester's own approve). Each one's id comes from the
+    delivery and the action, so a task that runs twice queues it once."""
+    thread = thread_of(event)
+    entry = config.repository_for(event.repository)
+    target = ForgeThreadRef(
+        forge=event.forge, repository=event.repository, number=thread.number, thread=thread.kind
+    )
+    replies = []
+    for index, (action, result) in enumerate(zip(actions, results, strict=True)):
+        body = action.reply if isinstance(action, Refused) else None
+        if result.error is not None:
+            body = f"@{event.actor}: {result.error['code']}: {result.error['message']}"
+        if body is None:
+            continue
+        replies.append(
+            OutboxEntry(
+                id=digest(f"{event.forge}:{event.delivery}:{index}")[:32],
+                channel="forge_comment",
+                repo="" if entry is None else entry.repository,
+                job_id=result.job_id,
+                event="forge.reply",
+                forge=target,
+                payload={"body": body},
+                created_at=datetime.now(UTC),
+            )
+        )
+    return replies
 
 
 class ForgeEventHandler:
@@ -97,8 +141,15 @@ class ForgeEventHandler:
                 branch_prefix=self.settings.workspaces.branch_prefix,
             )
             results = [self._apply(action) for action in actions]
+            replies = _replies(event, config, actions, results)
+            for reply in replies:
+                self.service.store.outbox.add(reply)
         outcome = EventOutcome(
-            forge=event.forge, delivery=event.delivery, event=event.type, results=results
+            forge=event.forge,
+            delivery=event.delivery,
+            event=event.type,
+            results=results,
+            replies=len(replies) if config is not None else 0,
         )
         self.deliveries.record(event.forge, event.delivery, outcome.model_dump_json())
         # What started, or why not; never the request text (issue bodies, comments).

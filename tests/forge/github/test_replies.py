@@ -1,0 +1,190 @@
+"""What the workers post back to a forge thread goes through the outbox: the forge
+handler's replies (a refusal, an approval id that is not the one waiting) and a parked
+job's status comment are queued in Redis and posted by the delivery task through the
+built-in GitHub client, to the fake GitHub held to ``api.github.com.json``. A 5xx or a
+secondary rate limit is tried again after the wait GitHub named; a refusal is given up with
+the client's code. Real Redis, real HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from bot.config import Settings
+from bot.forge.inbound import github
+from bot.forge.inbound.deliveries import Deliveries
+from bot.forge.inbound.forge_events import FORGE_EVENT
+from bot.forge.inbound.handler import ForgeEventHandler
+from bot.forge.permissions import ForgePermission
+from bot.jobs.delivery import deliver_due, parked_comment
+from bot.service.access import TokenRegistry
+from bot.service.jobs import JobService
+from bot.service.queues import TaskQueues
+from bot.store.models import Approval, JobKind, JobSpec
+from bot.store.store import JobStore
+from harness.fake_github import FakeGitHub, Repository
+from harness.forges import FakeLookup, github_example
+from harness.redis_server import redis_server
+from tests.forge.kit import BOT, GITHUB_REPO
+
+SECONDARY = (
+    "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
+)
+
+
+@pytest.fixture
+def settings(github: FakeGitHub, token_file: Path) -> Settings:
+    forge = {
+        "kind": "github",
+        "base_url": github.url,
+        "token_file": str(token_file),
+        "webhook_secret_file": "/nonexistent",
+        "bot_login": BOT,
+        "repositories": {GITHUB_REPO: {"repository": "docs"}},
+    }
+    return Settings.model_validate(
+        {"repositories": {"docs": {"upstream": "/nonexistent"}}, "forges": {"gh": forge}}
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[JobStore]:
+    with redis_server(tmp_path) as url:
+        jobs = JobStore.from_url(url, prefix="rbtest-replies")
+        yield jobs
+        jobs.client.close()
+
+
+@pytest.fixture
+def thread(github: FakeGitHub) -> Repository:
+    repository = github.add_repository(GITHUB_REPO)
+    repository.issues[1] = "Write the install page"
+    return repository
+
+
+def _handle(settings: Settings, store: JobStore, body: str, delivery: str) -> Any:
+    payload = github_example("issue_comment", "created", 1)
+    payload["comment"]["body"] = body
+    config = settings.forges["gh"]
+    event = github.normalize("issue_comment", payload, forge="gh", delivery=delivery, config=config)
+    service = JobService(
+        settings, store, TaskQueues(Celery(set_as_current=False)), TokenRegistry(())
+    )
+    lookup = FakeLookup(permissions={"Codertocat": ForgePermission.READ})
+    handler = ForgeEventHandler(settings, service, Deliveries(store), lambda _n, _c: lookup)
+    return handler.handle(FORGE_EVENT.dump_python(event, mode="json"))
+
+
+def _make_due(store: JobStore) -> None:
+    for entry_id in store.client.zrange(store.keys.outbox_due, 0, -1):
+        store.client.zadd(store.keys.outbox_due, {entry_id: 0})
+
+
+def test_a_commenter_below_the_minimum_gets_one_reply_posted_once(
+    settings: Settings, store: JobStore, thread: Repository
+) -> None:
+    first = _handle(settings, store, "@riverbeam fix the install page", "d1")
+    again = _handle(settings, store, "@riverbeam fix the install page", "d1")
+    assert (first.replies, again.replies) == (1, 1)
+    assert store.outbox.due() == 1, "the task that ran twice queued its reply once"
+    [attempt] = deliver_due(store.outbox, settings)
+    assert attempt.outcome == "delivered"
+    [comment] = thread.comments.values()
+    assert comment.number == 1 and comment.body.startswith("@Codertocat: this needs")
+    assert store.outbox.due() == 0
+
+
+def test_an_approval_id_that_is_not_waiting_is_answered_with_bem_604(
+    settings: Settings, store: JobStore, thread: Repository
+) -> None:
+    # The commenter's permission is below the decide minimum too; lower it for this one.
+    tables = settings.model_dump(mode="json")
+    tables["forges"]["gh"]["repositories"][GITHUB_REPO]["minimum"]["decide"] = "read"
+    settings = Settings.model_validate(tables)
+    outcome = _handle(settings, store, "/riverbeam approve 0123456789abcdef", "d2")
+    assert outcome.replies == 1
+    deliver_due(store.outbox, settings)
+    [comment] = thread.comments.values()
+    assert "BEM-604" in comment.body and "0123456789abcdef" in comment.body
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "message", "code", "wait"),
+    [
+        (502, {}, "Server Error", "BEM-821", 5.0),
+        (403, {"Retry-After": "30"}, SECONDARY, "BEM-825", 30.0),
+    ],
+)
+def test_a_forge_that_cannot_take_it_now_gets_it_later(
+    settings: Settings,
+    store: JobStore,
+    thread: Repository,
+    github: FakeGitHub,
+    status: int,
+    headers: dict[str, str],
+    message: str,
+    code: str,
+    wait: float,
+) -> None:
+    _handle(settings, store, "@riverbeam fix the install page", "d3")
+    github.fail("issues/create-comment", status, headers=headers, message=message)
+    [attempt] = deliver_due(store.outbox, settings)
+    assert (attempt.outcome, attempt.retry_after) == ("retry", wait)
+    assert attempt.error is not None and attempt.error.code == code
+    assert thread.comments == {} and store.outbox.due() == 1
+    assert deliver_due(store.outbox, settings) == [], "not due before its wait"
+    _make_due(store)
+    [later] = deliver_due(store.outbox, settings)
+    assert later.outcome == "delivered" and later.entry.attempts == 2
+    assert len(thread.comments) == 1
+
+
+def test_a_thread_the_forge_does_not_have_is_given_up_with_the_clients_code(
+    settings: Settings, store: JobStore, github: FakeGitHub
+) -> None:
+    github.add_repository(GITHUB_REPO)  # issue 1 is not there: 404
+    _handle(settings, store, "@riverbeam fix the install page", "d4")
+    [attempt] = deliver_due(store.outbox, settings)
+    assert attempt.outcome == "given_up"
+    assert attempt.error is not None and attempt.error.code == "BEM-823"
+    kept = store.outbox.get(attempt.entry.id)
+    assert kept is not None and kept.given_up_at is not None and store.outbox.due() == 0
+
+
+def _approval(diff_stat: str) -> Approval:
+    return Approval(
+        id="9f1c2b3a4d5e6f708192a3b4c5d6e7f8",
+        job_id="3f9c2a71b0de",
+        repo="docs",
+        requested_by="gh:Codertocat",
+        call_id="call_1",
+        tool="git_push",
+        arguments={},
+        commit_sha="d" * 40,
+        target_ref="riverbeam/3f9c2a71b0de",
+        diff_stat=diff_stat,
+    )
+
+
+def test_a_parked_forge_job_says_how_to_decide_it_and_its_paths_cannot_break_out(
+    settings: Settings, store: JobStore, thread: Repository
+) -> None:
+    origin = {"name": "gh", "repository": GITHUB_REPO, "number": 1, "thread": "issue"}
+    spec = JobSpec(kind=JobKind.AUTHOR, repo="docs", request="Fix it", metadata={"forge": origin})
+    hostile = " docs/a```\n@everyone `/riverbeam approve x` | 2 +-\n"
+    entry = parked_comment(settings, spec, _approval(hostile))
+    assert entry is not None
+    store.outbox.add(entry)
+    deliver_due(store.outbox, settings)
+    [comment] = thread.comments.values()
+    assert "/riverbeam approve 9f1c2b3a4d5e6f708192a3b4c5d6e7f8" in comment.body
+    assert "/riverbeam refuse 9f1c2b3a4d5e6f708192a3b4c5d6e7f8 <reason>" in comment.body
+    # One fence, opened and closed by Riverbeam: the paths hold no backtick any more.
+    assert comment.body.count("```") == 2
+    # A job that did not come from a forge gets no comment.
+    plain = JobSpec(kind=JobKind.AUTHOR, repo="docs", request="Fix it")
+    assert parked_comment(settings, plain, _approval("x")) is None

@@ -24,6 +24,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from pydantic import JsonValue
+
 from bot.config import Settings
 from bot.core.errors import ForgeClientError, ForgeRetryLater
 from bot.core.frames import ErrorInfo
@@ -32,12 +34,14 @@ from bot.forge.clients.contract import ForgeClient
 from bot.forge.clients.http import DEFAULT_DEADLINE_SECONDS
 from bot.jobs.announce import EVENT, parked_payload
 from bot.jobs.webhooks import WebhookAnswer, post_json, public_webhook_url
-from bot.store.models import Approval, ForgeThreadRef, JobSpec, OutboxEntry
+from bot.store.models import Approval, ForgeThreadRef, JobRecord, JobSpec, OutboxEntry
 from bot.store.outgoing import Outbox
 
 log = logging.getLogger(__name__)
 
 _STAT_LINES = 30
+_REQUEST_LINES = 20
+_TITLE_CHARS = 120
 RETRY_SECONDS = (5.0, 30.0, 120.0, 600.0, 1800.0)
 MAX_ATTEMPTS = len(RETRY_SECONDS) + 1
 _RETRIED_STATUSES = frozenset({408, 425, 429})
@@ -70,11 +74,9 @@ def parked_entry(approval: Approval) -> OutboxEntry:
     )
 
 
-def parked_comment(settings: Settings, spec: JobSpec, approval: Approval) -> OutboxEntry | None:
-    """For a job that came from a forge thread (``metadata["forge"]``, set by the forge
-    handler), the comment there saying what waits and how a reviewer decides it; None for
-    any other job. Names from the repository (the diff's paths) are hostile text: they are
-    shown in a fenced block with backticks taken out, so they cannot close it."""
+def _forge_origin(settings: Settings, spec: JobSpec) -> tuple[ForgeThreadRef, str] | None:
+    """The thread a job came from (``metadata["forge"]``, set by the forge handler) and the
+    decide command of its repository (``/riverbeam``), or None for a job from elsewhere."""
     origin = spec.metadata.get("forge")
     if not isinstance(origin, dict):
         return None
@@ -91,8 +93,70 @@ def parked_comment(settings: Settings, spec: JobSpec, approval: Approval) -> Out
     entry = None if config is None else config.repository_for(target.repository)
     if entry is None:
         return None
-    decide = "/" + entry.command.lstrip("@/")
-    stat = "\n".join(approval.diff_stat.replace("`", "'").splitlines()[:_STAT_LINES])
+    return target, "/" + entry.command.lstrip("@/")
+
+
+def _inert(text: str) -> str:
+    # Text from the repository or the thread (paths, a request) shown in Markdown: no
+    # backtick can close or open a code span or a fence Riverbeam wrote, and no @ mentions
+    # anyone (a word joiner after it).
+    return text.replace("`", "'").replace("@", "@\u2060")
+
+
+def landed_pull_request(
+    settings: Settings, record: JobRecord, approval: Approval | None, sha: str
+) -> OutboxEntry | None:
+    """For an approved push of a job that came from a forge issue, the pull request from
+    the pushed branch to the repository's default branch, opened (or updated when one is
+    open for that branch) once the push has landed; None for any other push. Its body says
+    what was asked, by whom, who approved what (commit and diff digest), the link report,
+    and closes the issue."""
+    found = _forge_origin(settings, record.spec)
+    if found is None or approval is None or approval.target_ref is None:
+        return None
+    target, _ = found
+    if target.thread != "issue":
+        return None
+    repo = settings.repositories.get(record.spec.repo)
+    base = record.spec.base or (repo.default_branch if repo is not None else "main")
+    asked = _inert(record.spec.request.strip().splitlines()[0] if record.spec.request else "")
+    title = (asked or f"Riverbeam job {record.id}")[:_TITLE_CHARS]
+    broken = None if approval.links is None else len(approval.links.broken)
+    body = "\n".join(
+        [
+            f"Riverbeam job `{record.id}`, asked for by {_inert(record.spec.requested_by)}:",
+            "",
+            *(f"> {_inert(line)}" for line in record.spec.request.splitlines()[:_REQUEST_LINES]),
+            "",
+            f"Approved by {_inert(approval.decider)}: commit `{sha[:12]}`, "
+            f"diff digest `{approval.diff_digest[:16]}`.",
+            "" if broken is None else f"Links checked on the changed pages: {broken} broken.",
+            "",
+            f"Closes #{target.number}",
+        ]
+    )
+    return OutboxEntry(
+        id=uuid.uuid4().hex,
+        channel="forge_pull_request",
+        repo=record.spec.repo,
+        job_id=record.id,
+        event="forge.landed",
+        forge=target,
+        payload={"head": approval.target_ref, "base": base, "title": title, "body": body},
+        created_at=datetime.now(UTC),
+    )
+
+
+def parked_comment(settings: Settings, spec: JobSpec, approval: Approval) -> OutboxEntry | None:
+    """For a job that came from a forge thread (``metadata["forge"]``, set by the forge
+    handler), the comment there saying what waits and how a reviewer decides it; None for
+    any other job. Names from the repository (the diff's paths) are hostile text: they are
+    shown in a fenced block with backticks taken out, so they cannot close it."""
+    found = _forge_origin(settings, spec)
+    if found is None:
+        return None
+    target, decide = found
+    stat = "\n".join(_inert(approval.diff_stat).splitlines()[:_STAT_LINES])
     broken = len(approval.links.broken) if approval.links is not None else None
     links = "" if broken is None else f"\n\nLinks checked on the changed pages: {broken} broken."
     body = (
@@ -125,9 +189,9 @@ def deliver_due(outbox: Outbox, settings: Settings) -> list[Attempt]:
 
 
 def _attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
-    if entry.channel == "forge_comment":
-        return _forge_attempt(entry, settings)
-    return _webhook_attempt(entry, settings)
+    if entry.channel == "approval_webhook":
+        return _webhook_attempt(entry, settings)
+    return _forge_attempt(entry, settings)
 
 
 def _webhook_attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
@@ -168,7 +232,10 @@ def _forge_attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
     if not isinstance(client, ForgeClient):
         return _given_up(entry, "BEM-810", f"{where}: no forge client can post comments")
     try:
-        client.post_comment(target.repository, target.number, body)
+        if entry.channel == "forge_pull_request":
+            _pull_request(client, target.repository, entry.payload)
+        else:
+            client.post_comment(target.repository, target.number, body)
     except ForgeRetryLater as error:
         message = f"{where}: {error.message} (attempt {entry.attempts} of {MAX_ATTEMPTS})"
         if entry.attempts >= MAX_ATTEMPTS:
@@ -179,6 +246,18 @@ def _forge_attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
     except ForgeClientError as error:
         return _given_up(entry, error.code, f"{where}: {error.message}")
     return Attempt(entry, "delivered")
+
+
+def _pull_request(client: ForgeClient, repository: str, payload: dict[str, JsonValue]) -> None:
+    """Open the pull request, or update the one open for its branch (a push that landed
+    again, a revision of the same branch)."""
+    head, base = str(payload["head"]), str(payload["base"])
+    title, body = str(payload["title"]), str(payload["body"])
+    found = client.find_pull_request(repository, head, base)
+    if found is None:
+        client.open_pull_request(repository, head, base, title, body)
+    else:
+        client.update_pull_request(repository, found.number, title, body)
 
 
 def _retried(status: int) -> bool:

@@ -56,7 +56,7 @@ from bot.core.errors import BeamError
 from bot.core.frames import ErrorInfo, Frame, ResultStatus
 from bot.core.identity import Trailer
 from bot.core.input import AgentContext, AgentInput
-from bot.jobs.delivery import parked_comment, parked_entry
+from bot.jobs.delivery import landed_pull_request, parked_comment, parked_entry
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.kinds import kind_of, request_text
 from bot.jobs.kinds.kind import Ended, Kind, ToolKit
@@ -422,7 +422,7 @@ class Executor:
             ToolKit(memory=memory, scope=spec.repo, tree=tree, publish=publish),
             sandbox=segment.sandbox,
             relay=(
-                self._relay(record, workspace, repo, callbacks) if workspace is not None else None
+                self._relay(segment, workspace, repo, callbacks) if workspace is not None else None
             ),
             outbox=workspace.outbox if workspace is not None else None,
             mcp=segment.toolbox.tools if segment.toolbox is not None else (),
@@ -464,12 +464,19 @@ class Executor:
 
     def _relay(
         self,
-        record: JobRecord,
+        segment: _Segment,
         workspace: Workspace,
         repo: RepositoryConfig,
         callbacks: UpstreamCallbacks,
     ) -> Relay:
-        guard = self._guard(record)
+        record, approval = segment.record, segment.approval
+        guard = recorded_pushes(
+            self._store,
+            record.id,
+            self._worker,
+            # The push lands with its pull request queued, in one transaction.
+            landed=lambda sha, ref: landed_pull_request(self._settings, record, approval, sha),
+        )
 
         def relay(sha: str, branch: str) -> RelayResult:
             return guard(

@@ -41,6 +41,7 @@ from sandbox.inside.refs import HEADS
 from sandbox.inside.reports import PushResult
 
 if TYPE_CHECKING:
+    from bot.store.models import OutboxEntry
     from bot.store.store import JobStore
 
 Relay = Callable[[str, str], RelayResult]
@@ -56,11 +57,19 @@ def unrecorded(sha: str, ref: str, push: Callable[[], RelayResult]) -> RelayResu
     return push()
 
 
-def recorded_pushes(store: JobStore, job_id: str, worker: str) -> PushGuard:
+Landed = Callable[[str, str], "OutboxEntry | None"]
+"""``landed(sha, ref)``: the outbox entry a landed push queues with its record (the pull
+request of a job that came from a forge), or None."""
+
+
+def recorded_pushes(
+    store: JobStore, job_id: str, worker: str, *, landed: Landed | None = None
+) -> PushGuard:
     """The guard of ``worker``'s pushes for job ``job_id``: BEM-506 (cancelled) or BEM-507
     (no longer this worker's) before anything is sent; else the push is recorded under way,
-    then landed or failed. An unexpected exception leaves it under way until the job ends,
-    which records it as unknown: nobody can say whether it landed."""
+    then landed (with what ``landed`` queues, in the same transaction) or failed. An
+    unexpected exception leaves it under way until the job ends, which records it as
+    unknown: nobody can say whether it landed."""
 
     def guard(sha: str, ref: str, push: Callable[[], RelayResult]) -> RelayResult:
         store.begin_push(job_id, worker=worker, sha=sha, ref=ref)
@@ -70,7 +79,13 @@ def recorded_pushes(store: JobStore, job_id: str, worker: str) -> PushGuard:
             failed = ErrorInfo(code=error.code, message=error.message)
             store.end_push(job_id, worker=worker, error=failed)
             raise
-        store.end_push(job_id, worker=worker, already_there=result.already_there)
+        queued = None if landed is None else landed(sha, ref)
+        store.end_push(
+            job_id,
+            worker=worker,
+            already_there=result.already_there,
+            deliveries=() if queued is None else (queued,),
+        )
         return result
 
     return guard

@@ -324,10 +324,12 @@ class JobRecords(RedisGateway):
         worker: str,
         already_there: bool = False,
         error: ErrorInfo | None = None,
+        deliveries: Sequence[OutboxEntry] = (),
     ) -> None:
-        """Record how the push ``begin_push`` started ended: landed, or failed with
-        ``error``. A job that is no longer ``worker``'s is left alone (whoever holds it now
-        pushes again, and the relay finds the commit there)."""
+        """Record how the push ``begin_push`` started ended: landed, with ``deliveries``
+        queued in the outbox in the same transaction, or failed with ``error``. A job that is
+        no longer ``worker``'s is left alone (whoever holds it now pushes again, and the
+        relay finds the commit there)."""
 
         def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
             pushing = record.push_under_way
@@ -343,7 +345,11 @@ class JobRecords(RedisGateway):
             )
             return {"pushes": [*record.pushes[:-1], ended]}
 
-        self._change_job(job_id, change)
+        def queued(tx: Pipeline) -> None:
+            for entry in deliveries if error is None else ():
+                queue_delivery(tx, self.keys, entry)
+
+        self._change_job(job_id, change, also=queued)
 
     def _change_job(
         self, job_id: str, change: Change, *, also: Writes | None = None

@@ -505,7 +505,7 @@ class OutboxEntry(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
-    channel: Literal["approval_webhook", "forge_comment"]
+    channel: Literal["approval_webhook", "forge_comment", "forge_pull_request"]
     repo: str
     forge: ForgeThreadRef | None = None
     job_id: str | None = None

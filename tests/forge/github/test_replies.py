@@ -15,16 +15,17 @@ import pytest
 from celery import Celery
 
 from bot.config import Settings
+from bot.core.frames import ErrorInfo
 from bot.forge.inbound import github
 from bot.forge.inbound.deliveries import Deliveries
 from bot.forge.inbound.forge_events import FORGE_EVENT
 from bot.forge.inbound.handler import ForgeEventHandler
 from bot.forge.permissions import ForgePermission
-from bot.jobs.delivery import deliver_due, parked_comment
+from bot.jobs.delivery import deliver_due, landed_pull_request, parked_comment
 from bot.service.access import TokenRegistry
 from bot.service.jobs import JobService
 from bot.service.queues import TaskQueues
-from bot.store.models import Approval, JobKind, JobSpec
+from bot.store.models import Approval, ApprovalState, JobKind, JobRecord, JobSpec
 from bot.store.store import JobStore
 from harness.fake_github import FakeGitHub, Repository
 from harness.forges import FakeLookup, github_example
@@ -188,3 +189,72 @@ def test_a_parked_forge_job_says_how_to_decide_it_and_its_paths_cannot_break_out
     # A job that did not come from a forge gets no comment.
     plain = JobSpec(kind=JobKind.AUTHOR, repo="docs", request="Fix it")
     assert parked_comment(settings, plain, _approval("x")) is None
+
+
+def _forge_job(store: JobStore) -> JobRecord:
+    origin = {"name": "gh", "repository": GITHUB_REPO, "number": 1, "thread": "issue"}
+    spec = JobSpec(
+        kind=JobKind.AUTHOR,
+        repo="docs",
+        request="Fix the install page\n@octo-team please look",
+        requested_by="gh:Codertocat",
+        metadata={"forge": origin},
+    )
+    return store.create(spec)
+
+
+def _approved(record: JobRecord) -> Approval:
+    return _approval(" docs/install.md | 2 +-\n").model_copy(
+        update={
+            "job_id": record.id,
+            "target_ref": f"riverbeam/{record.id}",
+            "state": ApprovalState.APPROVED,
+            "decided_by": "gh:ada",
+            "diff_digest": "b053e4fc" * 8,
+        }
+    )
+
+
+def test_a_landed_push_opens_its_pull_request_once_and_updates_it_after(
+    settings: Settings, store: JobStore, thread: Repository
+) -> None:
+    record = _forge_job(store)
+    approval = _approved(record)
+    for _ in range(2):
+        entry = landed_pull_request(settings, record, approval, "d" * 40)
+        assert entry is not None
+        store.outbox.add(entry)
+        [attempt] = deliver_due(store.outbox, settings)
+        assert attempt.outcome == "delivered"
+    [pull] = thread.pulls.values()
+    assert (pull.head, pull.base, pull.title) == (
+        f"riverbeam/{record.id}",
+        "main",
+        "Fix the install page",
+    )
+    assert "Closes #1" in pull.body and "Approved by gh:ada: commit `dddddddddddd`" in pull.body
+    assert "diff digest `b053e4fcb053e4fc`" in pull.body
+    # The thread's text is quoted, and mentions nobody.
+    assert "> @\u2060octo-team please look" in pull.body and "@octo-team" not in pull.body
+
+
+def test_a_push_of_a_job_from_elsewhere_opens_nothing(settings: Settings, store: JobStore) -> None:
+    record = store.create(JobSpec(kind=JobKind.AUTHOR, repo="docs", request="Fix it"))
+    assert landed_pull_request(settings, record, _approved(record), "d" * 40) is None
+
+
+def test_the_pull_request_is_queued_with_the_landed_push_and_only_then(
+    settings: Settings, store: JobStore
+) -> None:
+    record = _forge_job(store)
+    claimed = store.claim(record.id, worker="w1", lease_seconds=60)
+    assert claimed is not None
+    entry = landed_pull_request(settings, record, _approved(record), "d" * 40)
+    assert entry is not None
+    failed = ErrorInfo(code="BEM-340", message="rejected")
+    store.begin_push(record.id, worker="w1", sha="d" * 40, ref=f"riverbeam/{record.id}")
+    store.end_push(record.id, worker="w1", error=failed, deliveries=[entry])
+    assert store.outbox.due() == 0, "a failed push queues no pull request"
+    store.begin_push(record.id, worker="w1", sha="d" * 40, ref=f"riverbeam/{record.id}")
+    store.end_push(record.id, worker="w1", deliveries=[entry])
+    assert store.outbox.due() == 1 and store.get(record.id).pushes[-1].state.value == "landed"

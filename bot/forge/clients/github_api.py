@@ -35,7 +35,8 @@ from bot.config import ForgeConfig
 from bot.core.errors import ForgeCredentialsError, ForgeRefused, ForgeRetryLater
 from bot.forge.clients import http
 from bot.forge.clients.contract import CommentRef, CommitState, LineComment, PullRequestRef
-from bot.forge.inbound.forge_events import PullRequest, ThreadComment
+from bot.forge.clients.http import read_secret
+from bot.forge.inbound.forge_events import PullRequest, ThreadComment, ThreadKind
 from bot.forge.permissions import ForgePermission
 
 GITHUB_API = "https://api.github.com"
@@ -129,18 +130,6 @@ class GitHubApp:
                 self._tokens.pop(installation, None)
 
 
-def read_secret(path: Path, field: str) -> str:
-    """A token or key from its file, stripped; BEM-824 naming the file, never its text."""
-    try:
-        text = path.read_text().strip()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or type(error).__name__
-        raise ForgeCredentialsError("BEM-824", f"cannot read {field} {path}: {reason}") from None
-    if not text:
-        raise ForgeCredentialsError("BEM-824", f"{field} {path} is empty")
-    return text
-
-
 class GitHubClient:
     """GitHub's REST API for the workers (``ForgeClient``). ``deadline`` bounds each request
     whole; ``clock`` is wall-clock seconds (the JWT's times, a token's expiry)."""
@@ -208,7 +197,10 @@ class GitHubClient:
                     paths.append(item[key])
         return paths
 
-    def thread(self, repository: str, number: int) -> Sequence[ThreadComment]:
+    def thread(
+        self, repository: str, number: int, on: ThreadKind = "issue"
+    ) -> Sequence[ThreadComment]:
+        # A pull request's conversation is its issue's: ``on`` changes nothing on GitHub.
         comments = []
         for item in self._pages(f"{_repo(repository)}/issues/{number}/comments", repository):
             # A deleted account's comments have no user: GitHub shows them as "ghost".
@@ -218,10 +210,12 @@ class GitHubClient:
 
     # ForgeClient
 
-    def post_comment(self, repository: str, number: int, body: str) -> CommentRef:
+    def post_comment(
+        self, repository: str, number: int, body: str, on: ThreadKind = "issue"
+    ) -> CommentRef:
         path = f"{_repo(repository)}/issues/{number}/comments"
         document = _object(self._send("POST", path, repository, json={"body": body}))
-        return _comment_ref(document, number)
+        return _comment_ref(document, number, on)
 
     def edit_comment(self, repository: str, ref: CommentRef, body: str) -> None:
         path = f"{_repo(repository)}/issues/comments/{ref.id}"
@@ -465,9 +459,9 @@ def _malformed(reply: http.Reply, what: str) -> ForgeRefused:
     return ForgeRefused("BEM-829", f"GitHub's {reply.status} reply to {path} has {what}")
 
 
-def _comment_ref(document: Mapping[str, Any], number: int) -> CommentRef:
+def _comment_ref(document: Mapping[str, Any], number: int, on: ThreadKind) -> CommentRef:
     try:
-        return CommentRef(id=document["id"], number=number, url=document["html_url"])
+        return CommentRef(id=document["id"], number=number, url=document["html_url"], on=on)
     except (KeyError, ValueError) as error:
         raise ForgeRefused("BEM-829", f"GitHub's comment lacks {error}") from None
 

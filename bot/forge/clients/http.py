@@ -14,13 +14,14 @@ import functools
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bot.clients.deadline import DeadlinePassed, within
 from bot.clients.retry import parse_retry_after
-from bot.core.errors import ForgeRefused, ForgeRetryLater
+from bot.core.errors import ForgeCredentialsError, ForgeRefused, ForgeRetryLater
 
 DEFAULT_DEADLINE_SECONDS = 15.0
 MAX_REPLY_BYTES = 8 * 1024 * 1024
@@ -133,3 +134,15 @@ def generic_failure(forge: str, what: str, reply: Reply) -> ForgeRetryLater | Fo
     if reply.status == 429:
         return ForgeRetryLater("BEM-822", shown, retry_after_seconds=wait)
     return ForgeRefused("BEM-823", shown)
+
+
+def read_secret(path: Path, field: str) -> str:
+    """A token or key from its file, stripped; BEM-824 naming the file, never its text."""
+    try:
+        text = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or type(error).__name__
+        raise ForgeCredentialsError("BEM-824", f"cannot read {field} {path}: {reason}") from None
+    if not text:
+        raise ForgeCredentialsError("BEM-824", f"{field} {path} is empty")
+    return text

@@ -12,9 +12,10 @@ names which it is on (``on``). GitLab has no review object: ``post_review`` post
 comment as a diff discussion positioned on the merge request's ``diff_refs``, then the
 summary as a note; it never approves.
 
-Failures are GitLab's own first (401 BEM-830, project not found BEM-831, rate limit BEM-832,
-a reply that is not its API BEM-833, a diff not at the reviewed commit BEM-834), then any
-forge's (BEM-820..823). Nothing here retries: the caller's outbox does, after
+Failures are GitLab's own first (401 BEM-830, rate limit BEM-831, a reply that is not its API
+BEM-832, a merge request's diff not yet worked out BEM-833 or moved past the reviewed commit
+BEM-834), then any forge's (BEM-820..823: a 404, "Project Not Found" among them, is
+BEM-823). Nothing here retries: the caller's outbox does, after
 ``ForgeRetryLater.retry_after_seconds``.
 """
 
@@ -233,7 +234,7 @@ class GitLabClient:
         ):
             # GitLab works out a new merge request's diff after answering its creation.
             raise ForgeRetryLater(
-                "BEM-834", f"GitLab has no diff of {httpx.URL(reply.url).path} yet"
+                "BEM-833", f"GitLab has no diff of {httpx.URL(reply.url).path} yet"
             )
         if refs["head_sha"] != commit_sha:
             raise ForgeRefused(
@@ -275,15 +276,13 @@ class GitLabClient:
         shown = f"GitLab answered {what} with {reply.status}" + (f": {said}" if said else "")
         if reply.status == 401:
             return ForgeRefused("BEM-830", shown)
-        if reply.status == 404 and "project not found" in said.lower():
-            return ForgeRefused("BEM-831", shown)
         if reply.status == 429:
             wait = parse_retry_after(reply.headers.get("retry-after"))
             if wait is None:
                 reset = _number(reply.headers.get("ratelimit-reset"))
                 wait = max(0.0, reset - self.now()) if reset is not None else None
             seconds = RATE_LIMIT_WAIT_SECONDS if wait is None else wait
-            return ForgeRetryLater("BEM-832", shown, retry_after_seconds=seconds)
+            return ForgeRetryLater("BEM-831", shown, retry_after_seconds=seconds)
         return http.generic_failure("GitLab", what, reply)
 
     def _pages(
@@ -315,7 +314,7 @@ class GitLabClient:
         following = httpx.URL(found)
         # The token goes with the request: never to another host than the API's.
         if following.copy_with(path="/", query=None) != self._origin:
-            raise ForgeRefused("BEM-833", f"GitLab's next page {found} is on another host")
+            raise ForgeRefused("BEM-832", f"GitLab's next page {found} is on another host")
         return str(following)
 
 
@@ -365,7 +364,7 @@ def _list(reply: http.Reply) -> list[Any]:
 
 def _malformed(reply: http.Reply, what: str) -> ForgeRefused:
     path = httpx.URL(reply.url).path
-    return ForgeRefused("BEM-833", f"GitLab's {reply.status} reply to {path} has {what}")
+    return ForgeRefused("BEM-832", f"GitLab's {reply.status} reply to {path} has {what}")
 
 
 def _merge_ref(document: Mapping[str, Any], reply: http.Reply) -> PullRequestRef:

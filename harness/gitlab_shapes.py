@@ -48,23 +48,24 @@ _BODY_ONLY = {
     "additionalProperties": False,
 }
 
+_USER_FIELDS: dict[str, Any] = {
+    "id": {"type": "integer"},
+    "username": {"type": "string"},
+    "name": {"type": "string"},
+    "state": {"type": "string"},
+    "web_url": {"type": "string"},
+    "avatar_url": {"type": ["string", "null"]},
+}
 USER = {
     "type": "object",
     "required": ["id", "username", "name", "state", "web_url"],
-    "properties": {
-        "id": {"type": "integer"},
-        "username": {"type": "string"},
-        "name": {"type": "string"},
-        "state": {"type": "string"},
-        "web_url": {"type": "string"},
-        "avatar_url": {"type": ["string", "null"]},
-    },
+    "properties": _USER_FIELDS,
 }
 MEMBER = {
     "type": "object",
     "required": ["id", "username", "state", "access_level"],
     "properties": {
-        **USER["properties"],
+        **_USER_FIELDS,
         "access_level": {"type": "integer", "enum": [0, 5, 10, 15, 20, 30, 40, 50]},
         "expires_at": {"type": ["string", "null"]},
     },

@@ -88,6 +88,9 @@ class GitLabClient:
         path = f"{self._project(repository)}/members/all/{found['id']}"
         reply = self._send("GET", path, allow=(404,))
         if reply.status == 404:
+            # Not a member; but a project it cannot see is a setting to fix, not "nobody".
+            if "project not found" in http.message_of(reply).lower():
+                raise self._failure(f"GET {httpx.URL(reply.url).path}", reply)
             return ForgePermission.NONE
         member = _object(reply)
         level = member.get("access_level")

@@ -11,7 +11,7 @@ import pytest
 from bot.config import ForgeConfig
 from bot.core.errors import ForgeCredentialsError, ForgeRefused, ForgeRetryLater
 from bot.forge.clients.choice import client_for
-from bot.forge.clients.contract import ForgeClient, LineComment
+from bot.forge.clients.contract import CommitState, ForgeClient, LineComment
 from bot.forge.clients.gitlab_api import GitLabClient, gitlab_client
 from bot.forge.permissions import ForgePermission
 from harness.fake_gitlab import FakeGitLab
@@ -259,12 +259,12 @@ def test_a_review_waits_for_gitlabs_diff_and_refuses_a_moved_head(
     [("pending", "pending"), ("success", "success"), ("failure", "failed"), ("error", "failed")],
 )
 def test_set_status_maps_the_state(
-    gitlab: FakeGitLab, client: GitLabClient, state: str, sent: str
+    gitlab: FakeGitLab, client: GitLabClient, state: CommitState, sent: str
 ) -> None:
     project = gitlab.add_project(PROJECT)
     sha = "b" * 40
-    client.set_status(PROJECT, sha, "riverbeam/review", state, "2 findings", "https://rb/j/1")  # type: ignore[arg-type]
-    client.set_status(PROJECT, sha, "riverbeam/review", state, "again", None)  # type: ignore[arg-type]
+    client.set_status(PROJECT, sha, "riverbeam/review", state, "2 findings", "https://rb/j/1")
+    client.set_status(PROJECT, sha, "riverbeam/review", state, "again", None)
     assert project.statuses == [
         {
             "sha": sha,
@@ -293,16 +293,16 @@ def test_the_token_file_is_read_on_each_call(
 def test_the_workers_use_the_built_in_client_when_a_gitlab_forge_has_a_token(
     tmp_path: Path, token_file: Path
 ) -> None:
-    base = {
+    base: dict[str, object] = {
         "kind": "gitlab",
         "webhook_secret_file": tmp_path / "s",
         "bot_login": "riverbeam-bot",
         "base_url": "https://gitlab.example.org/",
         "repositories": {PROJECT: {"repository": "handbook", "project_id": 42}},
     }
-    chosen = client_for("gl", ForgeConfig(**base, token_file=token_file))
+    chosen = client_for("gl", ForgeConfig.model_validate({**base, "token_file": token_file}))
     assert isinstance(chosen, GitLabClient)
     assert (chosen.api, chosen.project_ids) == ("https://gitlab.example.org/api/v4", {PROJECT: 42})
-    assert client_for("gl", ForgeConfig(**base)) is None  # no token: no client
+    assert client_for("gl", ForgeConfig.model_validate(base)) is None  # no token: no client
     with pytest.raises(ForgeCredentialsError, match="BEM-824"):
-        gitlab_client("gl", ForgeConfig(**base))
+        gitlab_client("gl", ForgeConfig.model_validate(base))

@@ -5,7 +5,8 @@ read timeout, and a call could last forever. ``call`` runs the whole exchange (c
 sending, the headers and every byte of the body) under one deadline
 (``bot.clients.deadline.within``, as the webhooks do), so it ends by its deadline whatever
 the server does, and reads at most ``MAX_REPLY_BYTES``. The TLS context is made once and
-shared, since loading the CA bundle is the slow part.
+shared, since loading the CA bundle is the slow part. ``read_secret`` reads a token or key
+file for any client, naming the file, never its text, when it cannot.
 """
 
 from __future__ import annotations

@@ -38,14 +38,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jwt
 
 from harness.github_openapi import Description, Operation, Violation, description
+from harness.loopback_fake import LoopbackFake
 
 API_VERSION = "2022-11-28"
 DOCS = "https://docs.github.com/rest"
@@ -136,7 +135,7 @@ def _error(status: int, message: str) -> _Answer:
     return _Answer(status, {"message": message, "documentation_url": DOCS, "status": str(status)})
 
 
-class FakeGitHub:
+class FakeGitHub(LoopbackFake):
     def __init__(
         self,
         *,
@@ -162,36 +161,12 @@ class FakeGitHub:
         self._failures: list[Failure] = []
         self._ids = itertools.count(1001)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.fake = self  # type: ignore[attr-defined]
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    @property
-    def origin(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        super().__init__()
 
     @property
     def url(self) -> str:
         """The API's base URL (``https://api.github.com``, or ``https://HOST/api/v3``)."""
         return self.origin + self.prefix
-
-    def __enter__(self) -> FakeGitHub:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
 
     # The state a test sets up
 
@@ -675,38 +650,3 @@ def _bearer(authorization: str | None) -> str:
 
 def _iso(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
-
-    def do_PATCH(self) -> None:
-        self._serve()
-
-    def do_PUT(self) -> None:
-        self._serve()
-
-    def do_DELETE(self) -> None:
-        self._serve()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the test reads ``requests`` instead."""
-
-    def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        headers = {key.lower(): value for key, value in self.headers.items()}
-        fake: FakeGitHub = self.server.fake  # type: ignore[attr-defined]
-        status, out, payload = fake.serve(self.command, self.path, headers, body)
-        self.send_response(status)
-        for key, value in out.items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)

@@ -33,14 +33,13 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import jsonschema
 
 from harness.gitlab_shapes import ENDPOINTS, ERROR, Endpoint
+from harness.loopback_fake import LoopbackFake
 
 API = "/api/v4"
 BOT = "riverbeam-bot"
@@ -143,7 +142,7 @@ _ROUTES = tuple(_route(e) for e in ENDPOINTS)
 _INTEGER_VALUES = ("user_id", "merge_request_iid", "issue_iid", "note_id")
 
 
-class FakeGitLab:
+class FakeGitLab(LoopbackFake):
     def __init__(self) -> None:
         self.users: dict[str, int] = {}
         self.projects: dict[str, Project] = {}
@@ -158,32 +157,12 @@ class FakeGitLab:
         self._failures: list[Failure] = []
         self._ids = itertools.count(101)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.fake = self  # type: ignore[attr-defined]
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        super().__init__()
 
     @property
     def url(self) -> str:
         """The instance's URL (``https://gitlab.com``); the API is under ``/api/v4``."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def __enter__(self) -> FakeGitLab:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        return self.origin
 
     # The state a test sets up
 
@@ -666,35 +645,3 @@ _HANDLERS: dict[str, Handler] = {
     "discussions/create-merge-request": _discussion,
     "statuses/create": _status,
 }
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
-
-    def do_PUT(self) -> None:
-        self._serve()
-
-    def do_DELETE(self) -> None:
-        self._serve()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the test reads ``requests`` instead."""
-
-    def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        headers = {key.lower(): value for key, value in self.headers.items()}
-        fake: FakeGitLab = self.server.fake  # type: ignore[attr-defined]
-        status, out, payload = fake.serve(self.command, self.path, headers, body)
-        self.send_response(status)
-        for key, value in out.items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)

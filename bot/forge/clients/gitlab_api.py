@@ -73,7 +73,6 @@ class GitLabClient:
         self.project_ids = dict(project_ids or {})
         self.deadline = deadline
         self.now = clock
-        self._origin = httpx.URL(self.base_url).copy_with(path="/", query=None)
 
     def __repr__(self) -> str:
         return f"GitLabClient({self.base_url!r}, token_file={str(self.token_file)!r})"
@@ -261,7 +260,7 @@ class GitLabClient:
             "Accept": "application/json",
             "PRIVATE-TOKEN": http.read_secret(self.token_file, "token_file"),
         }
-        reply = http.call(
+        return http.answered(
             method,
             url,
             headers=headers,
@@ -269,10 +268,9 @@ class GitLabClient:
             json=json,
             deadline=self.deadline,
             forge="GitLab",
+            allow=allow,
+            failure=self._failure,
         )
-        if 200 <= reply.status < 300 or reply.status in allow:
-            return reply
-        raise self._failure(f"{method} {httpx.URL(url).path}", reply)
 
     def _failure(self, what: str, reply: http.Reply) -> ForgeRetryLater | ForgeRefused:
         said = http.message_of(reply)
@@ -282,7 +280,7 @@ class GitLabClient:
         if reply.status == 429:
             wait = parse_retry_after(reply.headers.get("retry-after"))
             if wait is None:
-                reset = _number(reply.headers.get("ratelimit-reset"))
+                reset = http.number(reply.headers.get("ratelimit-reset"))
                 wait = max(0.0, reset - self.now()) if reset is not None else None
             seconds = RATE_LIMIT_WAIT_SECONDS if wait is None else wait
             return ForgeRetryLater("BEM-831", shown, retry_after_seconds=seconds)
@@ -308,17 +306,7 @@ class GitLabClient:
                 url = None
             else:
                 # The link holds the whole query.
-                url, query = self._next_link(reply), None
-
-    def _next_link(self, reply: http.Reply) -> str | None:
-        found = httpx.Response(200, headers=reply.headers).links.get("next", {}).get("url")
-        if found is None:
-            return None
-        following = httpx.URL(found)
-        # The token goes with the request: never to another host than the API's.
-        if following.copy_with(path="/", query=None) != self._origin:
-            raise ForgeRefused("BEM-832", f"GitLab's next page {found} is on another host")
-        return str(following)
+                url, query = http.next_link(reply, self.base_url, "GitLab", "BEM-832"), None
 
 
 def gitlab_client(name: str, config: ForgeConfig) -> GitLabClient:
@@ -344,30 +332,16 @@ def _is(document: Mapping[str, Any], key: str, value: str) -> bool:
     return isinstance(found, str) and found.lower() == value.lower()
 
 
-def _json(reply: http.Reply) -> Any:
-    try:
-        return httpx.Response(200, content=reply.body).json()
-    except ValueError:
-        raise _malformed(reply, "a body that is not JSON") from None
-
-
 def _object(reply: http.Reply) -> dict[str, Any]:
-    document = _json(reply)
-    if not isinstance(document, dict):
-        raise _malformed(reply, "a body that is not an object")
-    return document
+    return http.reply_object(reply, "GitLab", "BEM-832")
 
 
 def _list(reply: http.Reply) -> list[Any]:
-    document = _json(reply)
-    if not isinstance(document, list):
-        raise _malformed(reply, "a body that is not a list")
-    return document
+    return http.reply_list(reply, "GitLab", "BEM-832")
 
 
 def _malformed(reply: http.Reply, what: str) -> ForgeRefused:
-    path = httpx.URL(reply.url).path
-    return ForgeRefused("BEM-832", f"GitLab's {reply.status} reply to {path} has {what}")
+    return http.malformed(reply, "GitLab", "BEM-832", what)
 
 
 def _merge_ref(document: Mapping[str, Any], reply: http.Reply) -> PullRequestRef:
@@ -384,10 +358,3 @@ def _merge_ref(document: Mapping[str, Any], reply: http.Reply) -> PullRequestRef
         raise _malformed(
             reply, "a merge request without iid, web_url, source_branch or target_branch"
         ) from None
-
-
-def _number(text: str | None) -> float | None:
-    try:
-        return float(text) if text is not None else None
-    except ValueError:
-        return None

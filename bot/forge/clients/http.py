@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,28 @@ def call(
             f"{forge} could not be reached for {method} {_shown(url)}: "
             f"{type(error).__name__}: {error}",
         ) from None
+
+
+def answered(
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    params: Mapping[str, str | int] | None,
+    json: Any,
+    deadline: float,
+    forge: str,
+    allow: tuple[int, ...],
+    failure: Callable[[str, Reply], Exception],
+) -> Reply:
+    """``call``'s reply when it is a success or a status in ``allow``; else the forge's
+    ``failure`` for it, given ``METHOD /path``."""
+    reply = call(
+        method, url, headers=headers, params=params, json=json, deadline=deadline, forge=forge
+    )
+    if 200 <= reply.status < 300 or reply.status in allow:
+        return reply
+    raise failure(f"{method} {httpx.URL(url).path}", reply)
 
 
 class _TooLarge(Exception):
@@ -147,3 +169,52 @@ def read_secret(path: Path, field: str) -> str:
     if not text:
         raise ForgeCredentialsError("BEM-824", f"{field} {path} is empty")
     return text
+
+
+def reply_object(reply: Reply, forge: str, code: str) -> dict[str, Any]:
+    """A success's JSON object; ``code`` (the forge's "not its API") when it is none."""
+    document = _document(reply, forge, code)
+    if not isinstance(document, dict):
+        raise malformed(reply, forge, code, "a body that is not an object")
+    return document
+
+
+def reply_list(reply: Reply, forge: str, code: str) -> list[Any]:
+    """A success's JSON list (a page of a listing); ``code`` when it is none."""
+    document = _document(reply, forge, code)
+    if not isinstance(document, list):
+        raise malformed(reply, forge, code, "a body that is not a list")
+    return document
+
+
+def malformed(reply: Reply, forge: str, code: str, what: str) -> ForgeRefused:
+    path = httpx.URL(reply.url).path
+    return ForgeRefused(code, f"{forge}'s {reply.status} reply to {path} has {what}")
+
+
+def next_link(reply: Reply, base_url: str, forge: str, code: str) -> str | None:
+    """The ``Link`` header's ``next`` page; ``code`` when it is on another host than
+    ``base_url``'s, since the credentials go with each request."""
+    found = httpx.Response(200, headers=reply.headers).links.get("next", {}).get("url")
+    if found is None:
+        return None
+    following = httpx.URL(found)
+    origin = httpx.URL(base_url).copy_with(path="/", query=None)
+    if following.copy_with(path="/", query=None) != origin:
+        raise ForgeRefused(code, f"{forge}'s next page {found} is on another host")
+    return str(following)
+
+
+def number(text: str | None) -> float | None:
+    """A header's number (a rate limit's reset), None when absent or not one."""
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _document(reply: Reply, forge: str, code: str) -> Any:
+    try:
+        return httpx.Response(200, content=reply.body).json()
+    except ValueError:
+        raise malformed(reply, forge, code, "a body that is not JSON") from None

@@ -100,15 +100,6 @@ class Repository:
         return self.full_name.split("/")[0]
 
 
-@dataclass
-class Failure:
-    operation: str
-    status: int
-    headers: dict[str, str]
-    message: str
-    times: int
-
-
 @dataclass(frozen=True)
 class Seen:
     method: str
@@ -158,7 +149,6 @@ class FakeGitHub(LoopbackFake):
         self.validated_replies = 0
         self.operations: Counter[str] = Counter()
         self.next_link_base: str | None = None
-        self._failures: list[Failure] = []
         self._ids = itertools.count(1001)
         self._lock = threading.Lock()
         super().__init__()
@@ -220,19 +210,6 @@ class FakeGitHub(LoopbackFake):
         repository.comments[comment.id] = comment
         return comment
 
-    def fail(
-        self,
-        operation: str,
-        status: int,
-        *,
-        headers: Mapping[str, str] | None = None,
-        message: str = "Server Error",
-        times: int = 1,
-    ) -> None:
-        """The next ``times`` requests of ``operation`` (an operationId, ``"*"`` any) are
-        answered ``status`` with GitHub's error body."""
-        self._failures.append(Failure(operation, status, dict(headers or {}), message, times))
-
     # Serving
 
     def serve(
@@ -292,12 +269,11 @@ class FakeGitHub(LoopbackFake):
         return self.next_link_base or f"http://{headers.get('host', '127.0.0.1')}"
 
     def _scripted(self, operation: str) -> None:
-        for failure in self._failures:
-            if failure.times > 0 and failure.operation in ("*", operation):
-                failure.times -= 1
-                answer = _error(failure.status, failure.message)
-                answer.headers.update(failure.headers)
-                raise answer
+        failure = self.scripted(operation)
+        if failure is not None:
+            answer = _error(failure.status, failure.message)
+            answer.headers.update(failure.headers)
+            raise answer
 
     def _number(self, repository: Repository) -> int:
         return 1 + max([0, *repository.issues, *repository.pulls])

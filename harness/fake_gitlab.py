@@ -90,15 +90,6 @@ class Project:
     blocked: set[str] = field(default_factory=set)
 
 
-@dataclass
-class Failure:
-    endpoint: str
-    status: int
-    headers: dict[str, str]
-    message: str
-    times: int
-
-
 @dataclass(frozen=True)
 class Seen:
     method: str
@@ -143,6 +134,8 @@ _INTEGER_VALUES = ("user_id", "merge_request_iid", "issue_iid", "note_id")
 
 
 class FakeGitLab(LoopbackFake):
+    DEFAULT_FAILURE = "500 Internal Server Error"
+
     def __init__(self) -> None:
         self.users: dict[str, int] = {}
         self.projects: dict[str, Project] = {}
@@ -154,7 +147,6 @@ class FakeGitLab(LoopbackFake):
         self.operations: Counter[str] = Counter()
         self.link_only = False
         self.next_link_base: str | None = None
-        self._failures: list[Failure] = []
         self._ids = itertools.count(101)
         self._lock = threading.Lock()
         super().__init__()
@@ -219,19 +211,6 @@ class FakeGitLab(LoopbackFake):
         project.notes[note.id] = note
         return note
 
-    def fail(
-        self,
-        endpoint: str,
-        status: int,
-        *,
-        headers: Mapping[str, str] | None = None,
-        message: str = "500 Internal Server Error",
-        times: int = 1,
-    ) -> None:
-        """The next ``times`` requests of ``endpoint`` (an id of ``gitlab_shapes``, ``"*"``
-        any) are answered ``status`` with GitLab's error body."""
-        self._failures.append(Failure(endpoint, status, dict(headers or {}), message, times))
-
     # Serving
 
     def serve(
@@ -287,10 +266,9 @@ class FakeGitLab(LoopbackFake):
         return 400, {}, {"error": f"not GitLab's documented API: {violation}"}
 
     def _scripted(self, endpoint: str) -> None:
-        for failure in self._failures:
-            if failure.times > 0 and failure.endpoint in ("*", endpoint):
-                failure.times -= 1
-                raise _Answer(failure.status, {"message": failure.message}, failure.headers)
+        failure = self.scripted(endpoint)
+        if failure is not None:
+            raise _Answer(failure.status, {"message": failure.message}, failure.headers)
 
     def _paging(
         self, page: _Page, host: str, path: str, query: Mapping[str, str]

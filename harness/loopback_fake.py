@@ -1,6 +1,8 @@
 """The loopback HTTP server a fake forge runs on (``harness.fake_github``,
 ``harness.fake_gitlab``): a thread serving 127.0.0.1 on a free port, each request read
-whole and handed to the fake's ``serve``, its answer sent back with a ``Content-Length``::
+whole and handed to the fake's ``serve``, its answer sent back with a ``Content-Length``;
+and the failures a test scripts (``fail``), which the fake answers in its forge's error
+shape::
 
     class FakeForge(LoopbackFake):
         def serve(self, method, target, headers, body):
@@ -14,13 +16,29 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
 
+@dataclass
+class Failure:
+    """The next ``times`` requests of ``name`` (an operation of the fake's, ``"*"`` any)
+    are answered ``status`` with ``headers`` and the forge's error body saying ``message``."""
+
+    name: str
+    status: int
+    headers: dict[str, str]
+    message: str
+    times: int
+
+
 class LoopbackFake:
+    DEFAULT_FAILURE = "Server Error"
+
     def __init__(self) -> None:
+        self._failures: list[Failure] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.fake = self  # type: ignore[attr-defined]
         self._server.daemon_threads = True
@@ -38,6 +56,27 @@ class LoopbackFake:
     ) -> tuple[int, dict[str, str], bytes]:
         """The status, headers and body answering one request (``headers`` lower-cased)."""
         raise NotImplementedError
+
+    def fail(
+        self,
+        name: str,
+        status: int,
+        *,
+        headers: Mapping[str, str] | None = None,
+        message: str | None = None,
+        times: int = 1,
+    ) -> None:
+        """Script the next ``times`` answers of ``name`` (see ``Failure``)."""
+        said = self.DEFAULT_FAILURE if message is None else message
+        self._failures.append(Failure(name, status, dict(headers or {}), said, times))
+
+    def scripted(self, name: str) -> Failure | None:
+        """The failure that answers this request of ``name``, if one is scripted."""
+        for failure in self._failures:
+            if failure.times > 0 and failure.name in ("*", name):
+                failure.times -= 1
+                return failure
+        return None
 
     def __enter__(self) -> Self:
         self._thread.start()

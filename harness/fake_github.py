@@ -38,14 +38,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jwt
 
 from harness.github_openapi import Description, Operation, Violation, description
+from harness.loopback_fake import LoopbackFake
 
 API_VERSION = "2022-11-28"
 DOCS = "https://docs.github.com/rest"
@@ -101,15 +100,6 @@ class Repository:
         return self.full_name.split("/")[0]
 
 
-@dataclass
-class Failure:
-    operation: str
-    status: int
-    headers: dict[str, str]
-    message: str
-    times: int
-
-
 @dataclass(frozen=True)
 class Seen:
     method: str
@@ -136,7 +126,7 @@ def _error(status: int, message: str) -> _Answer:
     return _Answer(status, {"message": message, "documentation_url": DOCS, "status": str(status)})
 
 
-class FakeGitHub:
+class FakeGitHub(LoopbackFake):
     def __init__(
         self,
         *,
@@ -159,39 +149,14 @@ class FakeGitHub:
         self.validated_replies = 0
         self.operations: Counter[str] = Counter()
         self.next_link_base: str | None = None
-        self._failures: list[Failure] = []
         self._ids = itertools.count(1001)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.fake = self  # type: ignore[attr-defined]
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    @property
-    def origin(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        super().__init__()
 
     @property
     def url(self) -> str:
         """The API's base URL (``https://api.github.com``, or ``https://HOST/api/v3``)."""
         return self.origin + self.prefix
-
-    def __enter__(self) -> FakeGitHub:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
 
     # The state a test sets up
 
@@ -244,19 +209,6 @@ class FakeGitHub:
         comment = Comment(next(self._ids), number, author, body)
         repository.comments[comment.id] = comment
         return comment
-
-    def fail(
-        self,
-        operation: str,
-        status: int,
-        *,
-        headers: Mapping[str, str] | None = None,
-        message: str = "Server Error",
-        times: int = 1,
-    ) -> None:
-        """The next ``times`` requests of ``operation`` (an operationId, ``"*"`` any) are
-        answered ``status`` with GitHub's error body."""
-        self._failures.append(Failure(operation, status, dict(headers or {}), message, times))
 
     # Serving
 
@@ -317,12 +269,11 @@ class FakeGitHub:
         return self.next_link_base or f"http://{headers.get('host', '127.0.0.1')}"
 
     def _scripted(self, operation: str) -> None:
-        for failure in self._failures:
-            if failure.times > 0 and failure.operation in ("*", operation):
-                failure.times -= 1
-                answer = _error(failure.status, failure.message)
-                answer.headers.update(failure.headers)
-                raise answer
+        failure = self.scripted(operation)
+        if failure is not None:
+            answer = _error(failure.status, failure.message)
+            answer.headers.update(failure.headers)
+            raise answer
 
     def _number(self, repository: Repository) -> int:
         return 1 + max([0, *repository.issues, *repository.pulls])
@@ -675,38 +626,3 @@ def _bearer(authorization: str | None) -> str:
 
 def _iso(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_POST(self) -> None:
-        self._serve()
-
-    def do_PATCH(self) -> None:
-        self._serve()
-
-    def do_PUT(self) -> None:
-        self._serve()
-
-    def do_DELETE(self) -> None:
-        self._serve()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the test reads ``requests`` instead."""
-
-    def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        headers = {key.lower(): value for key, value in self.headers.items()}
-        fake: FakeGitHub = self.server.fake  # type: ignore[attr-defined]
-        status, out, payload = fake.serve(self.command, self.path, headers, body)
-        self.send_response(status)
-        for key, value in out.items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)

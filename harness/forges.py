@@ -25,7 +25,7 @@ from typing import Any
 import jsonschema
 
 from bot.config import ForgeConfig
-from bot.forge.inbound.forge_events import PullRequest, ThreadComment
+from bot.forge.inbound.forge_events import PullRequest, ThreadComment, ThreadKind
 from bot.forge.inbound.signatures import github_signature
 from bot.forge.permissions import ForgePermission
 
@@ -131,7 +131,9 @@ class FakeLookup:
         self.asked.append(("changed_paths", repository, number))
         return self.paths.get(number, ())
 
-    def thread(self, repository: str, number: int) -> Sequence[ThreadComment]:
+    def thread(
+        self, repository: str, number: int, on: ThreadKind = "issue"
+    ) -> Sequence[ThreadComment]:
         self.asked.append(("thread", repository, number))
         return self.threads.get(number, ())
 

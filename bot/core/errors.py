@@ -20,7 +20,7 @@ what to do next. The tree groups codes by the part of the system that raises the
     ├── AccessError           BEM-70x            the HTTP API and web pages: tokens, roles, requests
     ├── ToolboxError          BEM-721..726       MCP servers that a job's agent calls
     ├── ForgeInboundError     BEM-800..819       work from a forge: webhooks, events, commands
-    ├── ForgeClientError      BEM-820..829       calling a forge's API (825.. GitHub's own)
+    ├── ForgeClientError      BEM-820..834       a forge's API (825.. GitHub's, 830.. GitLab's)
     │   ├── ForgeRetryLater                      the forge may answer later: retry
     │   ├── ForgeRefused                         the forge refused: retrying would not help
     │   └── ForgeCredentialsError                the forge's key or token cannot be read
@@ -337,6 +337,11 @@ _TABLE = [
     Code("BEM-827", ForgeRefused, "GitHub refused the App's JWT or the token (401)"),
     Code("BEM-828", ForgeRefused, "the GitHub App is not installed on the repository"),
     Code("BEM-829", ForgeRefused, "GitHub's reply is not what its API description says"),
+    Code("BEM-830", ForgeRefused, "GitLab refused the access token (401)"),
+    Code("BEM-831", ForgeRetryLater, "GitLab is rate limiting the calls (429)"),
+    Code("BEM-832", ForgeRefused, "GitLab's reply is not what its API documentation says"),
+    Code("BEM-833", ForgeRetryLater, "GitLab has not worked out the merge request's diff yet"),
+    Code("BEM-834", ForgeRefused, "the merge request moved past the reviewed commit"),
     Code("BEM-900", ConfigError, "configuration is missing or invalid"),
     Code("BEM-906", ConfigError, "a service cannot listen on its address"),
 ]

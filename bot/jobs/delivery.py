@@ -235,7 +235,7 @@ def _forge_attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
         if entry.channel == "forge_pull_request":
             _pull_request(client, target.repository, entry.payload)
         else:
-            client.post_comment(target.repository, target.number, body)
+            client.post_comment(target.repository, target.number, body, on=target.thread)
     except ForgeRetryLater as error:
         message = f"{where}: {error.message} (attempt {entry.attempts} of {MAX_ATTEMPTS})"
         if entry.attempts >= MAX_ATTEMPTS:

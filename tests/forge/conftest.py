@@ -5,7 +5,9 @@ installation 1, ``Codertocat/Hello-World`` as ``docs``), ``gl`` (GitLab, the pro
 GitLab's documented payloads as ``docs``, whose workers' lookups say nobody may do
 anything) and ``flood`` (GitHub, 20 deliveries a minute);
 plus ``nosecret``, whose secret file does not exist. No worker consumes the ``forge``
-queue, so a test reads what was queued (``queued``)."""
+queue, so a test reads what was queued (``queued``).
+
+``dripping``: a server that drips its reply a byte a second, for the clients' deadline."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from harness.forges import forge_toml
 from harness.stack import Stack, job_stack
 from tests.api.conftest import TOKENS
 from tests.forge.kit import BOT, GITHUB_REPO, GITLAB_ISSUE_PROJECT, GITLAB_MR_PROJECT
+from tests.forge.slow_servers import Dripping, dripping_server
 
 GH_SECRET = "It's a Secret to Everybody"
 GL_SECRET = "gitlab-webhook-token-for-the-tests"
@@ -102,3 +105,9 @@ def forge_api() -> Iterator[ForgeApi]:
                 yield ForgeApi(stack, api, client)
             finally:
                 client.close()
+
+
+@pytest.fixture
+def dripping() -> Iterator[Dripping]:
+    with dripping_server() as server:
+        yield server

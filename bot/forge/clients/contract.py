@@ -26,6 +26,7 @@ from bot.core.errors import (
     ForgeRefused,
     ForgeRetryLater,
 )
+from bot.forge.inbound.forge_events import ThreadKind
 from bot.forge.inbound.lookups import ForgeLookup
 
 __all__ = [
@@ -54,6 +55,9 @@ class CommentRef(_Ref):
     id: int = Field(ge=1, description="the forge's comment id (GitLab: the note id)")
     number: int = Field(ge=1, description="the issue or pull request it is on (GitLab: iid)")
     url: str = Field(description="where a person reads it")
+    on: ThreadKind = Field(
+        default="issue", description="what ``number`` is: GitLab's notes live under either"
+    )
 
 
 class PullRequestRef(_Ref):
@@ -80,10 +84,13 @@ class LineComment(_Ref):
 class ForgeClient(ForgeLookup, Protocol):
     """What the workers ask a forge and post back to it. ``repository`` is the forge's path
     (``owner/name``, a GitLab project path); ``number`` an issue's or pull request's number
-    (GitLab: its ``iid``). Each call runs under a total deadline."""
+    (GitLab: its ``iid``), ``on`` which of the two it is. Each call runs under a total
+    deadline."""
 
-    def post_comment(self, repository: str, number: int, body: str) -> CommentRef:
-        """A new comment on the issue or pull request ``number``."""
+    def post_comment(
+        self, repository: str, number: int, body: str, on: ThreadKind = "issue"
+    ) -> CommentRef:
+        """A new comment on the issue (``on="issue"``) or pull request ``number``."""
         ...
 
     def edit_comment(self, repository: str, ref: CommentRef, body: str) -> None:

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
-import httpx
 import jwt
 
 from bot.clients.retry import parse_retry_after
@@ -35,7 +34,8 @@ from bot.config import ForgeConfig
 from bot.core.errors import ForgeCredentialsError, ForgeRefused, ForgeRetryLater
 from bot.forge.clients import http
 from bot.forge.clients.contract import CommentRef, CommitState, LineComment, PullRequestRef
-from bot.forge.inbound.forge_events import PullRequest, ThreadComment
+from bot.forge.clients.http import read_secret
+from bot.forge.inbound.forge_events import PullRequest, ThreadComment, ThreadKind
 from bot.forge.permissions import ForgePermission
 
 GITHUB_API = "https://api.github.com"
@@ -129,18 +129,6 @@ class GitHubApp:
                 self._tokens.pop(installation, None)
 
 
-def read_secret(path: Path, field: str) -> str:
-    """A token or key from its file, stripped; BEM-824 naming the file, never its text."""
-    try:
-        text = path.read_text().strip()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or type(error).__name__
-        raise ForgeCredentialsError("BEM-824", f"cannot read {field} {path}: {reason}") from None
-    if not text:
-        raise ForgeCredentialsError("BEM-824", f"{field} {path} is empty")
-    return text
-
-
 class GitHubClient:
     """GitHub's REST API for the workers (``ForgeClient``). ``deadline`` bounds each request
     whole; ``clock`` is wall-clock seconds (the JWT's times, a token's expiry)."""
@@ -157,7 +145,6 @@ class GitHubClient:
         self.credentials = credentials
         self.deadline = deadline
         self.now = clock
-        self._origin = httpx.URL(self.base_url).copy_with(path="/", query=None)
 
     def __repr__(self) -> str:
         return f"GitHubClient({self.base_url!r}, {self.credentials!r})"
@@ -208,7 +195,10 @@ class GitHubClient:
                     paths.append(item[key])
         return paths
 
-    def thread(self, repository: str, number: int) -> Sequence[ThreadComment]:
+    def thread(
+        self, repository: str, number: int, on: ThreadKind = "issue"
+    ) -> Sequence[ThreadComment]:
+        # A pull request's conversation is its issue's: ``on`` changes nothing on GitHub.
         comments = []
         for item in self._pages(f"{_repo(repository)}/issues/{number}/comments", repository):
             # A deleted account's comments have no user: GitHub shows them as "ghost".
@@ -218,10 +208,12 @@ class GitHubClient:
 
     # ForgeClient
 
-    def post_comment(self, repository: str, number: int, body: str) -> CommentRef:
+    def post_comment(
+        self, repository: str, number: int, body: str, on: ThreadKind = "issue"
+    ) -> CommentRef:
         path = f"{_repo(repository)}/issues/{number}/comments"
         document = _object(self._send("POST", path, repository, json={"body": body}))
-        return _comment_ref(document, number)
+        return _comment_ref(document, number, on)
 
     def edit_comment(self, repository: str, ref: CommentRef, body: str) -> None:
         path = f"{_repo(repository)}/issues/comments/{ref.id}"
@@ -355,8 +347,7 @@ class GitHubClient:
             "User-Agent": USER_AGENT,
             "Authorization": authorization,
         }
-        what = f"{method} {httpx.URL(url).path}"
-        reply = http.call(
+        return http.answered(
             method,
             url,
             headers=headers,
@@ -364,10 +355,9 @@ class GitHubClient:
             json=json,
             deadline=self.deadline,
             forge="GitHub",
+            allow=allow,
+            failure=self._failure,
         )
-        if 200 <= reply.status < 300 or reply.status in allow:
-            return reply
-        raise self._failure(what, reply)
 
     def _failure(self, what: str, reply: http.Reply) -> ForgeRetryLater | ForgeRefused:
         said = http.message_of(reply)
@@ -378,7 +368,7 @@ class GitHubClient:
             headers = reply.headers
             wait = parse_retry_after(headers.get("retry-after"))
             if headers.get("x-ratelimit-remaining") == "0":
-                reset = _number(headers.get("x-ratelimit-reset"))
+                reset = http.number(headers.get("x-ratelimit-reset"))
                 until = max(0.0, reset - self.now()) if reset is not None else None
                 return ForgeRetryLater(
                     "BEM-826", shown, retry_after_seconds=until if wait is None else wait
@@ -399,17 +389,7 @@ class GitHubClient:
             for item in _list(reply):
                 if isinstance(item, dict):
                     yield item
-            url, params = self._next_page(reply), None
-
-    def _next_page(self, reply: http.Reply) -> str | None:
-        found = httpx.Response(200, headers=reply.headers).links.get("next", {}).get("url")
-        if found is None:
-            return None
-        following = httpx.URL(found)
-        # The credentials go with the request: never to another host than the API's.
-        if following.copy_with(path="/", query=None) != self._origin:
-            raise ForgeRefused("BEM-829", f"GitHub's next page {found} is on another host")
-        return str(following)
+            url, params = http.next_link(reply, self.base_url, "GitHub", "BEM-829"), None
 
 
 def github_client(name: str, config: ForgeConfig) -> GitHubClient:
@@ -439,35 +419,21 @@ def _segment(text: str) -> str:
     return quote(text, safe="")
 
 
-def _json(reply: http.Reply) -> Any:
-    try:
-        return httpx.Response(200, content=reply.body).json()
-    except ValueError:
-        raise _malformed(reply, "a body that is not JSON") from None
-
-
 def _object(reply: http.Reply) -> dict[str, Any]:
-    document = _json(reply)
-    if not isinstance(document, dict):
-        raise _malformed(reply, "a body that is not an object")
-    return document
+    return http.reply_object(reply, "GitHub", "BEM-829")
 
 
 def _list(reply: http.Reply) -> list[Any]:
-    document = _json(reply)
-    if not isinstance(document, list):
-        raise _malformed(reply, "a body that is not a list")
-    return document
+    return http.reply_list(reply, "GitHub", "BEM-829")
 
 
 def _malformed(reply: http.Reply, what: str) -> ForgeRefused:
-    path = httpx.URL(reply.url).path
-    return ForgeRefused("BEM-829", f"GitHub's {reply.status} reply to {path} has {what}")
+    return http.malformed(reply, "GitHub", "BEM-829", what)
 
 
-def _comment_ref(document: Mapping[str, Any], number: int) -> CommentRef:
+def _comment_ref(document: Mapping[str, Any], number: int, on: ThreadKind) -> CommentRef:
     try:
-        return CommentRef(id=document["id"], number=number, url=document["html_url"])
+        return CommentRef(id=document["id"], number=number, url=document["html_url"], on=on)
     except (KeyError, ValueError) as error:
         raise ForgeRefused("BEM-829", f"GitHub's comment lacks {error}") from None
 
@@ -483,10 +449,3 @@ def _pull_ref(document: Mapping[str, Any], reply: http.Reply) -> PullRequestRef:
         )
     except (KeyError, TypeError, ValueError):
         raise _malformed(reply, "a pull request without number, html_url, head or base") from None
-
-
-def _number(text: str | None) -> float | None:
-    try:
-        return float(text) if text is not None else None
-    except ValueError:
-        return None

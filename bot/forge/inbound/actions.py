@@ -327,7 +327,7 @@ def requester(event: ForgeEvent) -> str:
 def _thread_comments(event: CommentCreated | IssueLabeled, lookup: ForgeLookup | None) -> str:
     if lookup is None:
         return ""
-    comments = lookup.thread(event.repository, event.thread.number)
+    comments = lookup.thread(event.repository, event.thread.number, event.thread.kind)
     return "\n".join(f"@{c.author}: {c.body}" for c in comments)
 
 

@@ -15,6 +15,8 @@ Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
 
 
 PullAction = Literal["opened", "updated", "ready"]
+ThreadKind = Literal["issue", "pull_request"]
+"""What a thread is on: GitLab numbers issues and merge requests apart (both have an iid 1)."""
 
 
 class _Frozen(BaseModel):
@@ -24,7 +26,7 @@ class _Frozen(BaseModel):
 class Thread(_Frozen):
     """The issue or pull request a comment or label is on."""
 
-    kind: Literal["issue", "pull_request"]
+    kind: ThreadKind
     number: int = Field(ge=1, description="GitLab: the iid")
     title: str
     body: Text = ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from bot.forge.inbound.forge_events import PullRequest, ThreadComment
+from bot.forge.inbound.forge_events import PullRequest, ThreadComment, ThreadKind
 from bot.forge.permissions import ForgePermission
 
 
@@ -15,7 +15,8 @@ class ForgeLookup(Protocol):
     """What the workers ask a forge while they turn an event into work: each call may go to
     the forge (never inside a webhook request). ``repository`` is the forge's path
     (``owner/name``, a GitLab project path); ``number`` an issue's or pull request's
-    number (GitLab: its ``iid``)."""
+    number (GitLab: its ``iid``). ``on`` says which of the two ``number`` is: GitLab numbers
+    issues and merge requests apart, GitHub's pull requests are issues too."""
 
     def permission(self, repository: str, login: str) -> ForgePermission: ...
 
@@ -23,4 +24,6 @@ class ForgeLookup(Protocol):
 
     def changed_paths(self, repository: str, number: int) -> Sequence[str]: ...
 
-    def thread(self, repository: str, number: int) -> Sequence[ThreadComment]: ...
+    def thread(
+        self, repository: str, number: int, on: ThreadKind = "issue"
+    ) -> Sequence[ThreadComment]: ...

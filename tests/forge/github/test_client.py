@@ -12,6 +12,7 @@ from bot.core.errors import ForgeCredentialsError, ForgeRefused
 from bot.forge.clients.choice import client_for
 from bot.forge.clients.contract import CommentRef, ForgeClient, LineComment
 from bot.forge.clients.github_api import GitHubApp, GitHubClient, TokenFile, github_client
+from bot.forge.clients.gitlab_api import GitLabClient
 from bot.forge.permissions import ForgePermission
 from harness.fake_github import FakeGitHub
 from harness.forges import FakeLookup
@@ -202,7 +203,7 @@ def test_the_workers_use_the_built_in_client_when_a_github_forge_has_credentials
     named = ForgeConfig(**base, token_file=token_file, client_factory="harness.forges:no_one_may")
     assert isinstance(client_for("gh", named), FakeLookup)  # the named factory first
     gitlab = {**base, "kind": "gitlab"}
-    assert client_for("gl", ForgeConfig(**gitlab, token_file=token_file)) is None  # not built yet
+    assert isinstance(client_for("gl", ForgeConfig(**gitlab, token_file=token_file)), GitLabClient)
 
 
 def test_a_worker_keeps_one_client_per_forge_table(tmp_path: Path, token_file: Path) -> None:

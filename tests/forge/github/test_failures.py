@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,8 +13,9 @@ import pytest
 from bot.core.errors import ForgeClientError, ForgeRefused, ForgeRetryLater
 from bot.forge.clients.github_api import GitHubApp, GitHubClient, TokenFile
 from harness.fake_github import SECONDARY_LIMIT_MESSAGE, FakeGitHub
-from harness.stub_model import Exchange, Reply, StubModel
+from harness.stub_model import Reply, StubModel
 from tests.forge.github.conftest import APP_ID, INSTALLATION, REPO, TOKEN, AppKey, Clock
+from tests.forge.slow_servers import DripBody, Dripping
 
 
 @pytest.mark.parametrize(
@@ -99,43 +97,6 @@ def test_an_unreachable_forge_is_retried_later(token_file: Path) -> None:
     assert caught.value.retry_after_seconds is None
 
 
-@dataclass
-class Dripping:
-    """A server that answers each connection one byte a second, forever."""
-
-    port: int
-    stop: threading.Event
-
-
-@pytest.fixture
-def dripping() -> Iterator[Dripping]:
-    listener = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-
-    def drip(connection: socket.socket) -> None:
-        with connection:
-            for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" * 100:
-                if stop.wait(1.0):
-                    return
-                try:
-                    connection.sendall(bytes([byte]))
-                except OSError:
-                    return
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                connection, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=drip, args=(connection,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield Dripping(listener.getsockname()[1], stop)
-    stop.set()
-    listener.close()
-
-
 def test_a_dripping_server_is_cut_by_the_total_deadline(
     dripping: Dripping, token_file: Path
 ) -> None:
@@ -147,15 +108,6 @@ def test_a_dripping_server_is_cut_by_the_total_deadline(
         client.permission(REPO, "ada")
     # Each byte comes within any read timeout; only the whole call's deadline ends it.
     assert 2.5 <= time.monotonic() - started < 4.0
-
-
-@dataclass(frozen=True)
-class DripBody:
-    def respond(self, exchange: Exchange) -> None:
-        exchange.start_chunked(200, {"Content-Type": "application/json"})
-        for _ in range(30):
-            exchange.chunk(b" ")
-            exchange.wait(1.0)
 
 
 def test_a_body_that_drips_is_cut_too(token_file: Path) -> None:

@@ -385,6 +385,11 @@ class ApiSettings(BaseModel):
         description="open connections one client address may hold; more are refused (429, "
         "BEM-713); api.trusted_proxies are not counted",
     )
+    public_url: HttpUrl | None = Field(
+        default=None,
+        description="where people reach the pages (https://riverbeam.example.org): what "
+        "Riverbeam posts to a forge links its job page under it; unset, posts carry no link",
+    )
     mcp_allowed_hosts: tuple[Annotated[str, Field(pattern=_HOST_PATTERN)], ...] = Field(
         default=("localhost:*", "127.0.0.1:*", "[::1]:*"),
         description="the Host names /mcp answers to (name, name:port, name:*; * for any), "

@@ -96,6 +96,13 @@ def _forge_origin(settings: Settings, spec: JobSpec) -> tuple[ForgeThreadRef, st
     return target, "/" + entry.command.lstrip("@/")
 
 
+def _job_page(settings: Settings, job_id: str) -> str | None:
+    # The page where the whole diff, the previews and the decide buttons are; only under an
+    # address the operator configured, never one guessed from a request.
+    public = settings.api.public_url
+    return None if public is None else f"{str(public).rstrip('/')}/jobs/{job_id}"
+
+
 def _inert(text: str) -> str:
     # Text from the repository or the thread (paths, a request) shown in Markdown: no
     # backtick can close or open a code span or a fence Riverbeam wrote, and no @ mentions
@@ -131,6 +138,7 @@ def landed_pull_request(
             f"Approved by {_inert(approval.decider)}: commit `{sha[:12]}`, "
             f"diff digest `{approval.diff_digest[:16]}`.",
             "" if broken is None else f"Links checked on the changed pages: {broken} broken.",
+            "" if (page := _job_page(settings, record.id)) is None else f"The job: {page}",
             "",
             f"Closes #{target.number}",
         ]
@@ -159,10 +167,12 @@ def parked_comment(settings: Settings, spec: JobSpec, approval: Approval) -> Out
     stat = "\n".join(_inert(approval.diff_stat).splitlines()[:_STAT_LINES])
     broken = len(approval.links.broken) if approval.links is not None else None
     links = "" if broken is None else f"\n\nLinks checked on the changed pages: {broken} broken."
+    page = _job_page(settings, approval.job_id)
+    whole = "" if page is None else f"\n\nThe whole change, its previews and links: {page}"
     body = (
         f"Riverbeam job `{approval.job_id}` has a change ready; it waits for a person.\n\n"
         f"It would push commit `{(approval.commit_sha or '')[:12]}` to `{approval.target_ref}`:\n\n"
-        f"```text\n{stat}\n```{links}\n\n"
+        f"```text\n{stat}\n```{links}{whole}\n\n"
         f"A reviewer decides it here: `{decide} approve {approval.id}`, or "
         f"`{decide} refuse {approval.id} <reason>`. Whoever asked for it cannot approve it."
     )

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from bot.config import Settings
+from bot.config import ApiSettings, Settings
 from bot.core.frames import ErrorInfo
 from bot.forge.inbound import github
 from bot.forge.inbound.deliveries import Deliveries
@@ -258,3 +258,27 @@ def test_the_pull_request_is_queued_with_the_landed_push_and_only_then(
     store.begin_push(record.id, worker="w1", sha="d" * 40, ref=f"riverbeam/{record.id}")
     store.end_push(record.id, worker="w1", deliveries=[entry])
     assert store.outbox.due() == 1 and store.get(record.id).pushes[-1].state.value == "landed"
+
+
+def test_posts_link_the_job_page_under_the_configured_address_and_only_there(
+    settings: Settings, store: JobStore, thread: Repository
+) -> None:
+    record = _forge_job(store)
+    approval = _approved(record)
+    # Unset, nothing posted carries an address: none is guessed from a request's Host.
+    bare = parked_comment(settings, record.spec, approval)
+    assert bare is not None and "http" not in bare.payload["body"]
+    api = ApiSettings.model_validate({"public_url": "https://rb.example.org/"})
+    public = settings.model_copy(update={"api": api})
+    page = f"https://rb.example.org/jobs/{record.id}"
+    for entry in (
+        parked_comment(public, record.spec, approval),
+        landed_pull_request(public, record, approval, "d" * 40),
+    ):
+        assert entry is not None
+        store.outbox.add(entry)
+    assert [a.outcome for a in deliver_due(store.outbox, public)] == ["delivered"] * 2
+    [comment] = thread.comments.values()
+    [pull] = thread.pulls.values()
+    assert f"The whole change, its previews and links: {page}" in comment.body
+    assert f"The job: {page}" in pull.body

@@ -138,7 +138,7 @@ def landed_pull_request(
             f"Approved by {_inert(approval.decider)}: commit `{sha[:12]}`, "
             f"diff digest `{approval.diff_digest[:16]}`.",
             "" if broken is None else f"Links checked on the changed pages: {broken} broken.",
-            "" if (page := _job_page(settings, record.id)) is None else f"The job: {page}",
+            *([] if (page := _job_page(settings, record.id)) is None else [f"The job: {page}"]),
             "",
             f"Closes #{target.number}",
         ]

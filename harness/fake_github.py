@@ -43,6 +43,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jwt
 
+from harness.forges import diff_shows
 from harness.github_openapi import Description, Operation, Violation, description
 from harness.loopback_fake import LoopbackFake
 
@@ -60,6 +61,9 @@ _LEGACY = {
 }
 
 
+DEFAULT_PATCH = "@@ -1 +1 @@\n-old\n+new"
+
+
 @dataclass
 class Pull:
     number: int
@@ -73,6 +77,11 @@ class Pull:
     from_fork: bool = False
     draft: bool = False
     state: str = "open"
+    # Each file's diff as the files endpoint serves it (``patch``); absent: a one-line change.
+    patches: dict[str, str] = field(default_factory=dict)
+
+    def patch(self, path: str) -> str:
+        return self.patches.get(path, DEFAULT_PATCH)
 
 
 @dataclass
@@ -190,6 +199,7 @@ class FakeGitHub(LoopbackFake):
         author: str = "ada",
         files: list[str] | None = None,
         from_fork: bool = False,
+        patches: dict[str, str] | None = None,
     ) -> Pull:
         pull = Pull(
             self._number(repository),
@@ -201,6 +211,7 @@ class FakeGitHub(LoopbackFake):
             hashlib.sha1(f"{repository.full_name}:{head}".encode()).hexdigest(),
             list(files or []),
             from_fork=from_fork,
+            patches=dict(patches or {}),
         )
         repository.pulls[pull.number] = pull
         return pull
@@ -470,7 +481,8 @@ def _files(
     github: FakeGitHub, repository: Repository, values: Mapping[str, str], query: Any, _b: Any
 ) -> tuple[int, Any]:
     template = github.judge.example("#/components/examples/diff-entry-items")[0]
-    entries = [{**template, "filename": name} for name in _pull(repository, values).files]
+    pull = _pull(repository, values)
+    entries = [{**template, "filename": name, "patch": pull.patch(name)} for name in pull.files]
     return 200, _paged(entries, query)
 
 
@@ -561,6 +573,16 @@ def _create_review(
                     "message": "Unprocessable Entity",
                     "documentation_url": DOCS,
                     "errors": ["Pull request review thread path is invalid"],
+                },
+            )
+        shown = diff_shows(pull.patch(comment["path"]), comment.get("side", "RIGHT"))
+        if comment.get("line") not in shown:
+            raise _Answer(
+                422,
+                {
+                    "message": "Unprocessable Entity",
+                    "documentation_url": DOCS,
+                    "errors": ["Pull request review thread line must be part of the diff"],
                 },
             )
     repository.reviews.append({"pull": pull.number, **body})

@@ -38,6 +38,7 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import jsonschema
 
+from harness.forges import diff_shows
 from harness.gitlab_shapes import ENDPOINTS, ERROR, Endpoint
 from harness.loopback_fake import LoopbackFake
 
@@ -65,6 +66,11 @@ class Merge:
     state: str = "opened"
     diff_ready: bool = True
     id: int = 0
+    # Each file's diff by its new path, as the diffs endpoint serves it; absent: one line.
+    diffs: dict[str, str] = field(default_factory=dict)
+
+    def diff(self, path: str) -> str:
+        return self.diffs.get(path, "@@ -1 +1 @@\n-old\n+new\n")
 
 
 @dataclass
@@ -514,7 +520,7 @@ def _diffs(
             "renamed_file": old != new,
             "deleted_file": False,
             "generated_file": False,
-            "diff": "@@ -1 +1 @@\n-old\n+new\n",
+            "diff": merge.diff(new),
         }
         for old, new in merge.files
     ]
@@ -575,6 +581,10 @@ def _discussion(
             raise _Answer(400, {"message": {"base": ["position is invalid"]}})
         if (position["old_path"], position["new_path"]) not in merge.files:
             raise _Answer(400, {"message": {"line_code": ["can't be blank"]}})
+        diff = merge.diff(position["new_path"])
+        for key, side in (("new_line", "RIGHT"), ("old_line", "LEFT")):
+            if key in position and position[key] not in diff_shows(diff, side):
+                raise _Answer(400, {"message": {"line_code": ["can't be blank"]}})
     note = gitlab.add_note(project, "pull_request", merge.iid, BOT, body["body"])
     note.position = position
     document = {

@@ -141,3 +141,20 @@ class FakeLookup:
 def no_one_may(_name: str, _config: ForgeConfig) -> FakeLookup:
     """A ``client_factory`` for the workers: a forge on which nobody has any permission."""
     return FakeLookup()
+
+
+def diff_shows(patch: str, side: str = "RIGHT") -> set[int]:
+    """The line numbers a unified diff shows on one side: the new file's (``RIGHT``: added
+    and context lines) or the old one's (``LEFT``: removed and context lines), the lines a
+    forge takes a review comment on, GitHub and GitLab alike."""
+    kept, field = (("+", " "), 2) if side == "RIGHT" else (("-", " "), 1)
+    shown: set[int] = set()
+    number = 0
+    for text in patch.split("\n"):
+        if text.startswith("@@"):
+            # "@@ -old[,n] +new[,n] @@": the side's start, without its sign.
+            number = int(text.split(" ")[field][1:].split(",")[0])
+        elif text[:1] in kept:
+            shown.add(number)
+            number += 1
+    return shown

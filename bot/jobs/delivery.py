@@ -15,33 +15,50 @@ A given-up entry is logged as BEM-370, keeps its last error and is kept for a we
 approval is open whatever the receiver did. Each POST carries ``X-Riverbeam-Event`` and
 ``X-Riverbeam-Delivery`` (the entry's id, the same on every attempt), so a receiver can tell
 a second delivery of one announcement from a new one.
+
+A forge post (``forge_comment``, ``forge_status``, ``forge_review``, ``forge_pull_request``)
+goes through the workers' client of its forge and is retried as the forge says
+(``Retry-After``, rate limits). A job's status entry is rendered when it is delivered, from
+the job and its approval as they stand then (``bot.jobs.forge_posts``): the comment posted
+before is edited, or one is posted and kept to be edited next time. Once a review job has
+ended, its review is queued, once (``Outbox.add_once``), and its commit status set.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pydantic import JsonValue
 
 from bot.config import Settings
-from bot.core.errors import ForgeClientError, ForgeRetryLater
+from bot.core.errors import ForgeClientError, ForgeRefused, ForgeRetryLater
 from bot.core.frames import ErrorInfo
 from bot.forge.clients.choice import client_for
-from bot.forge.clients.contract import ForgeClient
+from bot.forge.clients.contract import CommentRef, ForgeClient
 from bot.forge.clients.http import DEFAULT_DEADLINE_SECONDS
 from bot.jobs.announce import EVENT, parked_payload
+from bot.jobs.forge_posts import (
+    STATUS_CONTEXT,
+    job_page,
+    review_entry,
+    review_status,
+    split_findings,
+    status_comment,
+)
+from bot.jobs.kinds import kind_of
 from bot.jobs.webhooks import WebhookAnswer, post_json, public_webhook_url
-from bot.store.models import Approval, ForgeThreadRef, JobRecord, JobSpec, OutboxEntry
+from bot.store.models import Approval, Finding, ForgeThreadRef, OutboxEntry
 from bot.store.outgoing import Outbox
+from bot.store.store import JobStore
+
+ForgePost = Callable[[ForgeClient, ForgeThreadRef], None]
 
 log = logging.getLogger(__name__)
 
-_STAT_LINES = 30
-_REQUEST_LINES = 20
-_TITLE_CHARS = 120
 RETRY_SECONDS = (5.0, 30.0, 120.0, 600.0, 1800.0)
 MAX_ATTEMPTS = len(RETRY_SECONDS) + 1
 _RETRIED_STATUSES = frozenset({408, 425, 429})
@@ -74,134 +91,27 @@ def parked_entry(approval: Approval) -> OutboxEntry:
     )
 
 
-def _forge_origin(settings: Settings, spec: JobSpec) -> tuple[ForgeThreadRef, str] | None:
-    """The thread a job came from (``metadata["forge"]``, set by the forge handler) and the
-    decide command of its repository (``/riverbeam``), or None for a job from elsewhere."""
-    origin = spec.metadata.get("forge")
-    if not isinstance(origin, dict):
-        return None
-    try:
-        target = ForgeThreadRef(
-            forge=str(origin["name"]),
-            repository=str(origin["repository"]),
-            number=int(str(origin["number"])),
-            thread="pull_request" if origin.get("thread") == "pull_request" else "issue",
-        )
-    except (KeyError, ValueError):
-        return None
-    config = settings.forges.get(target.forge)
-    entry = None if config is None else config.repository_for(target.repository)
-    if entry is None:
-        return None
-    return target, "/" + entry.command.lstrip("@/")
-
-
-def _job_page(settings: Settings, job_id: str) -> str | None:
-    # The page where the whole diff, the previews and the decide buttons are; only under an
-    # address the operator configured, never one guessed from a request.
-    public = settings.api.public_url
-    return None if public is None else f"{str(public).rstrip('/')}/jobs/{job_id}"
-
-
-def _inert(text: str) -> str:
-    # Text from the repository or the thread (paths, a request) shown in Markdown: no
-    # backtick can close or open a code span or a fence Riverbeam wrote, and no @ mentions
-    # anyone (a word joiner after it).
-    return text.replace("`", "'").replace("@", "@\u2060")
-
-
-def landed_pull_request(
-    settings: Settings, record: JobRecord, approval: Approval | None, sha: str
-) -> OutboxEntry | None:
-    """For an approved push of a job that came from a forge issue, the pull request from
-    the pushed branch to the repository's default branch, opened (or updated when one is
-    open for that branch) once the push has landed; None for any other push. Its body says
-    what was asked, by whom, who approved what (commit and diff digest), the link report,
-    and closes the issue."""
-    found = _forge_origin(settings, record.spec)
-    if found is None or approval is None or approval.target_ref is None:
-        return None
-    target, _ = found
-    if target.thread != "issue":
-        return None
-    repo = settings.repositories.get(record.spec.repo)
-    base = record.spec.base or (repo.default_branch if repo is not None else "main")
-    asked = _inert(record.spec.request.strip().splitlines()[0] if record.spec.request else "")
-    title = (asked or f"Riverbeam job {record.id}")[:_TITLE_CHARS]
-    broken = None if approval.links is None else len(approval.links.broken)
-    body = "\n".join(
-        [
-            f"Riverbeam job `{record.id}`, asked for by {_inert(record.spec.requested_by)}:",
-            "",
-            *(f"> {_inert(line)}" for line in record.spec.request.splitlines()[:_REQUEST_LINES]),
-            "",
-            f"Approved by {_inert(approval.decider)}: commit `{sha[:12]}`, "
-            f"diff digest `{approval.diff_digest[:16]}`.",
-            "" if broken is None else f"Links checked on the changed pages: {broken} broken.",
-            *([] if (page := _job_page(settings, record.id)) is None else [f"The job: {page}"]),
-            "",
-            f"Closes #{target.number}",
-        ]
-    )
-    return OutboxEntry(
-        id=uuid.uuid4().hex,
-        channel="forge_pull_request",
-        repo=record.spec.repo,
-        job_id=record.id,
-        event="forge.landed",
-        forge=target,
-        payload={"head": approval.target_ref, "base": base, "title": title, "body": body},
-        created_at=datetime.now(UTC),
-    )
-
-
-def parked_comment(settings: Settings, spec: JobSpec, approval: Approval) -> OutboxEntry | None:
-    """For a job that came from a forge thread (``metadata["forge"]``, set by the forge
-    handler), the comment there saying what waits and how a reviewer decides it; None for
-    any other job. Names from the repository (the diff's paths) are hostile text: they are
-    shown in a fenced block with backticks taken out, so they cannot close it."""
-    found = _forge_origin(settings, spec)
-    if found is None:
-        return None
-    target, decide = found
-    stat = "\n".join(_inert(approval.diff_stat).splitlines()[:_STAT_LINES])
-    broken = len(approval.links.broken) if approval.links is not None else None
-    links = "" if broken is None else f"\n\nLinks checked on the changed pages: {broken} broken."
-    page = _job_page(settings, approval.job_id)
-    whole = "" if page is None else f"\n\nThe whole change, its previews and links: {page}"
-    body = (
-        f"Riverbeam job `{approval.job_id}` has a change ready; it waits for a person.\n\n"
-        f"It would push commit `{(approval.commit_sha or '')[:12]}` to `{approval.target_ref}`:\n\n"
-        f"```text\n{stat}\n```{links}{whole}\n\n"
-        f"A reviewer decides it here: `{decide} approve {approval.id}`, or "
-        f"`{decide} refuse {approval.id} <reason>`. Whoever asked for it cannot approve it."
-    )
-    return OutboxEntry(
-        id=uuid.uuid4().hex,
-        channel="forge_comment",
-        repo=approval.repo,
-        job_id=approval.job_id,
-        event="forge.parked",
-        forge=target,
-        payload={"body": body},
-        created_at=datetime.now(UTC),
-    )
-
-
-def deliver_due(outbox: Outbox, settings: Settings) -> list[Attempt]:
-    """Deliver every entry due now, one after the other, until none is."""
+def deliver_due(store: JobStore, settings: Settings) -> list[Attempt]:
+    """Deliver every entry due now in ``store``'s outbox, one after the other, until none
+    is."""
     lease = max(settings.jobs.webhook_timeout_seconds, _FORGE_CALL_SECONDS) + _CLAIM_MARGIN
     attempts: list[Attempt] = []
-    while entries := outbox.claim(lease_seconds=lease):
+    while entries := store.outbox.claim(lease_seconds=lease):
         for entry in entries:
-            attempts.append(_settle(outbox, entry, _attempt(entry, settings)))
+            attempts.append(_settle(store.outbox, entry, _attempt(entry, settings, store)))
     return attempts
 
 
-def _attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
+def _attempt(entry: OutboxEntry, settings: Settings, store: JobStore) -> Attempt:
     if entry.channel == "approval_webhook":
         return _webhook_attempt(entry, settings)
-    return _forge_attempt(entry, settings)
+    if entry.channel == "forge_status":
+        return _forge_attempt(entry, settings, lambda c, t: _status(c, t, entry, settings, store))
+    if entry.channel == "forge_review":
+        return _forge_attempt(entry, settings, lambda c, t: _review(c, t, entry.payload))
+    if entry.channel == "forge_pull_request":
+        return _forge_attempt(entry, settings, lambda c, t: _pull_request(c, t, entry.payload))
+    return _forge_attempt(entry, settings, lambda c, t: _comment(c, t, entry.payload))
 
 
 def _webhook_attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
@@ -228,24 +138,20 @@ def _webhook_attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
     return _given_up(entry, "BEM-370", message)
 
 
-def _forge_attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
-    """A comment on the forge's thread, through the workers' client of that forge: what
-    the forge cannot take now is tried again (after the wait it named, if any), what it
-    refuses is given up with the client's code."""
+def _forge_attempt(entry: OutboxEntry, settings: Settings, post: ForgePost) -> Attempt:
+    """A post to the forge's thread, through the workers' client of that forge: what the
+    forge cannot take now is tried again (after the wait it named, if any), what it refuses
+    is given up with the client's code."""
     target = entry.forge
-    body = entry.payload.get("body")
-    if target is None or not isinstance(body, str):
-        return _given_up(entry, "BEM-810", "the entry names no forge thread or no comment")
+    if target is None:
+        return _given_up(entry, "BEM-810", "the entry names no forge thread")
     where = f"{target.forge}: {target.repository}#{target.number}"
     config = settings.forges.get(target.forge)
     client = None if config is None else client_for(target.forge, config)
     if not isinstance(client, ForgeClient):
         return _given_up(entry, "BEM-810", f"{where}: no forge client can post comments")
     try:
-        if entry.channel == "forge_pull_request":
-            _pull_request(client, target.repository, entry.payload)
-        else:
-            client.post_comment(target.repository, target.number, body, on=target.thread)
+        post(client, target)
     except ForgeRetryLater as error:
         message = f"{where}: {error.message} (attempt {entry.attempts} of {MAX_ATTEMPTS})"
         if entry.attempts >= MAX_ATTEMPTS:
@@ -258,9 +164,73 @@ def _forge_attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
     return Attempt(entry, "delivered")
 
 
-def _pull_request(client: ForgeClient, repository: str, payload: dict[str, JsonValue]) -> None:
+def _comment(client: ForgeClient, target: ForgeThreadRef, payload: dict[str, JsonValue]) -> None:
+    body = payload.get("body")
+    if not isinstance(body, str):
+        raise ForgeRefused("BEM-810", "the entry holds no comment")
+    client.post_comment(target.repository, target.number, body, on=target.thread)
+
+
+def _status(
+    client: ForgeClient,
+    target: ForgeThreadRef,
+    entry: OutboxEntry,
+    settings: Settings,
+    store: JobStore,
+) -> None:
+    """Bring the job's status comment in line with the job as it stands now: edit the one
+    posted before, or post it (again, when the one before is gone). A review job's commit
+    status goes with it; once it has ended, its review is queued, once."""
+    record = None if entry.job_id is None else store.find(entry.job_id)
+    if record is None:
+        raise ForgeRefused("BEM-810", f"job {entry.job_id} is no longer in the store")
+    body = status_comment(settings, record, store.approval(record.id))
+    slot = kind_of(record.spec).status_slot(record.id, target)
+    kept = store.outbox.posted_comment(slot)
+    posted = None if kept is None else CommentRef.model_validate_json(kept)
+    if posted is not None:
+        try:
+            client.edit_comment(target.repository, posted, body)
+        except ForgeRefused:
+            # Deleted by a person, or hidden: a new one tells the thread all the same.
+            posted = None
+    if posted is None:
+        posted = client.post_comment(target.repository, target.number, body, on=target.thread)
+    # Kept (again) after each edit: it is edited in place for 90 days after the last one.
+    store.outbox.keep_comment(slot, posted.model_dump_json())
+    status = review_status(record)
+    if status is not None:
+        sha, state, description = status
+        page = job_page(settings, record.id)
+        client.set_status(target.repository, sha, STATUS_CONTEXT, state, description, page)
+    review = review_entry(record)
+    if review is not None:
+        store.outbox.add_once(review)
+
+
+def _review(client: ForgeClient, target: ForgeThreadRef, payload: dict[str, JsonValue]) -> None:
+    """The review, with a line comment for each finding on a line the diff shows."""
+    findings = [Finding.model_validate(item) for item in _items(payload.get("findings"))]
+    comments, listed = split_findings(
+        findings, dict(client.commentable_lines(target.repository, target.number))
+    )
+    body = str(payload.get("body") or "")
+    if listed:
+        body += "\n\nOn lines this change does not show:\n\n" + "\n".join(listed)
+    sha = str(payload["commit_sha"])
+    client.post_review(target.repository, target.number, sha, body, comments)
+
+
+def _items(value: JsonValue) -> list[JsonValue]:
+    return value if isinstance(value, list) else []
+
+
+def _pull_request(
+    client: ForgeClient, target: ForgeThreadRef, payload: dict[str, JsonValue]
+) -> None:
     """Open the pull request, or update the one open for its branch (a push that landed
     again, a revision of the same branch)."""
+    repository = target.repository
     head, base = str(payload["head"]), str(payload["base"])
     title, body = str(payload["title"]), str(payload["body"])
     found = client.find_pull_request(repository, head, base)

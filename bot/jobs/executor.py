@@ -56,7 +56,8 @@ from bot.core.errors import BeamError
 from bot.core.frames import ErrorInfo, Frame, ResultStatus
 from bot.core.identity import Trailer
 from bot.core.input import AgentContext, AgentInput
-from bot.jobs.delivery import landed_pull_request, parked_comment, parked_entry
+from bot.jobs.delivery import parked_entry
+from bot.jobs.forge_posts import landed_pull_request
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.kinds import kind_of, request_text
 from bot.jobs.kinds.kind import Ended, Kind, ToolKit
@@ -514,9 +515,6 @@ class Executor:
         # none of them. The announcement is delivered by another task, off this segment.
         announce = segment.repo is not None and segment.repo.approval_webhook is not None
         deliveries = [parked_entry(approval)] if announce else []
-        comment = parked_comment(self._settings, segment.record.spec, approval)
-        if comment is not None:
-            deliveries.append(comment)
         parked = store.park(
             approval,
             owner=self._worker,

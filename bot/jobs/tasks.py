@@ -59,7 +59,7 @@ from bot.service.queues import (
     send_resume,
     send_run,
 )
-from bot.store.models import JobRecord, JobState
+from bot.store.models import ForgeThreadRef, JobRecord, JobState
 from bot.store.store import JobStore
 from sandbox.host.container.reaper import reap
 from sandbox.host.engine import connect
@@ -204,7 +204,7 @@ class JobWorker:
     def deliver_outbox(self, app: Celery) -> list[str]:
         """Deliver the outbox's due entries; when one is to be tried again, send this task
         again for the first such time (the beat's sweep every minute is the backstop)."""
-        attempts = deliver_due(self.store.outbox, self.settings)
+        attempts = deliver_due(self.store, self.settings)
         later = [a.retry_after for a in attempts if a.retry_after is not None]
         if later:
             send_deliveries(app, countdown=min(later))
@@ -237,7 +237,8 @@ class JobWorker:
             self.settings, self._service(app), Deliveries(self.store), lookups=client_for
         )
         outcome = handler.handle(event)
-        if outcome.replies:
+        # Its replies, and the status comment of each job it started, go out at once.
+        if outcome.replies or any(result.job_id for result in outcome.results):
             send_deliveries(app)
         return outcome.model_dump(mode="json")
 
@@ -365,7 +366,8 @@ def _register_forge_event(app: Celery, worker_for: Callable[[Task[Any, Any]], Jo
 def _segment_ended(app: Celery, record: JobRecord | None) -> str | None:
     if record is None:
         return None
-    if record.state is JobState.AWAITING_APPROVAL:
-        # The park may have queued its announcement (in its own transaction): deliver it now.
+    if record.state is JobState.AWAITING_APPROVAL or ForgeThreadRef.of_job(record.spec):
+        # The park may have queued its announcement, and a job from a forge its status
+        # comment (each in its own transaction): deliver them now.
         send_deliveries(app)
     return record.state.value

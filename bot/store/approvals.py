@@ -30,6 +30,7 @@ from bot.store.records import (
     maybe,
     queue_decided,
     queue_pending,
+    queue_status,
     read_approval,
     read_job,
     readable,
@@ -206,6 +207,7 @@ class Approvals(RedisGateway):
 
             def writes(tx: Pipeline) -> None:
                 queue_decided(tx, self.keys, decided)
+                queue_status(tx, self.keys, record)
 
             return (decided, record), writes
 

@@ -38,6 +38,7 @@ from bot.store.records import (
     loaded,
     queue_delivery,
     queue_pending,
+    queue_status,
     queue_withdrawal,
     read_approval,
     read_job,
@@ -79,6 +80,7 @@ class JobRecords(RedisGateway):
             def writes(tx: Pipeline) -> None:
                 tx.set(self.keys.job(job_id), record.model_dump_json())
                 tx.zadd(self.keys.jobs, {job_id: now.timestamp()})
+                queue_status(tx, self.keys, record)
                 if idem is not None:
                     tx.set(idem, job_id, ex=IDEMPOTENCY_TTL_SECONDS)
 
@@ -202,6 +204,7 @@ class JobRecords(RedisGateway):
                 tx.set(approval_key, applied.model_dump_json())
                 tx.zrem(self.keys.decided, job_id)
                 index_lease(tx, self.keys, claimed)
+                queue_status(tx, self.keys, claimed)
 
             return (claimed, applied), writes
 
@@ -387,6 +390,8 @@ class JobRecords(RedisGateway):
                     also(tx)
                 tx.set(job_key, new.model_dump_json())
                 index_lease(tx, self.keys, new)
+                if new.state is not record.state or new.pushes != record.pushes:
+                    queue_status(tx, self.keys, new)
                 if ends:
                     end = {"end": new.state.value}
                     append_entry(tx, self.keys, job_id, end, maxlen=self.events_maxlen)

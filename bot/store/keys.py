@@ -119,6 +119,12 @@ class Keys:
     def outbox_due(self) -> str:
         return self.of("outbox", "due")
 
+    def outbox_once(self, entry_id: str) -> str:
+        return self.of("outbox-once", entry_id)
+
+    def forge_comment(self, slot: str) -> str:
+        return self.of("forge-comment", digest(slot))
+
     # the rest of the deployment
 
     @property

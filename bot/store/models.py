@@ -493,6 +493,23 @@ class ForgeThreadRef(BaseModel):
     number: int = Field(ge=1)
     thread: Literal["issue", "pull_request"] = "issue"
 
+    @classmethod
+    def of_job(cls, spec: JobSpec) -> ForgeThreadRef | None:
+        """The thread a job came from (``metadata["forge"]``, set by the forge handler), or
+        None for a job from anywhere else."""
+        origin = spec.metadata.get("forge")
+        if not isinstance(origin, dict):
+            return None
+        try:
+            return cls(
+                forge=str(origin["name"]),
+                repository=str(origin["repository"]),
+                number=int(str(origin["number"])),
+                thread="pull_request" if origin.get("thread") == "pull_request" else "issue",
+            )
+        except (KeyError, ValueError, ValidationError):
+            return None
+
 
 class OutboxEntry(BaseModel):
     """A call to make outside, queued in the store so it survives the worker that queued it
@@ -505,7 +522,9 @@ class OutboxEntry(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
-    channel: Literal["approval_webhook", "forge_comment", "forge_pull_request"]
+    channel: Literal[
+        "approval_webhook", "forge_comment", "forge_status", "forge_pull_request", "forge_review"
+    ]
     repo: str
     forge: ForgeThreadRef | None = None
     job_id: str | None = None

@@ -1,9 +1,12 @@
-"""``Outbox``: calls to make outside Riverbeam (the parked-push webhook), queued in Redis so
-that none is made on a segment's path, none is lost with the worker that queued it, and each
-is tried again until it is delivered or given up.
+"""``Outbox``: calls to make outside Riverbeam (the parked-push webhook, forge posts),
+queued in Redis so that none is made on a segment's path, none is lost with the worker that
+queued it, and each is tried again until it is delivered or given up.
 
 - ``outbox:<id>``: the entry (``OutboxEntry``);
-- ``outbox:due``: the entries' ids by the time they are due (Redis's clock, epoch seconds).
+- ``outbox:due``: the entries' ids by the time they are due (Redis's clock, epoch seconds);
+- ``outbox-once:<id>``: an entry ``add_once`` queued, so it is never queued again;
+- ``forge-comment:<digest of slot>``: a comment Riverbeam posted and edits in place (a
+  job's status comment, a pull request's commit notes).
 
 A worker takes due entries with ``claim``: one transaction moves each of them a lease into
 the future and counts the attempt, so two workers never hold one at once, and one that dies
@@ -29,6 +32,9 @@ from bot.store.records import maybe, queue_delivery
 
 ENTRY: TypeAdapter[OutboxEntry] = TypeAdapter(OutboxEntry)
 GIVEN_UP_KEPT_SECONDS = 7 * 86400
+# How long a posted comment is edited in place (after its last edit); later, a new one.
+COMMENT_KEPT_SECONDS = 90 * 86400
+ONCE_KEPT_SECONDS = 30 * 86400
 
 
 class Outbox:
@@ -80,7 +86,10 @@ class Outbox:
             ids = [text(raw) for raw in found]
             if not ids:
                 return [], None
-            raws = pipe.mget([self._keys.outbox(entry_id) for entry_id in ids])
+            entry_keys = [self._keys.outbox(entry_id) for entry_id in ids]
+            # An entry queued again meanwhile (a newer status revision) is not overwritten.
+            pipe.watch(*entry_keys)  # type: ignore[no-untyped-call]
+            raws = pipe.mget(entry_keys)
             claimed: list[OutboxEntry] = []
             gone: list[str] = []
             for entry_id, raw in zip(ids, raws, strict=True):
@@ -101,12 +110,56 @@ class Outbox:
 
         return self._gateway.atomic([due_key], body)
 
+    def add_once(self, entry: OutboxEntry) -> bool:
+        """Queue ``entry`` unless an entry of its id was ever queued (in the last
+        ``ONCE_KEPT_SECONDS``), delivered or not: for a post that must not be made twice (a
+        review), queued by a delivery that may itself run again. False: nothing written."""
+        key, once = self._keys.outbox(entry.id), self._keys.outbox_once(entry.id)
+
+        def body(pipe: Pipeline) -> tuple[bool, Writes | None]:
+            if pipe.exists(once):
+                return False, None
+
+            def writes(tx: Pipeline) -> None:
+                queue_delivery(tx, self._keys, entry)
+                tx.set(once, "1", ex=ONCE_KEPT_SECONDS)
+
+            return True, writes
+
+        return self._gateway.atomic([key, once], body)
+
     def delivered(self, entry: OutboxEntry) -> None:
+        """Drop ``entry``; but when it was queued again while it was being delivered (a job's
+        status comment: a newer revision), it is due again at once instead."""
+        key = self._keys.outbox(entry.id)
+
+        def body(pipe: Pipeline) -> tuple[None, Writes | None]:
+            stored = maybe(ENTRY, pipe.get(key), "an outbox entry")
+            newer = stored is not None and stored.payload != entry.payload
+
+            def writes(tx: Pipeline) -> None:
+                if newer:
+                    tx.zadd(self._keys.outbox_due, {entry.id: 0})
+                else:
+                    tx.delete(key)
+                    tx.zrem(self._keys.outbox_due, entry.id)
+
+            return None, writes
+
+        self._gateway.atomic([key], body)
+
+    def posted_comment(self, slot: str) -> str | None:
+        """The comment posted for ``slot`` (a job's status, a pull request's commit notes)
+        as ``keep_comment`` kept it, to be edited in place; None when there is none."""
         with self._gateway.reachable():
-            pipe = self._gateway.client.pipeline(transaction=True)
-            pipe.delete(self._keys.outbox(entry.id))
-            pipe.zrem(self._keys.outbox_due, entry.id)
-            pipe.execute()
+            raw = self._gateway.client.get(self._keys.forge_comment(slot))
+        return None if raw is None else text(raw)
+
+    def keep_comment(self, slot: str, document: str) -> None:
+        with self._gateway.reachable():
+            self._gateway.client.set(
+                self._keys.forge_comment(slot), document, ex=COMMENT_KEPT_SECONDS
+            )
 
     def retry(self, entry: OutboxEntry, *, error: ErrorInfo, after_seconds: float) -> None:
         """Due again ``after_seconds`` from now, with ``error`` as the last attempt's."""

@@ -6,8 +6,10 @@ These functions run on a pipeline someone else opened; none starts a transaction
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import uuid
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -22,6 +24,7 @@ from bot.store.models import (
     Approval,
     ApprovalState,
     ApprovalSummary,
+    ForgeThreadRef,
     JobRecord,
     JobState,
     OutboxEntry,
@@ -170,3 +173,31 @@ def queue_delivery(tx: Pipeline, keys: Keys, entry: OutboxEntry) -> None:
     """Put ``entry`` in the outbox, due at once (``bot.store.outgoing``)."""
     tx.set(keys.outbox(entry.id), entry.model_dump_json())
     tx.zadd(keys.outbox_due, {entry.id: 0})
+
+
+def status_entry_id(job_id: str) -> str:
+    """The one outbox entry of a job's status comment: its id follows from the job's."""
+    return hashlib.sha256(f"forge-status:{job_id}".encode()).hexdigest()[:32]
+
+
+def queue_status(tx: Pipeline, keys: Keys, record: JobRecord) -> None:
+    """For a job that came from a forge thread, its status comment to be brought in line
+    with ``record`` (nothing for any other job). One entry per job however many changes
+    come before it is delivered: each change gives it a new revision, and the delivery
+    renders the job as it stands then. An entry a worker holds keeps its lease
+    (``NX``); its delivery, finding a newer revision, makes it due again (``Outbox``)."""
+    target = ForgeThreadRef.of_job(record.spec)
+    if target is None:
+        return
+    entry = OutboxEntry(
+        id=status_entry_id(record.id),
+        channel="forge_status",
+        repo=record.spec.repo,
+        forge=target,
+        job_id=record.id,
+        event="forge.status",
+        payload={"revision": uuid.uuid4().hex},
+        created_at=record.updated_at,
+    )
+    tx.set(keys.outbox(entry.id), entry.model_dump_json())
+    tx.zadd(keys.outbox_due, {entry.id: 0}, nx=True)

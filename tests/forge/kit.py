@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bot.config import ForgeConfig
+from bot.store.models import Approval
 
 GITLAB_DOCS = "https://docs.gitlab.com/user/project/integrations/webhook_events/"
 GITLAB_PAYLOADS = Path(__file__).parent / "gitlab"
@@ -17,6 +18,25 @@ GITHUB_REPO = "Codertocat/Hello-World"
 GITLAB_ISSUE_PROJECT = "gitlab-org/gitlab-test"
 GITLAB_MR_PROJECT = "gitlabhq/gitlab-test"
 BOT = "riverbeam[bot]"
+APPROVAL_ID = "9f1c2b3a4d5e6f708192a3b4c5d6e7f8"
+
+
+def push_approval(job_id: str, requested_by: str, **fields: Any) -> Approval:
+    """A pending approval of job ``job_id``'s push of commit ``d...d`` to its own branch,
+    with ``fields`` changed."""
+    approval = Approval(
+        id=APPROVAL_ID,
+        job_id=job_id,
+        repo="docs",
+        requested_by=requested_by,
+        call_id="call_1",
+        tool="git_push",
+        arguments={},
+        commit_sha="d" * 40,
+        target_ref=f"riverbeam/{job_id}",
+        diff_stat=" docs/install.md | 2 +-\n",
+    )
+    return approval.model_copy(update=fields)
 
 
 @functools.cache

@@ -25,6 +25,7 @@ PLACEHOLDERS = {
     "session_id": "<sha256>",
     "delivery_id": "<sha256>",
     "entry_id": "<entry id>",
+    "slot": "<sha256>",
 }
 
 

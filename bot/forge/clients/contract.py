@@ -16,6 +16,7 @@ it holds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -95,6 +96,12 @@ class ForgeClient(ForgeLookup, Protocol):
 
     def edit_comment(self, repository: str, ref: CommentRef, body: str) -> None:
         """Replace the body of a comment ``post_comment`` made."""
+        ...
+
+    def commentable_lines(self, repository: str, number: int) -> Mapping[str, frozenset[int]]:
+        """For each file pull request ``number`` changes, the lines of the file after the
+        change that its diff shows (added and context lines): where a line comment can go.
+        A file the forge shows no diff for (binary, too large) has none."""
         ...
 
     def find_pull_request(

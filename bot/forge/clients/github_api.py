@@ -35,6 +35,7 @@ from bot.core.errors import ForgeCredentialsError, ForgeRefused, ForgeRetryLater
 from bot.forge.clients import http
 from bot.forge.clients.contract import CommentRef, CommitState, LineComment, PullRequestRef
 from bot.forge.clients.http import read_secret
+from bot.forge.clients.hunks import new_side_lines
 from bot.forge.inbound.forge_events import PullRequest, ThreadComment, ThreadKind
 from bot.forge.permissions import ForgePermission
 
@@ -194,6 +195,14 @@ class GitHubClient:
                 if isinstance(item.get(key), str) and item[key] not in paths:
                     paths.append(item[key])
         return paths
+
+    def commentable_lines(self, repository: str, number: int) -> Mapping[str, frozenset[int]]:
+        lines: dict[str, frozenset[int]] = {}
+        for item in self._pages(f"{_repo(repository)}/pulls/{number}/files", repository):
+            # No ``patch`` for a binary file or one whose diff is too large to show.
+            if isinstance(item.get("filename"), str) and isinstance(item.get("patch"), str):
+                lines[item["filename"]] = new_side_lines(item["patch"])
+        return lines
 
     def thread(
         self, repository: str, number: int, on: ThreadKind = "issue"

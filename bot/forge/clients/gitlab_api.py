@@ -34,6 +34,7 @@ from bot.config import ForgeConfig
 from bot.core.errors import ForgeCredentialsError, ForgeRefused, ForgeRetryLater
 from bot.forge.clients import http
 from bot.forge.clients.contract import CommentRef, CommitState, LineComment, PullRequestRef
+from bot.forge.clients.hunks import new_side_lines
 from bot.forge.inbound.forge_events import PullRequest, ThreadComment, ThreadKind
 from bot.forge.permissions import ForgePermission
 
@@ -127,6 +128,16 @@ class GitLabClient:
                 if isinstance(item.get(key), str) and item[key] not in paths:
                     paths.append(item[key])
         return paths
+
+    def commentable_lines(self, repository: str, number: int) -> Mapping[str, frozenset[int]]:
+        lines: dict[str, frozenset[int]] = {}
+        for item in self._pages(f"{self._project(repository)}/merge_requests/{number}/diffs"):
+            # A deleted file has no new side; a collapsed or too large one, an empty diff.
+            if item.get("deleted_file") or not isinstance(item.get("new_path"), str):
+                continue
+            if isinstance(item.get("diff"), str):
+                lines[item["new_path"]] = new_side_lines(item["diff"])
+        return lines
 
     def thread(
         self, repository: str, number: int, on: ThreadKind = "issue"

@@ -4,16 +4,18 @@
   for summarize;
 - tools: the container's read tools;
 - outcome: the drafted message, split into subject and body (``bot.jobs.commit_notes``);
-- judged: it has a subject line (``CommitNotesOutcome.missing``, BEM-523).
+- judged: it has a subject line (``CommitNotesOutcome.missing``, BEM-523);
+- on the forge: on a pull request, one comment for every commit-notes job of it, kept up to
+  date as the pull request changes; the notes in it as a fenced block.
 """
 
 from __future__ import annotations
 
 from bot.config import RepositoryConfig
 from bot.jobs.commit_notes import parse_commit_message
-from bot.jobs.kinds.kind import Ended, Kind
+from bot.jobs.kinds.kind import Ended, Kind, quoted
 from bot.jobs.plans import TreePlan, branch_plan
-from bot.store.models import CommitNotesOutcome, JobKind, JobSpec, Outcome
+from bot.store.models import CommitNotesOutcome, ForgeThreadRef, JobKind, JobSpec, Outcome
 
 
 class CommitNotesJob(Kind):
@@ -31,6 +33,17 @@ class CommitNotesJob(Kind):
         if ended.tree is None:
             return None
         return commit_notes_outcome(ended.spec, ended.tree.plan, ended.state.text)
+
+    def status_slot(self, job_id: str, target: ForgeThreadRef) -> str:
+        if target.thread != "pull_request":
+            return super().status_slot(job_id, target)
+        return f"commit-notes:{target.forge}:{target.repository}:{target.number}"
+
+    def forge_result(self, outcome: Outcome | None) -> list[str]:
+        if not isinstance(outcome, CommitNotesOutcome):
+            return []
+        message = outcome.subject + (f"\n\n{outcome.body}" if outcome.body else "")
+        return ["The commit message drafted:", "", *quoted(message)]
 
 
 def commit_notes_outcome(spec: JobSpec, plan: TreePlan, text: str) -> CommitNotesOutcome:

@@ -21,7 +21,7 @@ from bot.core.tools import Tool
 from bot.jobs.parking import PublishTarget
 from bot.jobs.plans import Tree, TreePlan
 from bot.runner.state import RunState
-from bot.store.models import JobKind, JobSpec, Outcome
+from bot.store.models import ForgeThreadRef, JobKind, JobSpec, Outcome
 from sandbox.inside.jail import SandboxRoot
 
 
@@ -79,3 +79,25 @@ class Kind(ABC):
     def judge(self, ended: Ended, outcome: Outcome | None) -> JobError | None:
         """Why the run may not be ``succeeded`` (its required result is missing), or None."""
         return None if outcome is None else outcome.missing()
+
+    # On the forge (``bot.jobs.forge_posts``), for a job that came from a forge thread.
+
+    posts_review: ClassVar[bool] = False
+    """The job's verdict goes on its pull request as a review and a commit status."""
+
+    def status_slot(self, job_id: str, target: ForgeThreadRef) -> str:
+        """Which comment the job's status is kept in: its own, by default."""
+        return f"job:{job_id}"
+
+    def forge_result(self, outcome: Outcome | None) -> list[str]:
+        """Markdown lines that show what a succeeded job produced, in its status comment.
+        Text the model wrote is hostile: a kind shows it through ``quoted``."""
+        return []
+
+
+def quoted(text: str, *, max_chars: int = 6000) -> list[str]:
+    """``text`` (the model's or the repository's) as a fenced block nothing in it can
+    close, and no @ in it mentions anyone."""
+    cut = text if len(text) <= max_chars else text[:max_chars] + "\n[... cut]"
+    inert = cut.replace("`", "'").replace("@", "@\u2060")
+    return ["```text", inert, "```"]

@@ -4,7 +4,9 @@
   (their merge base), so ``git_diff``/``git_log`` show exactly the branch's change;
 - tools: the container's read tools, ``review_change`` and ``remember``;
 - outcome: the review ``review_change`` collected, on the branch at the commit reviewed;
-- judged: a verdict was delivered (``ReviewOutcome.missing``, BEM-521).
+- judged: a verdict was delivered (``ReviewOutcome.missing``, BEM-521);
+- on the forge: the verdict line in the status comment, and on a pull request a review with
+  line comments and the ``riverbeam/review`` commit status (``bot.jobs.forge_posts``).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from bot.core.tools import Tool
 from bot.jobs.host_tools.review import ReviewChangeTool, ReviewCollector
 from bot.jobs.kinds.kind import Ended, Kind, ToolKit
 from bot.jobs.plans import TreePlan, branch_plan
-from bot.store.models import JobKind, JobSpec, Outcome
+from bot.store.models import JobKind, JobSpec, Outcome, ReviewOutcome
 
 
 class ReviewJob(Kind):
     job_kind = JobKind.REVIEW
     default_request = "Review the change on {branch} against {base}."
+    posts_review = True
 
     def plan(self, spec: JobSpec, repo: RepositoryConfig) -> TreePlan:
         return branch_plan(spec, repo)
@@ -38,3 +41,9 @@ class ReviewJob(Kind):
         return tool.collector.outcome(
             branch=ended.tree.plan.branch, commit_sha=ended.tree.workspace.base_sha
         )
+
+    def forge_result(self, outcome: Outcome | None) -> list[str]:
+        if not isinstance(outcome, ReviewOutcome) or outcome.verdict is None:
+            return []
+        verdict = outcome.verdict.replace("_", " ")
+        return [f"Verdict: **{verdict}**, {len(outcome.findings)} finding(s)."]

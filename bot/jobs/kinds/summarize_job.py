@@ -3,14 +3,15 @@
 - plan: as a review's (the branch, compared with its merge base with the base);
 - tools: the container's read tools;
 - outcome: the branch's commits and files since its compare point, and the model's summary;
-- judged: the summary is not empty (``SummaryOutcome.missing``, BEM-522).
+- judged: the summary is not empty (``SummaryOutcome.missing``, BEM-522);
+- on the forge: the summary, as a fenced block, in the status comment.
 """
 
 from __future__ import annotations
 
 from bot.config import RepositoryConfig
 from bot.jobs.branch_change import read_change
-from bot.jobs.kinds.kind import Ended, Kind
+from bot.jobs.kinds.kind import Ended, Kind, quoted
 from bot.jobs.plans import Tree, TreePlan, branch_plan
 from bot.store.models import JobKind, JobSpec, Outcome, SummaryOutcome
 
@@ -24,6 +25,11 @@ class SummarizeJob(Kind):
 
     def outcome(self, ended: Ended) -> Outcome | None:
         return None if ended.tree is None else summary_outcome(ended.tree, ended.state.text)
+
+    def forge_result(self, outcome: Outcome | None) -> list[str]:
+        if not isinstance(outcome, SummaryOutcome):
+            return []
+        return ["The summary:", "", *quoted(outcome.summary)]
 
 
 def summary_outcome(tree: Tree, text: str) -> SummaryOutcome:

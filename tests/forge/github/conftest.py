@@ -14,9 +14,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from bot.config import Settings
 from bot.forge.clients.github_api import GitHubApp, GitHubClient, TokenFile
+from bot.store.store import JobStore
 from harness import figures
-from harness.fake_github import FakeGitHub
+from harness.fake_github import FakeGitHub, Repository
+from harness.redis_server import redis_server
+from tests.forge.kit import BOT, GITHUB_REPO
 
 TOKEN = "github_pat_11AAAAAAA0fake0token0for0the0tests"
 APP_ID = 4242
@@ -99,3 +103,33 @@ def app_client(github: FakeGitHub, app_key: AppKey, clock: Clock) -> GitHubClien
     return GitHubClient(
         GitHubApp(APP_ID, app_key.path), base_url=github.url, deadline=5, clock=clock
     )
+
+
+@pytest.fixture
+def settings(github: FakeGitHub, token_file: Path) -> Settings:
+    forge = {
+        "kind": "github",
+        "base_url": github.url,
+        "token_file": str(token_file),
+        "webhook_secret_file": "/nonexistent",
+        "bot_login": BOT,
+        "repositories": {GITHUB_REPO: {"repository": "docs"}},
+    }
+    return Settings.model_validate(
+        {"repositories": {"docs": {"upstream": "/nonexistent"}}, "forges": {"gh": forge}}
+    )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[JobStore]:
+    with redis_server(tmp_path) as url:
+        jobs = JobStore.from_url(url, prefix="rbtest-replies")
+        yield jobs
+        jobs.client.close()
+
+
+@pytest.fixture
+def thread(github: FakeGitHub) -> Repository:
+    repository = github.add_repository(GITHUB_REPO)
+    repository.issues[1] = "Write the install page"
+    return repository

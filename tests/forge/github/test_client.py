@@ -135,7 +135,13 @@ def test_a_pull_request_is_found_opened_and_updated(
 
 def test_a_review_only_ever_comments(github: FakeGitHub, client: GitHubClient) -> None:
     repository = github.add_repository(REPO)
-    pull = github.add_pull(repository, head="docs-fix", files=["docs/a.md", "docs/b.md"])
+    patches = {
+        "docs/a.md": "@@ -2,2 +2,2 @@\n same\n-old\n+new",
+        "docs/b.md": "@@ -9 +9 @@\n-x\n+y",
+    }
+    pull = github.add_pull(
+        repository, head="docs-fix", files=["docs/a.md", "docs/b.md"], patches=patches
+    )
     comments = (
         LineComment(path="docs/a.md", line=3, body="Broken link"),
         LineComment(path="docs/b.md", line=9, body="Old wording", side="LEFT"),
@@ -154,6 +160,28 @@ def test_a_review_only_ever_comments(github: FakeGitHub, client: GitHubClient) -
         client.post_review(
             REPO, pull.number, pull.head_sha, "x", (LineComment(path="src/c.py", line=1, body="?"),)
         )
+    # A line the diff does not show: GitHub refuses the whole review.
+    with pytest.raises(ForgeRefused, match="422"):
+        client.post_review(
+            REPO,
+            pull.number,
+            pull.head_sha,
+            "x",
+            (LineComment(path="docs/a.md", line=7, body="?"),),
+        )
+    assert len(repository.reviews) == 1
+
+
+def test_commentable_lines_are_the_new_side_lines_each_file_s_patch_shows(
+    github: FakeGitHub, client: GitHubClient
+) -> None:
+    repository = github.add_repository(REPO)
+    patch = "@@ -1,3 +1,4 @@\n a\n-b\n+B\n+C\n c\n@@ -20,2 +21,2 @@\n x\n-y\n+Y"
+    pull = github.add_pull(
+        repository, head="docs-fix", files=["docs/a.md"], patches={"docs/a.md": patch}
+    )
+    lines = client.commentable_lines(REPO, pull.number)
+    assert lines == {"docs/a.md": frozenset({1, 2, 3, 4, 21, 22})}
 
 
 def test_a_commit_status(github: FakeGitHub, client: GitHubClient) -> None:

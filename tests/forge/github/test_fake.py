@@ -11,6 +11,7 @@ import pytest
 from bot.core.errors import ForgeRefused, ForgeRetryLater
 from bot.forge.clients.github_api import GitHubClient
 from harness.fake_github import FakeGitHub
+from harness.forges import diff_shows
 from harness.github_openapi import Violation, description
 from tests.forge.github.conftest import REPO, TOKEN
 
@@ -125,3 +126,9 @@ def test_githubs_own_example_can_fail_its_schema() -> None:
     operation = judge.operation("GET", "/repos/o/r/pulls/1")
     with pytest.raises(Violation, match=r"requested_teams/0.*'type' is a required property"):
         judge.check_reply(operation, 200, judge.example("#/components/examples/pull-request"))
+
+
+def test_the_fake_takes_a_review_comment_only_on_a_line_of_its_side_of_the_diff() -> None:
+    patch = "@@ -5,3 +7,2 @@\n keep\n-gone\n-also\n+new"
+    assert diff_shows(patch) == {7, 8}
+    assert diff_shows(patch, "LEFT") == {5, 6, 7}

@@ -7,8 +7,6 @@ the client's code. Real Redis, real HTTP."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +19,8 @@ from bot.forge.inbound.deliveries import Deliveries
 from bot.forge.inbound.forge_events import FORGE_EVENT
 from bot.forge.inbound.handler import ForgeEventHandler
 from bot.forge.permissions import ForgePermission
-from bot.jobs.delivery import deliver_due, landed_pull_request, parked_comment
+from bot.jobs.delivery import deliver_due
+from bot.jobs.forge_posts import landed_pull_request, status_comment
 from bot.service.access import TokenRegistry
 from bot.service.jobs import JobService
 from bot.service.queues import TaskQueues
@@ -29,42 +28,11 @@ from bot.store.models import Approval, ApprovalState, JobKind, JobRecord, JobSpe
 from bot.store.store import JobStore
 from harness.fake_github import FakeGitHub, Repository
 from harness.forges import FakeLookup, github_example
-from harness.redis_server import redis_server
-from tests.forge.kit import BOT, GITHUB_REPO
+from tests.forge.kit import GITHUB_REPO, push_approval
 
 SECONDARY = (
     "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."
 )
-
-
-@pytest.fixture
-def settings(github: FakeGitHub, token_file: Path) -> Settings:
-    forge = {
-        "kind": "github",
-        "base_url": github.url,
-        "token_file": str(token_file),
-        "webhook_secret_file": "/nonexistent",
-        "bot_login": BOT,
-        "repositories": {GITHUB_REPO: {"repository": "docs"}},
-    }
-    return Settings.model_validate(
-        {"repositories": {"docs": {"upstream": "/nonexistent"}}, "forges": {"gh": forge}}
-    )
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[JobStore]:
-    with redis_server(tmp_path) as url:
-        jobs = JobStore.from_url(url, prefix="rbtest-replies")
-        yield jobs
-        jobs.client.close()
-
-
-@pytest.fixture
-def thread(github: FakeGitHub) -> Repository:
-    repository = github.add_repository(GITHUB_REPO)
-    repository.issues[1] = "Write the install page"
-    return repository
 
 
 def _handle(settings: Settings, store: JobStore, body: str, delivery: str) -> Any:
@@ -92,7 +60,7 @@ def test_a_commenter_below_the_minimum_gets_one_reply_posted_once(
     again = _handle(settings, store, "@riverbeam fix the install page", "d1")
     assert (first.replies, again.replies) == (1, 1)
     assert store.outbox.due() == 1, "the task that ran twice queued its reply once"
-    [attempt] = deliver_due(store.outbox, settings)
+    [attempt] = deliver_due(store, settings)
     assert attempt.outcome == "delivered"
     [comment] = thread.comments.values()
     assert comment.number == 1 and comment.body.startswith("@Codertocat: this needs")
@@ -108,7 +76,7 @@ def test_an_approval_id_that_is_not_waiting_is_answered_with_bem_604(
     settings = Settings.model_validate(tables)
     outcome = _handle(settings, store, "/riverbeam approve 0123456789abcdef", "d2")
     assert outcome.replies == 1
-    deliver_due(store.outbox, settings)
+    deliver_due(store, settings)
     [comment] = thread.comments.values()
     assert "BEM-604" in comment.body and "0123456789abcdef" in comment.body
 
@@ -133,13 +101,13 @@ def test_a_forge_that_cannot_take_it_now_gets_it_later(
 ) -> None:
     _handle(settings, store, "@riverbeam fix the install page", "d3")
     github.fail("issues/create-comment", status, headers=headers, message=message)
-    [attempt] = deliver_due(store.outbox, settings)
+    [attempt] = deliver_due(store, settings)
     assert (attempt.outcome, attempt.retry_after) == ("retry", wait)
     assert attempt.error is not None and attempt.error.code == code
     assert thread.comments == {} and store.outbox.due() == 1
-    assert deliver_due(store.outbox, settings) == [], "not due before its wait"
+    assert deliver_due(store, settings) == [], "not due before its wait"
     _make_due(store)
-    [later] = deliver_due(store.outbox, settings)
+    [later] = deliver_due(store, settings)
     assert later.outcome == "delivered" and later.entry.attempts == 2
     assert len(thread.comments) == 1
 
@@ -149,46 +117,11 @@ def test_a_thread_the_forge_does_not_have_is_given_up_with_the_clients_code(
 ) -> None:
     github.add_repository(GITHUB_REPO)  # issue 1 is not there: 404
     _handle(settings, store, "@riverbeam fix the install page", "d4")
-    [attempt] = deliver_due(store.outbox, settings)
+    [attempt] = deliver_due(store, settings)
     assert attempt.outcome == "given_up"
     assert attempt.error is not None and attempt.error.code == "BEM-823"
     kept = store.outbox.get(attempt.entry.id)
     assert kept is not None and kept.given_up_at is not None and store.outbox.due() == 0
-
-
-def _approval(diff_stat: str) -> Approval:
-    return Approval(
-        id="9f1c2b3a4d5e6f708192a3b4c5d6e7f8",
-        job_id="3f9c2a71b0de",
-        repo="docs",
-        requested_by="gh:Codertocat",
-        call_id="call_1",
-        tool="git_push",
-        arguments={},
-        commit_sha="d" * 40,
-        target_ref="riverbeam/3f9c2a71b0de",
-        diff_stat=diff_stat,
-    )
-
-
-def test_a_parked_forge_job_says_how_to_decide_it_and_its_paths_cannot_break_out(
-    settings: Settings, store: JobStore, thread: Repository
-) -> None:
-    origin = {"name": "gh", "repository": GITHUB_REPO, "number": 1, "thread": "issue"}
-    spec = JobSpec(kind=JobKind.AUTHOR, repo="docs", request="Fix it", metadata={"forge": origin})
-    hostile = " docs/a```\n@everyone `/riverbeam approve x` | 2 +-\n"
-    entry = parked_comment(settings, spec, _approval(hostile))
-    assert entry is not None
-    store.outbox.add(entry)
-    deliver_due(store.outbox, settings)
-    [comment] = thread.comments.values()
-    assert "/riverbeam approve 9f1c2b3a4d5e6f708192a3b4c5d6e7f8" in comment.body
-    assert "/riverbeam refuse 9f1c2b3a4d5e6f708192a3b4c5d6e7f8 <reason>" in comment.body
-    # One fence, opened and closed by Riverbeam: the paths hold no backtick any more.
-    assert comment.body.count("```") == 2
-    # A job that did not come from a forge gets no comment.
-    plain = JobSpec(kind=JobKind.AUTHOR, repo="docs", request="Fix it")
-    assert parked_comment(settings, plain, _approval("x")) is None
 
 
 def _forge_job(store: JobStore) -> JobRecord:
@@ -204,14 +137,12 @@ def _forge_job(store: JobStore) -> JobRecord:
 
 
 def _approved(record: JobRecord) -> Approval:
-    return _approval(" docs/install.md | 2 +-\n").model_copy(
-        update={
-            "job_id": record.id,
-            "target_ref": f"riverbeam/{record.id}",
-            "state": ApprovalState.APPROVED,
-            "decided_by": "gh:ada",
-            "diff_digest": "b053e4fc" * 8,
-        }
+    return push_approval(
+        record.id,
+        "gh:Codertocat",
+        state=ApprovalState.APPROVED,
+        decided_by="gh:ada",
+        diff_digest="b053e4fc" * 8,
     )
 
 
@@ -220,11 +151,13 @@ def test_a_landed_push_opens_its_pull_request_once_and_updates_it_after(
 ) -> None:
     record = _forge_job(store)
     approval = _approved(record)
+    [status] = deliver_due(store, settings)
+    assert status.entry.channel == "forge_status"
     for _ in range(2):
         entry = landed_pull_request(settings, record, approval, "d" * 40)
         assert entry is not None
         store.outbox.add(entry)
-        [attempt] = deliver_due(store.outbox, settings)
+        [attempt] = deliver_due(store, settings)
         assert attempt.outcome == "delivered"
     [pull] = thread.pulls.values()
     assert (pull.head, pull.base, pull.title) == (
@@ -252,12 +185,14 @@ def test_the_pull_request_is_queued_with_the_landed_push_and_only_then(
     entry = landed_pull_request(settings, record, _approved(record), "d" * 40)
     assert entry is not None
     failed = ErrorInfo(code="BEM-340", message="rejected")
+    # The job's status comment is one entry, however often the job moves.
+    assert store.outbox.due() == 1
     store.begin_push(record.id, worker="w1", sha="d" * 40, ref=f"riverbeam/{record.id}")
     store.end_push(record.id, worker="w1", error=failed, deliveries=[entry])
-    assert store.outbox.due() == 0, "a failed push queues no pull request"
+    assert store.outbox.due() == 1, "a failed push queues no pull request"
     store.begin_push(record.id, worker="w1", sha="d" * 40, ref=f"riverbeam/{record.id}")
     store.end_push(record.id, worker="w1", deliveries=[entry])
-    assert store.outbox.due() == 1 and store.get(record.id).pushes[-1].state.value == "landed"
+    assert store.outbox.due() == 2 and store.get(record.id).pushes[-1].state.value == "landed"
 
 
 def test_posts_link_the_job_page_under_the_configured_address_and_only_there(
@@ -266,19 +201,15 @@ def test_posts_link_the_job_page_under_the_configured_address_and_only_there(
     record = _forge_job(store)
     approval = _approved(record)
     # Unset, nothing posted carries an address: none is guessed from a request's Host.
-    bare = parked_comment(settings, record.spec, approval)
-    assert bare is not None and "http" not in bare.payload["body"]
+    assert "http" not in status_comment(settings, record, approval)
     api = ApiSettings.model_validate({"public_url": "https://rb.example.org/"})
     public = settings.model_copy(update={"api": api})
     page = f"https://rb.example.org/jobs/{record.id}"
-    for entry in (
-        parked_comment(public, record.spec, approval),
-        landed_pull_request(public, record, approval, "d" * 40),
-    ):
-        assert entry is not None
-        store.outbox.add(entry)
-    assert [a.outcome for a in deliver_due(store.outbox, public)] == ["delivered"] * 2
+    entry = landed_pull_request(public, record, approval, "d" * 40)
+    assert entry is not None
+    store.outbox.add(entry)
+    assert [a.outcome for a in deliver_due(store, public)] == ["delivered"] * 2
     [comment] = thread.comments.values()
     [pull] = thread.pulls.values()
-    assert f"The whole change, its previews and links: {page}" in comment.body
+    assert f"The job: {page}" in comment.body
     assert f"The job: {page}" in pull.body

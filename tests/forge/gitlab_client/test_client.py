@@ -203,6 +203,9 @@ def test_a_review_is_diff_discussions_and_a_note_never_an_approval(
 ) -> None:
     project = gitlab.add_project(PROJECT)
     merge = gitlab.add_merge(project, source_branch="docs", files=["docs/a.md", "docs/b.md"])
+    merge.diffs.update(
+        {"docs/a.md": "@@ -3 +3 @@\n-is done\n+does\n", "docs/b.md": "@@ -7 +6,0 @@\n-gone\n"}
+    )
     comments = (
         LineComment(path="docs/a.md", line=3, body="Passive voice."),
         LineComment(path="docs/b.md", line=7, body="Was this removed?", side="LEFT"),

@@ -194,12 +194,13 @@ def landed_pull_request(
     the pushed branch to the repository's default branch, opened (or updated when one is
     open for that branch) once the push has landed; None for any other push. Its body says
     what was asked, by whom, who approved what (commit and diff digest), the link report,
-    and closes the issue."""
+    and closes the issue. For a job that addressed the review of a pull request (its push
+    moved that pull request's branch), a reply on the pull request saying so."""
     origin = forge_origin(settings, record.spec)
     if origin is None or approval is None or approval.target_ref is None:
         return None
     if origin.target.thread != "issue":
-        return None
+        return _revised(origin.target, record, approval, sha)
     repo = settings.repositories.get(record.spec.repo)
     base = record.spec.base or (repo.default_branch if repo is not None else "main")
     asked = inert(record.spec.request.strip().splitlines()[0] if record.spec.request else "")
@@ -227,6 +228,28 @@ def landed_pull_request(
         event="forge.landed",
         forge=origin.target,
         payload={"head": approval.target_ref, "base": base, "title": title, "body": body},
+        created_at=datetime.now(UTC),
+    )
+
+
+def _revised(
+    target: ForgeThreadRef, record: JobRecord, approval: Approval, sha: str
+) -> OutboxEntry | None:
+    if not record.spec.branch or approval.target_ref != record.spec.branch:
+        return None
+    body = (
+        f"Riverbeam job `{record.id}` addressed the review: commit `{sha[:12]}` is on "
+        f"`{approval.target_ref}` as a fast-forward, so this pull request shows it. "
+        f"Approved by {inert(approval.decider)}, diff digest `{approval.diff_digest[:16]}`."
+    )
+    return OutboxEntry(
+        id=uuid.uuid4().hex,
+        channel="forge_comment",
+        repo=record.spec.repo,
+        job_id=record.id,
+        event="forge.revised",
+        forge=target,
+        payload={"body": body},
         created_at=datetime.now(UTC),
     )
 

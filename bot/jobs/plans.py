@@ -19,13 +19,17 @@ from sandbox.host.workspace.prepare import Workspace
 class TreePlan:
     """``checkout``: what the workspace is prepared from; ``branch``/``base``: the names the
     prompt and the outcome use; ``compare``: the name the compare point is found from, and
-    ``merge`` whether it is the merge base with the checkout (else that commit itself)."""
+    ``merge`` whether it is the merge base with the checkout (else that commit itself);
+    ``revises``: the existing branch the workspace is on instead of a new one."""
 
     checkout: str
     branch: str
     base: str
     compare: str | None
     merge: bool
+    # A branch of Riverbeam's own that the job's commits go on, as a fast-forward (an
+    # author job addressing a review of its pull request); None: a new <prefix><job-id>.
+    revises: str | None = None
 
 
 @dataclass(frozen=True)

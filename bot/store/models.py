@@ -101,7 +101,10 @@ class JobSpec(BaseModel):
     request: str = Field(default="", max_length=MAX_REQUEST_CHARS)
     base: str | None = Field(default=None, max_length=200, description="base branch")
     branch: str | None = Field(
-        default=None, max_length=200, description="branch to review or summarize"
+        default=None,
+        max_length=200,
+        description="branch to review or summarize; for an author job, a branch of "
+        "Riverbeam's own it adds commits to, as a fast-forward (a pull request's)",
     )
     range: str | None = Field(default=None, max_length=420, description="commit-notes range 'A..B'")
     review_job: str | None = Field(

@@ -244,11 +244,12 @@ def _address(head_ref: str) -> tuple[CommentCreated, FakeLookup]:
     return event, lookup
 
 
-def test_address_the_review_on_a_riverbeam_pull_request_starts_from_its_head() -> None:
+def test_address_the_review_on_a_riverbeam_pull_request_works_on_its_branch() -> None:
     event, lookup = _address("riverbeam/job-1")
     action = _one(event, lookup, gitlab_config())
     assert isinstance(action, SubmitJob) and action.kind is JobKind.AUTHOR
-    assert action.base == "riverbeam/job-1"
+    # On the pull request's own branch, from its head: its push moves the pull request.
+    assert (action.branch, action.base) == ("riverbeam/job-1", None)
     assert "Say 'sign in', not 'login'." in action.request
     forge = action.metadata["forge"]
     assert isinstance(forge, dict) and forge["head_sha"] == event.pull.head_sha  # type: ignore[union-attr]
@@ -282,7 +283,7 @@ def test_address_the_review_asks_the_forge_for_the_pull_request_when_the_event_l
     head = _pull_request(1, "riverbeam/job-2", fork=False)
     lookup = FakeLookup(permissions={"Codertocat": ForgePermission.WRITE}, pulls={1: head})
     action = _one(pulled, lookup)
-    assert isinstance(action, SubmitJob) and action.base == "riverbeam/job-2"
+    assert isinstance(action, SubmitJob) and action.branch == "riverbeam/job-2"
     assert ("pull_request", GITHUB_REPO, 1) in lookup.asked
 
 

@@ -72,6 +72,29 @@ def test_a_missing_base_is_bem_341_and_leaves_nothing_behind(
     assert os.listdir(settings.root) == []
 
 
+def test_a_job_revising_a_branch_of_riverbeams_is_on_it_at_its_head(
+    upstream: Path, repo_config: RepositoryConfig, settings: WorkspaceSettings
+) -> None:
+    tip = git("-C", str(upstream), "rev-parse", "refs/heads/main")
+    git("-C", str(upstream), "update-ref", "refs/heads/riverbeam/job-1", tip)
+    workspace = prepare_workspace(
+        "job-7", "docs", repo_config, "riverbeam/job-1", settings, revises="riverbeam/job-1"
+    )
+    assert (workspace.branch, workspace.base_sha) == ("riverbeam/job-1", tip)
+    assert (workspace.tree / ".git" / "HEAD").read_text() == "ref: refs/heads/riverbeam/job-1\n"
+    assert _outbox_refs(workspace.outbox)["refs/heads/riverbeam/job-1"] == tip
+
+
+@pytest.mark.parametrize("branch", ["main", "docs/old", "riverbeam/"])
+def test_a_job_may_revise_no_branch_but_riverbeams_own(
+    branch: str, repo_config: RepositoryConfig, settings: WorkspaceSettings
+) -> None:
+    with pytest.raises(BeamError) as caught:
+        prepare_workspace("job-8", "docs", repo_config, branch, settings, revises=branch)
+    assert caught.value.code == "BEM-328" and repr(branch) in caught.value.message
+    assert not (settings.root / "job-8").exists()
+
+
 def test_the_outbox_is_origin_and_starts_at_the_base(
     repo_config: RepositoryConfig, settings: WorkspaceSettings
 ) -> None:

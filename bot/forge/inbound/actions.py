@@ -275,7 +275,7 @@ def _address(
         JobKind.AUTHOR,
         role="submitter",
         request=request,
-        base=pull.head_ref,
+        branch=pull.head_ref,
         pull=pull,
     )
 

@@ -1,7 +1,9 @@
 """author: edits pages on a branch of its own and pushes it, after a person approves.
 
 - plan: the tree starts at the base branch (the repository's default unless the job names
-  one) with no compare point: ``git_diff`` shows the edit being made against HEAD;
+  one) with no compare point: ``git_diff`` shows the edit being made against HEAD. A job
+  that names a ``branch`` (one of Riverbeam's own: a pull request's, whose review it
+  addresses) works on that branch from its head, and its push is a fast-forward of it;
 - tools: the nine container tools (``git_push`` wrapped by the relay) and ``remember``;
 - prompt values: ``branch`` is the job's own branch;
 - outcome: the branch, its commits since the base, their diff stat and what was pushed;
@@ -31,6 +33,16 @@ class AuthorJob(Kind):
     owns_branch = True
 
     def plan(self, spec: JobSpec, repo: RepositoryConfig) -> TreePlan:
+        if spec.branch:
+            # Addressing a review: on the pull request's own branch, from its head.
+            return TreePlan(
+                checkout=spec.branch,
+                branch=spec.branch,
+                base=spec.branch,
+                compare=None,
+                merge=False,
+                revises=spec.branch,
+            )
         base = spec.base or repo.default_branch
         return TreePlan(checkout=base, branch="", base=base, compare=None, merge=False)
 

@@ -73,6 +73,7 @@ def segment_workspace(
         sandbox_uid=settings.sandbox.uid,
         callbacks=callbacks,
         staging=staging,
+        revises=plan.revises,
     )
     if snapshot is not None and approval is not None:
         restore(snapshot, workspace, max_bytes=cap)

@@ -105,16 +105,28 @@ def prepare_workspace(
     sandbox_uid: int = SANDBOX_UID,
     callbacks: UpstreamCallbacks | None = None,
     staging: Path | None = None,
+    revises: str | None = None,
 ) -> Workspace:
     """Refresh the mirror, then build the job's tree and outbox, owned by ``sandbox_uid``.
 
     ``base`` is a branch (default: the repository's default branch) or a commit id; one the
     mirror does not have is BEM-341. ``staging``: a directory under the root, with an empty
     ``tree`` and ``outbox.git``, to build in instead of a new ``.staging-*`` one (a spare
-    container's, which mounts them: ``sandbox.host.container.spares``).
+    container's, which mounts them: ``sandbox.host.container.spares``). ``revises``: an
+    existing branch of Riverbeam's (under ``branch_prefix``) the tree is on instead of
+    ``<branch_prefix><job-id>``; any other name is BEM-328.
     """
     final = job_directory(settings, job_id)
-    branch = ProtectedRefs(repo_config.protected_refs).check_branch(settings.branch_prefix + job_id)
+    own = settings.branch_prefix + job_id
+    if revises is not None and (
+        not revises.startswith(settings.branch_prefix) or revises == settings.branch_prefix
+    ):
+        raise BeamError(
+            "BEM-328",
+            f"job {job_id} may add commits only to a branch of Riverbeam's own "
+            f"({settings.branch_prefix}...), not {revises!r}",
+        )
+    branch = ProtectedRefs(repo_config.protected_refs).check_branch(revises or own)
     base_name = branch_name(base or repo_config.default_branch)
     if final.exists():
         raise BeamError("BEM-342", f"a workspace for job {job_id} already exists; open it instead")

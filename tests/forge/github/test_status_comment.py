@@ -12,6 +12,7 @@ from typing import Any
 from bot.config import Settings
 from bot.core.frames import ErrorInfo
 from bot.jobs.delivery import deliver_due
+from bot.jobs.forge_posts import landed_pull_request
 from bot.store.models import (
     Approval,
     CommitNotesOutcome,
@@ -229,3 +230,23 @@ def test_commit_notes_jobs_of_one_pull_request_keep_one_comment(
         _delivered(store, settings)
     [comment] = thread.comments.values()
     assert "Fix the installer's name and path" in comment.body and record.id in comment.body
+
+
+def test_a_push_that_addressed_a_review_moves_the_pull_request_and_says_so(
+    settings: Settings, store: JobStore, thread: Repository, github: FakeGitHub
+) -> None:
+    pull = github.add_pull(thread, head="riverbeam/3f9c2a71b0de", files=["docs/install.md"])
+    record = _job(store, number=pull.number, thread="pull_request")
+    record = store.create(record.spec.model_copy(update={"branch": pull.head}))
+    approved = push_approval(record.id, "gh:Codertocat", target_ref=pull.head, decided_by="gh:ada")
+    entry = landed_pull_request(settings, record, approved, "e" * 40)
+    assert entry is not None and entry.channel == "forge_comment"
+    store.outbox.add(entry)
+    deliver_due(store, settings)
+    replies = [c.body for c in thread.comments.values() if "addressed the review" in c.body]
+    assert len(replies) == 1 and "`eeeeeeeeeeee`" in replies[0] and "gh:ada" in replies[0]
+    # No second pull request: the one whose branch moved is the one.
+    assert list(thread.pulls) == [pull.number]
+    # A push to a branch of its own (not the one it revises) says nothing there.
+    elsewhere = approved.model_copy(update={"target_ref": f"riverbeam/{record.id}"})
+    assert landed_pull_request(settings, record, elsewhere, "e" * 40) is None

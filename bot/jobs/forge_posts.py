@@ -19,6 +19,9 @@ import hashlib
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import JsonValue
 
 from bot.config import Settings
 from bot.forge.clients.contract import CommitState, LineComment
@@ -220,16 +223,13 @@ def landed_pull_request(
             f"Closes #{origin.target.number}",
         ]
     )
-    return OutboxEntry(
-        id=uuid.uuid4().hex,
-        channel="forge_pull_request",
-        repo=record.spec.repo,
-        job_id=record.id,
-        event="forge.landed",
-        forge=origin.target,
-        payload={"head": approval.target_ref, "base": base, "title": title, "body": body},
-        created_at=datetime.now(UTC),
-    )
+    payload: dict[str, JsonValue] = {
+        "head": approval.target_ref,
+        "base": base,
+        "title": title,
+        "body": body,
+    }
+    return _post("forge_pull_request", "forge.landed", record, origin.target, payload)
 
 
 def _revised(
@@ -242,14 +242,24 @@ def _revised(
         f"`{approval.target_ref}` as a fast-forward, so this pull request shows it. "
         f"Approved by {inert(approval.decider)}, diff digest `{approval.diff_digest[:16]}`."
     )
+    return _post("forge_comment", "forge.revised", record, target, {"body": body})
+
+
+def _post(
+    channel: Literal["forge_comment", "forge_pull_request"],
+    event: str,
+    record: JobRecord,
+    target: ForgeThreadRef,
+    payload: dict[str, JsonValue],
+) -> OutboxEntry:
     return OutboxEntry(
         id=uuid.uuid4().hex,
-        channel="forge_comment",
+        channel=channel,
         repo=record.spec.repo,
         job_id=record.id,
-        event="forge.revised",
+        event=event,
         forge=target,
-        payload={"body": body},
+        payload=payload,
         created_at=datetime.now(UTC),
     )
 

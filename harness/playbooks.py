@@ -8,7 +8,8 @@ step in another. Steps that depend on what a tool returned (the text of a page, 
 read it from the conversation.
 
 A scheduled summarize job (``bot.jobs.schedules``) names no playbook: it gets ``summarize``,
-or ``summarize-slow`` on a branch whose name starts with ``SLOW_BRANCH_PREFIX``.
+or ``summarize-slow`` on a branch whose name starts with ``SLOW_BRANCH_PREFIX``. Nor does a
+job from a forge: it gets its kind's (``_FORGE_PLAYBOOKS``).
 
 The pages are the ones ``harness.stack`` seeds upstream: ``docs/install.md`` has two
 typos and a link to a page that does not exist; ``FIXED_INSTALL`` is the corrected page.
@@ -130,6 +131,27 @@ def _author_push_twice() -> list[PlaybookStep]:
     return [
         *_author_fix_install()[:-1],
         calls(("write_file", {"path": "docs/install.md", "body": FIXED_INSTALL + SECOND_LINE})),
+        calls(("git_add", {"path": "docs/install.md"}), ("git_commit", {"message": "See also"})),
+        calls(("git_push", {})),
+        _after_push,
+    ]
+
+
+def _author_address_review() -> list[PlaybookStep]:
+    """On a pull request's branch that already holds the install-page fix: reads the fixed
+    page and adds the line the review asked for, commits and pushes (a fast-forward)."""
+
+    def add_line(messages: Sequence[Message]) -> Completion:
+        read = last_tool_result(messages)
+        if not isinstance(read, dict) or read.get("content") != FIXED_INSTALL:
+            raise AssertionError(f"the playbook expected the fixed install page, got {read!r}")
+        return calls(
+            ("write_file", {"path": "docs/install.md", "body": FIXED_INSTALL + SECOND_LINE})
+        )
+
+    return [
+        calls(("read_file", {"path": "docs/install.md"})),
+        add_line,
         calls(("git_add", {"path": "docs/install.md"}), ("git_commit", {"message": "See also"})),
         calls(("git_push", {})),
         _after_push,
@@ -341,6 +363,7 @@ PLAYBOOKS: dict[str, Callable[[], list[PlaybookStep]]] = {
     "author-slow": _author_slow,
     "author-fix-slowly": _author_fix_slowly,
     "author-push-twice": _author_push_twice,
+    "author-address-review": _author_address_review,
     "author-read-huge": _author_read_huge,
     "review-approve": _review_approve,
     "review-fix-finding": _review_fix_finding,
@@ -364,9 +387,21 @@ PLAYBOOKS: dict[str, Callable[[], list[PlaybookStep]]] = {
 }
 
 
+# A job from a forge names no playbook: its kind does (and for an author job, whether it
+# addresses a review, on the pull request's branch).
+_FORGE_PLAYBOOKS = {
+    ("author", False): "author-fix-install",
+    ("author", True): "author-address-review",
+    ("review", True): "review-approve",
+    ("commit-notes", True): "commit-notes",
+}
+
+
 def for_job(job: JobRecord) -> PlaybookClient:
     """The model factory the test stack configures: the job's playbook, by name."""
     name = job.spec.metadata.get("playbook")
+    if name is None and "forge" in job.spec.metadata:
+        name = _FORGE_PLAYBOOKS.get((job.spec.kind.value, bool(job.spec.branch)))
     if name is None and job.spec.requested_by == SCHEDULE_REQUESTER:
         slow = (job.spec.branch or "").startswith(SLOW_BRANCH_PREFIX)
         name = "summarize-slow" if slow else "summarize"

@@ -6,11 +6,17 @@ from __future__ import annotations
 import copy
 import functools
 import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from bot.config import ForgeConfig
-from bot.store.models import Approval
+from bot.store.models import Approval, JobKind, JobRecord, JobState
+from bot.store.store import JobStore
+from harness.api_server import ApiServer, api_server
+from harness.stack import Stack, job_stack, wait_until
+from tests.api.conftest import TOKENS
 
 GITLAB_DOCS = "https://docs.gitlab.com/user/project/integrations/webhook_events/"
 GITLAB_PAYLOADS = Path(__file__).parent / "gitlab"
@@ -86,3 +92,54 @@ def gitlab_config(**keys: Any) -> ForgeConfig:
             **keys,
         }
     )
+
+
+def job_ids(store: JobStore) -> set[str]:
+    return {job.id for job in store.list()[0]}
+
+
+def wait_for_new_job(
+    store: JobStore, before: set[str], kind: JobKind, state: JobState, *, timeout: float = 90
+) -> JobRecord:
+    """The first job not in ``before`` of ``kind`` that reached ``state`` (a forge event's
+    job: its id is the worker's to make)."""
+    found: list[JobRecord] = []
+
+    def there() -> bool:
+        found[:] = [
+            job
+            for job in store.list()[0]
+            if job.id not in before and job.spec.kind is kind and job.state is state
+        ]
+        return bool(found)
+
+    def explain() -> str:
+        seen = [(job.id, job.spec.kind.value, job.state.value) for job in store.list()[0]]
+        return f"no new {kind.value} job reached {state.value}: {seen}"
+
+    wait_until(there, timeout, explain)
+    return found[0]
+
+
+def wait_for_text(bodies: Callable[[], list[str]], needle: str, *, timeout: float = 60) -> str:
+    """The first of ``bodies()`` (a thread's comments) that holds ``needle``, once one does."""
+    wait_until(
+        lambda: any(needle in body for body in bodies()),
+        timeout,
+        lambda: f"no comment holds {needle!r}: {bodies()}",
+    )
+    return next(body for body in bodies() if needle in body)
+
+
+@contextmanager
+def forge_stack(forge_table: Callable[[Path], str]) -> Iterator[tuple[Stack, ApiServer]]:
+    """A job stack with one worker and a live ``riverbeam api``, the forge table
+    ``forge_table(secrets)`` written into its configuration (``secrets``: a 0700 directory
+    for the files it names)."""
+    with job_stack(lease_seconds=5.0) as stack:
+        secrets = stack.base / "secrets"
+        secrets.mkdir(mode=0o700)
+        stack.config.write_text(stack.config.read_text() + forge_table(secrets))
+        stack.start_worker("a")
+        with api_server(stack, TOKENS) as api:
+            yield stack, api

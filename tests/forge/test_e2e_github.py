@@ -15,19 +15,27 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from bot.store.models import JobKind, JobRecord, JobState
-from harness.api_server import ApiServer, api_server
+from bot.store.models import JobKind, JobState
+from harness.api_server import ApiServer
 from harness.fake_github import FakeGitHub, Pull, Repository
 from harness.forges import check_github, encoded, forge_toml, github_example, github_headers
 from harness.gitkit import git
-from harness.stack import Stack, job_stack, wait_until
-from tests.api.conftest import TOKENS
-from tests.forge.kit import BOT, GITHUB_REPO, with_has_discussions
+from harness.stack import Stack, wait_until
+from tests.forge.kit import (
+    BOT,
+    GITHUB_REPO,
+    forge_stack,
+    job_ids,
+    wait_for_new_job,
+    wait_for_text,
+    with_has_discussions,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -69,66 +77,33 @@ class Flow:
         check_github("issue_comment", "created", payload)
         self.send("issue_comment", payload)
 
-    def job(self, *, newer_than: set[str], kind: JobKind, state: JobState) -> JobRecord:
-        found: list[JobRecord] = []
-
-        def there() -> bool:
-            jobs, _ = self.stack.store.list()
-            found[:] = [
-                job
-                for job in jobs
-                if job.id not in newer_than and job.spec.kind is kind and job.state is state
-            ]
-            return bool(found)
-
-        wait_until(there, 90, lambda: f"no {kind.value} job reached {state.value}: {jobs_of(self)}")
-        return found[0]
-
-    def comment_on(self, number: int, needle: str) -> str:
-        def bodies() -> list[str]:
-            return [c.body for c in self.repository.comments.values() if c.number == number]
-
-        wait_until(
-            lambda: any(needle in body for body in bodies()),
-            60,
-            lambda: f"no comment on #{number} holds {needle!r}: {bodies()}",
-        )
-        return next(body for body in bodies() if needle in body)
-
-
-def jobs_of(flow: Flow) -> list[tuple[str, str, str]]:
-    jobs, _ = flow.stack.store.list()
-    return [(job.id, job.spec.kind.value, job.state.value) for job in jobs]
+    def comments(self, number: int) -> list[str]:
+        return [c.body for c in self.repository.comments.values() if c.number == number]
 
 
 @pytest.fixture(scope="module")
 def flow() -> Iterator[Flow]:
-    with FakeGitHub() as github, job_stack(lease_seconds=5.0) as stack:
+    def forge(secrets: Path) -> str:
+        (secrets / "webhook").write_text(SECRET + "\n")
+        (secrets / "token").write_text(TOKEN + "\n")
+        return forge_toml(
+            "gh",
+            kind="github",
+            secret_file=secrets / "webhook",
+            bot_login=BOT,
+            base_url=github.url,
+            token_file=str(secrets / "token"),
+            installations=[1],
+            repositories={GITHUB_REPO: {"repository": "docs"}},
+        )
+
+    with FakeGitHub() as github, forge_stack(forge) as (stack, api):
         github.tokens.add(TOKEN)
         repository = github.add_repository(
             GITHUB_REPO, collaborators={ASKER: "maintain", REVIEWER: "maintain"}, installation=1
         )
         repository.issues[1] = "The install page has typos and a broken link"
-        secrets = stack.base / "secrets"
-        secrets.mkdir(mode=0o700)
-        (secrets / "webhook").write_text(SECRET + "\n")
-        (secrets / "token").write_text(TOKEN + "\n")
-        stack.config.write_text(
-            stack.config.read_text()
-            + forge_toml(
-                "gh",
-                kind="github",
-                secret_file=secrets / "webhook",
-                bot_login=BOT,
-                base_url=github.url,
-                token_file=str(secrets / "token"),
-                installations=[1],
-                repositories={GITHUB_REPO: {"repository": "docs"}},
-            )
-        )
-        stack.start_worker("a")
-        with api_server(stack, TOKENS) as api:
-            yield Flow(stack, api, github, repository)
+        yield Flow(stack, api, github, repository)
         assert github.violations == [], "a request or reply api.github.com.json does not allow"
 
 
@@ -151,17 +126,17 @@ def test_an_issue_comment_becomes_an_approved_pull_request_reviewed_and_revised(
 
     # 1. The issue comment: an author job, parked; the status comment shows the approval.
     flow.comment(ASKER, "@riverbeam fix the broken links and typos on the install page")
-    author = flow.job(newer_than=set(), kind=JobKind.AUTHOR, state=JobState.AWAITING_APPROVAL)
+    author = wait_for_new_job(stack.store, set(), JobKind.AUTHOR, JobState.AWAITING_APPROVAL)
     approval = stack.store.approval(author.id)
     assert approval is not None and approval.requested_by == f"gh:{ASKER}"
-    status = flow.comment_on(1, f"/riverbeam approve {approval.id}")
+    status = wait_for_text(lambda: flow.comments(1), f"/riverbeam approve {approval.id}")
     assert f"job `{author.id}`" in status and "docs/install.md" in status
     [status_comment] = [c for c in repository.comments.values() if c.body == status]
 
     # 2. The asker cannot approve their own push, though their permission would let them
     # decide; a reviewer can, from the thread.
     flow.comment(ASKER, f"/riverbeam approve {approval.id}")
-    flow.comment_on(1, "BEM-602")
+    wait_for_text(lambda: flow.comments(1), "BEM-602")
     flow.comment(REVIEWER, f"/riverbeam approve {approval.id}")
     landed = stack.wait_for(author.id, JobState.SUCCEEDED, timeout=90)
     branch = f"riverbeam/{author.id}"
@@ -177,7 +152,7 @@ def test_an_issue_comment_becomes_an_approved_pull_request_reviewed_and_revised(
     [pull] = repository.pulls.values()
     assert (pull.head, pull.base) == (branch, "main")
     assert "Closes #1" in pull.body and f"Approved by gh:{REVIEWER}" in pull.body
-    flow.comment_on(1, f"Landed commit `{(first or '')[:12]}`")
+    wait_for_text(lambda: flow.comments(1), f"Landed commit `{(first or '')[:12]}`")
     assert f"Landed commit `{(first or '')[:12]}`" in repository.comments[status_comment.id].body
 
     # 4. A review job of the pull request: a line comment where the diff shows the line,
@@ -186,9 +161,9 @@ def test_an_issue_comment_becomes_an_approved_pull_request_reviewed_and_revised(
     pull.files = ["docs/install.md"]
     # What GitHub computes of the pull request: its file and the file's patch, hunks only.
     pull.patches = {"docs/install.md": patch[patch.index("@@") :]}
-    before = {job.id for job in stack.store.list()[0]}
+    before = job_ids(stack.store)
     flow.send("pull_request", _pull_request_event(pull, first or ""))
-    review = flow.job(newer_than=before, kind=JobKind.REVIEW, state=JobState.SUCCEEDED)
+    review = wait_for_new_job(stack.store, before, JobKind.REVIEW, JobState.SUCCEEDED)
     assert review.spec.branch == branch
     wait_until(lambda: bool(repository.reviews), 60, lambda: "no review was posted")
     [posted] = repository.reviews
@@ -203,13 +178,13 @@ def test_an_issue_comment_becomes_an_approved_pull_request_reviewed_and_revised(
 
     # 5. "Address the review": an author job on the pull request's branch, parked, approved,
     # landing as a fast-forward of that branch; the same pull request moves.
-    before = {job.id for job in stack.store.list()[0]}
+    before = job_ids(stack.store)
     flow.comment(ASKER, "@riverbeam address the review", pull=pull.number)
-    revision = flow.job(newer_than=before, kind=JobKind.AUTHOR, state=JobState.AWAITING_APPROVAL)
+    revision = wait_for_new_job(stack.store, before, JobKind.AUTHOR, JobState.AWAITING_APPROVAL)
     assert revision.spec.branch == branch
     second = stack.store.approval(revision.id)
     assert second is not None and second.target_ref == branch
-    flow.comment_on(pull.number, f"/riverbeam approve {second.id}")
+    wait_for_text(lambda: flow.comments(pull.number), f"/riverbeam approve {second.id}")
     flow.comment(REVIEWER, f"/riverbeam approve {second.id}", pull=pull.number)
     stack.wait_for(revision.id, JobState.SUCCEEDED, timeout=90)
     tip = stack.upstream_ref(branch)
@@ -217,4 +192,4 @@ def test_an_issue_comment_becomes_an_approved_pull_request_reviewed_and_revised(
     parent = git("-C", str(stack.upstream), "rev-parse", f"{tip}^")
     assert parent == first, "a fast-forward of the pull request's branch"
     assert list(repository.pulls) == [pull.number], "the same pull request, no second one"
-    flow.comment_on(pull.number, "addressed the review")
+    wait_for_text(lambda: flow.comments(pull.number), "addressed the review")

@@ -93,6 +93,17 @@ class Comment:
 
 
 @dataclass
+class ReviewComment:
+    id: int
+    pull: int
+    author: str
+    path: str
+    line: int | None
+    body: str
+    in_reply_to: int | None = None
+
+
+@dataclass
 class Repository:
     full_name: str
     id: int
@@ -102,6 +113,8 @@ class Repository:
     pulls: dict[int, Pull] = field(default_factory=dict)
     comments: dict[int, Comment] = field(default_factory=dict)
     reviews: list[dict[str, Any]] = field(default_factory=list)
+    # Line comments of reviews and their replies, by id (``in_reply_to`` None: a thread).
+    review_comments: dict[int, ReviewComment] = field(default_factory=dict)
     statuses: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -586,6 +599,16 @@ def _create_review(
                 },
             )
     repository.reviews.append({"pull": pull.number, **body})
+    for comment in body.get("comments", []):
+        made = ReviewComment(
+            next(github._ids),
+            pull.number,
+            "riverbeam[bot]",
+            comment["path"],
+            comment.get("line"),
+            comment["body"],
+        )
+        repository.review_comments[made.id] = made
     document = github.judge.example("#/components/examples/pull-request-review")
     document.update(
         id=next(github._ids),
@@ -595,6 +618,53 @@ def _create_review(
         user=github.user("riverbeam[bot]"),
     )
     return 200, document
+
+
+def _review_comment_document(
+    github: FakeGitHub, repository: Repository, comment: ReviewComment
+) -> Any:
+    document = github.judge.example("#/components/examples/review-comment-items")[0]
+    document.update(
+        id=comment.id,
+        body=comment.body,
+        path=comment.path,
+        line=comment.line,
+        user=github.user(comment.author),
+        pull_request_url=f"{github.url}/repos/{repository.full_name}/pulls/{comment.pull}",
+    )
+    if comment.in_reply_to is None:
+        document.pop("in_reply_to_id", None)
+    else:
+        document["in_reply_to_id"] = comment.in_reply_to
+    return document
+
+
+def _list_review_comments(
+    github: FakeGitHub, repository: Repository, values: Mapping[str, str], query: Any, _b: Any
+) -> tuple[int, Any]:
+    pull = _pull(repository, values)
+    found = [c for c in repository.review_comments.values() if c.pull == pull.number]
+    return 200, _paged([_review_comment_document(github, repository, c) for c in found], query)
+
+
+def _reply_to_review_comment(
+    github: FakeGitHub, repository: Repository, values: Mapping[str, str], _q: Any, body: Any
+) -> tuple[int, Any]:
+    pull = _pull(repository, values)
+    root = repository.review_comments.get(int(values["comment_id"]))
+    if root is None or root.pull != pull.number:
+        raise _error(404, "Not Found")
+    reply = ReviewComment(
+        next(github._ids),
+        pull.number,
+        "riverbeam[bot]",
+        root.path,
+        root.line,
+        body["body"],
+        in_reply_to=root.id,
+    )
+    repository.review_comments[reply.id] = reply
+    return 201, _review_comment_document(github, repository, reply)
 
 
 def _create_status(
@@ -617,6 +687,8 @@ _OPERATIONS: dict[str, Handler] = {
     "pulls/get": _get_pull,
     "pulls/update": _update_pull,
     "pulls/list-files": _files,
+    "pulls/list-review-comments": _list_review_comments,
+    "pulls/create-reply-for-review-comment": _reply_to_review_comment,
     "issues/list-comments": _list_comments,
     "issues/create-comment": _create_comment,
     "issues/update-comment": _update_comment,

@@ -82,6 +82,9 @@ class Note:
     body: str
     system: bool = False
     position: dict[str, Any] | None = None
+    # The thread it is in: its first note's discussion id (a diff thread's), None for a note.
+    discussion: str | None = None
+    resolved: bool = False
 
 
 @dataclass
@@ -358,6 +361,8 @@ class FakeGitLab(LoopbackFake):
             "project_id": project.id,
             "resolvable": note.position is not None,
         }
+        if note.position is not None:
+            document["resolved"] = note.resolved
         if note.position:
             document["position"] = note.position
         return document
@@ -586,13 +591,41 @@ def _discussion(
             if key in position and position[key] not in diff_shows(diff, side):
                 raise _Answer(400, {"message": {"line_code": ["can't be blank"]}})
     note = gitlab.add_note(project, "pull_request", merge.iid, BOT, body["body"])
-    note.position = position
-    document = {
-        "id": _sha(f"discussion:{note.id}"),
+    note.position, note.discussion = position, _sha(f"discussion:{note.id}")
+    return 201, _discussion_document(gitlab, project, note.discussion)
+
+
+def _discussion_document(gitlab: FakeGitLab, project: Project, discussion: str) -> Any:
+    notes = [n for n in project.notes.values() if n.discussion == discussion]
+    return {
+        "id": discussion,
         "individual_note": False,
-        "notes": [gitlab.note_document(project, note)],
+        "notes": [gitlab.note_document(project, n) for n in notes],
     }
-    return 201, document
+
+
+def _discussions(
+    gitlab: FakeGitLab, values: Mapping[str, str], query: Mapping[str, str], _b: Any
+) -> tuple[int, Any]:
+    project = gitlab.project(values)
+    merge = _merge(project, values)
+    threads = [n.discussion for n in project.notes.values() if n.iid == merge.iid]
+    unique = list(dict.fromkeys(t for t in threads if t is not None))
+    items = [_discussion_document(gitlab, project, t) for t in unique]
+    return 200, _paged(items, query)
+
+
+def _discussion_note(
+    gitlab: FakeGitLab, values: Mapping[str, str], _q: Any, body: Any
+) -> tuple[int, Any]:
+    project = gitlab.project(values)
+    merge = _merge(project, values)
+    discussion = values["discussion_id"]
+    if not any(n.discussion == discussion and n.iid == merge.iid for n in project.notes.values()):
+        raise _error(404, "404 Discussion Not Found")
+    note = gitlab.add_note(project, "pull_request", merge.iid, BOT, body["body"])
+    note.discussion = discussion
+    return 201, gitlab.note_document(project, note)
 
 
 def _status(gitlab: FakeGitLab, values: Mapping[str, str], _q: Any, body: Any) -> tuple[int, Any]:
@@ -631,5 +664,7 @@ _HANDLERS: dict[str, Handler] = {
     "notes/create-merge-request": _MERGE_NOTES[1],
     "notes/update-merge-request": _MERGE_NOTES[2],
     "discussions/create-merge-request": _discussion,
+    "discussions/list-merge-request": _discussions,
+    "discussions/add-note-merge-request": _discussion_note,
     "statuses/create": _status,
 }

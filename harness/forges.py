@@ -25,7 +25,7 @@ from typing import Any
 import jsonschema
 
 from bot.config import ForgeConfig
-from bot.forge.inbound.forge_events import PullRequest, ThreadComment, ThreadKind
+from bot.forge.inbound.forge_events import PullRequest, ReviewThread, ThreadComment, ThreadKind
 from bot.forge.inbound.signatures import github_signature
 from bot.forge.permissions import ForgePermission
 
@@ -117,6 +117,7 @@ class FakeLookup:
     pulls: dict[int, PullRequest] = field(default_factory=dict)
     paths: dict[int, Sequence[str]] = field(default_factory=dict)
     threads: dict[int, Sequence[ThreadComment]] = field(default_factory=dict)
+    reviews: dict[int, Sequence[ReviewThread]] = field(default_factory=dict)
     asked: list[tuple[str, str, object]] = field(default_factory=list)
 
     def permission(self, repository: str, login: str) -> ForgePermission:
@@ -136,6 +137,10 @@ class FakeLookup:
     ) -> Sequence[ThreadComment]:
         self.asked.append(("thread", repository, number))
         return self.threads.get(number, ())
+
+    def review_threads(self, repository: str, number: int) -> Sequence[ReviewThread]:
+        self.asked.append(("review_threads", repository, number))
+        return self.reviews.get(number, ())
 
 
 def no_one_may(_name: str, _config: ForgeConfig) -> FakeLookup:

@@ -33,6 +33,8 @@ USERS = f"{DOCS}/users/"
 MERGE_REQUESTS = f"{DOCS}/merge_requests/"
 NOTES = f"{DOCS}/notes/"
 DISCUSSIONS = f"{DOCS}/discussions/#create-a-new-thread-in-the-merge-request-diff"
+DISCUSSION_ITEMS = f"{DOCS}/discussions/#list-project-merge-request-discussion-items"
+DISCUSSION_NOTE = f"{DOCS}/discussions/#add-note-to-existing-merge-request-thread"
 STATUSES = f"{DOCS}/commits/"
 PAGINATION = f"{DOCS}/rest/#pagination"
 RATE_LIMITS = "https://docs.gitlab.com/security/rate_limits/"
@@ -142,6 +144,7 @@ NOTE = {
         "noteable_iid": {"type": ["integer", "null"]},
         "project_id": {"type": "integer"},
         "resolvable": {"type": "boolean"},
+        "resolved": {"type": "boolean"},
         "position": {"type": "object"},
     },
 }
@@ -409,6 +412,26 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         },
         201,
         DISCUSSION,
+    ),
+    Endpoint(
+        "discussions/list-merge-request",
+        "GET",
+        "/projects/{id}/merge_requests/{merge_request_iid}/discussions",
+        DISCUSSION_ITEMS,
+        _query(**_PAGED),
+        None,
+        200,
+        _list(DISCUSSION),
+    ),
+    Endpoint(
+        "discussions/add-note-merge-request",
+        "POST",
+        "/projects/{id}/merge_requests/{merge_request_iid}/discussions/{discussion_id}/notes",
+        DISCUSSION_NOTE,
+        _query(),
+        _BODY_ONLY,
+        201,
+        NOTE,
     ),
     Endpoint(
         "statuses/create",

@@ -48,6 +48,7 @@ from bot.jobs.forge_posts import (
     review_status,
     split_findings,
     status_comment,
+    thread_replies,
 )
 from bot.jobs.kinds import kind_of
 from bot.jobs.webhooks import WebhookAnswer, post_json, public_webhook_url
@@ -109,9 +110,11 @@ def _attempt(entry: OutboxEntry, settings: Settings, store: JobStore) -> Attempt
         return _forge_attempt(entry, settings, lambda c, t: _status(c, t, entry, settings, store))
     if entry.channel == "forge_review":
         return _forge_attempt(entry, settings, lambda c, t: _review(c, t, entry.payload))
+    if entry.channel == "forge_reply":
+        return _forge_attempt(entry, settings, lambda c, t: _reply(c, t, entry.payload))
     if entry.channel == "forge_pull_request":
         return _forge_attempt(entry, settings, lambda c, t: _pull_request(c, t, entry.payload))
-    return _forge_attempt(entry, settings, lambda c, t: _comment(c, t, entry.payload))
+    return _forge_attempt(entry, settings, lambda c, t: _comment(c, t, entry, store))
 
 
 def _webhook_attempt(entry: OutboxEntry, settings: Settings) -> Attempt:
@@ -164,11 +167,22 @@ def _forge_attempt(entry: OutboxEntry, settings: Settings, post: ForgePost) -> A
     return Attempt(entry, "delivered")
 
 
-def _comment(client: ForgeClient, target: ForgeThreadRef, payload: dict[str, JsonValue]) -> None:
-    body = payload.get("body")
+def _comment(
+    client: ForgeClient, target: ForgeThreadRef, entry: OutboxEntry, store: JobStore
+) -> None:
+    body = entry.payload.get("body")
     if not isinstance(body, str):
         raise ForgeRefused("BEM-810", "the entry holds no comment")
     client.post_comment(target.repository, target.number, body, on=target.thread)
+    for reply in thread_replies(entry):
+        store.outbox.add_once(reply)
+
+
+def _reply(client: ForgeClient, target: ForgeThreadRef, payload: dict[str, JsonValue]) -> None:
+    thread, body = payload.get("thread"), payload.get("body")
+    if not isinstance(thread, str) or not isinstance(body, str):
+        raise ForgeRefused("BEM-810", "the entry names no review thread")
+    client.reply_to_thread(target.repository, target.number, thread, body)
 
 
 def _status(

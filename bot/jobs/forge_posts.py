@@ -242,7 +242,41 @@ def _revised(
         f"`{approval.target_ref}` as a fast-forward, so this pull request shows it. "
         f"Approved by {inert(approval.decider)}, diff digest `{approval.diff_digest[:16]}`."
     )
-    return _post("forge_comment", "forge.revised", record, target, {"body": body})
+    origin = record.spec.metadata.get("forge")
+    threads = origin.get("threads") if isinstance(origin, dict) else None
+    payload: dict[str, JsonValue] = {"body": body, "commit": sha[:12]}
+    if isinstance(threads, list) and threads:
+        payload["threads"] = [str(thread) for thread in threads]
+    return _post("forge_comment", "forge.revised", record, target, payload)
+
+
+def thread_replies(entry: OutboxEntry) -> list[OutboxEntry]:
+    """For the comment of a push that addressed a review, a reply in each review thread the
+    job was asked to address, once each (their ids follow from the job's and the thread's,
+    ``Outbox.add_once``)."""
+    threads, commit = entry.payload.get("threads"), entry.payload.get("commit")
+    if entry.forge is None or entry.job_id is None or not isinstance(threads, list):
+        return []
+    body = (
+        f"Riverbeam job `{entry.job_id}` addressed this in commit `{commit}`, now on this branch."
+    )
+    return [
+        entry.model_copy(
+            update={
+                "id": _once_id("forge-reply", entry.job_id, str(thread)),
+                "channel": "forge_reply",
+                "event": "forge.replied",
+                "payload": {"thread": str(thread), "body": body},
+                "attempts": 0,
+            }
+        )
+        for thread in threads
+    ]
+
+
+def _once_id(*parts: str) -> str:
+    """The outbox id of a post made once: it follows from what it is about."""
+    return hashlib.sha256(":".join(parts).encode()).hexdigest()[:32]
 
 
 def _post(
@@ -305,7 +339,7 @@ def review_entry(record: JobRecord) -> OutboxEntry | None:
     verdict = (outcome.verdict or "").replace("_", " ")
     summary = inert(outcome.summary)[: _FINDING_CHARS * 4]
     return OutboxEntry(
-        id=hashlib.sha256(f"forge-review:{record.id}".encode()).hexdigest()[:32],
+        id=_once_id("forge-review", record.id),
         channel="forge_review",
         repo=record.spec.repo,
         job_id=record.id,

@@ -526,7 +526,12 @@ class OutboxEntry(BaseModel):
 
     id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
     channel: Literal[
-        "approval_webhook", "forge_comment", "forge_status", "forge_pull_request", "forge_review"
+        "approval_webhook",
+        "forge_comment",
+        "forge_status",
+        "forge_pull_request",
+        "forge_review",
+        "forge_reply",
     ]
     repo: str
     forge: ForgeThreadRef | None = None

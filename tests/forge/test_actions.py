@@ -22,6 +22,7 @@ from bot.forge.inbound.forge_events import (
     Ignored,
     PullRequest,
     PullRequestChanged,
+    ReviewThread,
     ThreadComment,
 )
 from bot.forge.permissions import ForgePermission
@@ -240,6 +241,7 @@ def _address(head_ref: str) -> tuple[CommentCreated, FakeLookup]:
     lookup = FakeLookup(
         permissions={"root": ForgePermission.WRITE},
         threads={1: [ThreadComment(author="user1", body="Say 'sign in', not 'login'.")]},
+        reviews={1: [ReviewThread(id="6a9c1750", author="user2", body="Passive.", path="a.md")]},
     )
     return event, lookup
 
@@ -251,7 +253,9 @@ def test_address_the_review_on_a_riverbeam_pull_request_works_on_its_branch() ->
     # On the pull request's own branch, from its head: its push moves the pull request.
     assert (action.branch, action.base) == ("riverbeam/job-1", None)
     assert "Say 'sign in', not 'login'." in action.request
+    assert "@user2 on a.md: Passive." in action.request
     forge = action.metadata["forge"]
+    assert isinstance(forge, dict) and forge["threads"] == ["6a9c1750"]
     assert isinstance(forge, dict) and forge["head_sha"] == event.pull.head_sha  # type: ignore[union-attr]
 
 

@@ -9,7 +9,7 @@ shows the approval → a reviewer answers ``/riverbeam approve <id>`` → the pu
 upstream → the pull request is opened from ``riverbeam/<job-id>`` into ``main`` → a review
 job of it posts a review with a line comment and the ``riverbeam/review`` status → a
 reviewer's "address the review" → a second park → approved → the same pull request's
-branch moves forward as a fast-forward."""
+branch moves forward as a fast-forward, and the review thread gets a reply."""
 
 from __future__ import annotations
 
@@ -182,6 +182,8 @@ def test_an_issue_comment_becomes_an_approved_pull_request_reviewed_and_revised(
     flow.comment(ASKER, "@riverbeam address the review", pull=pull.number)
     revision = wait_for_new_job(stack.store, before, JobKind.AUTHOR, JobState.AWAITING_APPROVAL)
     assert revision.spec.branch == branch
+    [thread] = [c for c in repository.review_comments.values() if c.in_reply_to is None]
+    assert f"on docs/install.md:3: {thread.body}" in revision.spec.request
     second = stack.store.approval(revision.id)
     assert second is not None and second.target_ref == branch
     wait_for_text(lambda: flow.comments(pull.number), f"/riverbeam approve {second.id}")
@@ -193,3 +195,11 @@ def test_an_issue_comment_becomes_an_approved_pull_request_reviewed_and_revised(
     assert parent == first, "a fast-forward of the pull request's branch"
     assert list(repository.pulls) == [pull.number], "the same pull request, no second one"
     wait_for_text(lambda: flow.comments(pull.number), "addressed the review")
+    # The review thread it was asked to address gets its reply, once.
+    wait_until(
+        lambda: any(c.in_reply_to == thread.id for c in repository.review_comments.values()),
+        60,
+        lambda: f"no reply in the review thread: {repository.review_comments}",
+    )
+    [reply] = [c for c in repository.review_comments.values() if c.in_reply_to == thread.id]
+    assert f"commit `{(tip or '')[:12]}`" in reply.body

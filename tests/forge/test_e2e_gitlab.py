@@ -9,7 +9,7 @@ shows the approval → a maintainer answers ``/riverbeam approve <id>`` → the 
 the upstream → the merge request is opened from ``riverbeam/<job-id>`` into ``main`` → a
 review job of it posts a diff note on the changed line and the ``riverbeam/review`` commit
 status → "address the review" → a second park → approved → the same merge request's branch
-moves forward as a fast-forward."""
+moves forward as a fast-forward, and the diff thread gets a reply."""
 
 from __future__ import annotations
 
@@ -174,6 +174,8 @@ def test_a_note_on_an_issue_becomes_an_approved_merge_request_reviewed_and_revis
     flow.note(ASKER, "@riverbeam address the review", merge=merge)
     revision = wait_for_new_job(stack.store, before, JobKind.AUTHOR, JobState.AWAITING_APPROVAL)
     assert revision.spec.branch == branch
+    [thread] = [n for n in project.notes.values() if n.position]
+    assert f"on docs/install.md:3: {thread.body}" in revision.spec.request
     second = stack.store.approval(revision.id)
     assert second is not None and second.target_ref == branch
     on_merge = lambda: flow.notes("pull_request", merge.iid)  # noqa: E731
@@ -185,3 +187,15 @@ def test_a_note_on_an_issue_becomes_an_approved_merge_request_reviewed_and_revis
     assert git("-C", str(stack.upstream), "rev-parse", f"{tip}^") == first
     assert list(project.merges) == [merge.iid]
     wait_for_text(on_merge, "addressed the review")
+
+    # The diff thread it was asked to address gets its reply, once.
+    def replies() -> list[str]:
+        return [
+            n.body
+            for n in project.notes.values()
+            if n.discussion == thread.discussion and n.id != thread.id
+        ]
+
+    wait_until(lambda: bool(replies()), 60, lambda: "no reply in the diff thread")
+    [reply] = replies()
+    assert f"commit `{(tip or '')[:12]}`" in reply

@@ -104,6 +104,11 @@ class ForgeClient(ForgeLookup, Protocol):
         A file the forge shows no diff for (binary, too large) has none."""
         ...
 
+    def reply_to_thread(self, repository: str, number: int, thread_id: str, body: str) -> None:
+        """A reply in review thread ``thread_id`` (``ReviewThread.id``) of pull request
+        ``number``."""
+        ...
+
     def find_pull_request(
         self, repository: str, head_branch: str, base: str
     ) -> PullRequestRef | None:

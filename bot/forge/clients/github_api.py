@@ -36,7 +36,7 @@ from bot.forge.clients import http
 from bot.forge.clients.contract import CommentRef, CommitState, LineComment, PullRequestRef
 from bot.forge.clients.http import read_secret
 from bot.forge.clients.hunks import new_side_lines
-from bot.forge.inbound.forge_events import PullRequest, ThreadComment, ThreadKind
+from bot.forge.inbound.forge_events import PullRequest, ReviewThread, ThreadComment, ThreadKind
 from bot.forge.permissions import ForgePermission
 
 GITHUB_API = "https://api.github.com"
@@ -204,6 +204,23 @@ class GitHubClient:
                 lines[item["filename"]] = new_side_lines(item["patch"])
         return lines
 
+    def review_threads(self, repository: str, number: int) -> Sequence[ReviewThread]:
+        # A thread is a review comment that replies to none; REST says nothing of whether
+        # it was resolved (only GraphQL does), so every thread counts as open.
+        threads = []
+        for item in self._pages(f"{_repo(repository)}/pulls/{number}/comments", repository):
+            if item.get("in_reply_to_id") is None and isinstance(item.get("id"), int):
+                threads.append(
+                    ReviewThread(
+                        id=str(item["id"]),
+                        author=(item.get("user") or {}).get("login") or "ghost",
+                        body=item.get("body") or "",
+                        path=item.get("path"),
+                        line=item.get("line"),
+                    )
+                )
+        return threads
+
     def thread(
         self, repository: str, number: int, on: ThreadKind = "issue"
     ) -> Sequence[ThreadComment]:
@@ -227,6 +244,10 @@ class GitHubClient:
     def edit_comment(self, repository: str, ref: CommentRef, body: str) -> None:
         path = f"{_repo(repository)}/issues/comments/{ref.id}"
         self._send("PATCH", path, repository, json={"body": body})
+
+    def reply_to_thread(self, repository: str, number: int, thread_id: str, body: str) -> None:
+        path = f"{_repo(repository)}/pulls/{number}/comments/{_segment(thread_id)}/replies"
+        self._send("POST", path, repository, json={"body": body})
 
     def find_pull_request(
         self, repository: str, head_branch: str, base: str

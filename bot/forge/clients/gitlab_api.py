@@ -35,7 +35,7 @@ from bot.core.errors import ForgeCredentialsError, ForgeRefused, ForgeRetryLater
 from bot.forge.clients import http
 from bot.forge.clients.contract import CommentRef, CommitState, LineComment, PullRequestRef
 from bot.forge.clients.hunks import new_side_lines
-from bot.forge.inbound.forge_events import PullRequest, ThreadComment, ThreadKind
+from bot.forge.inbound.forge_events import PullRequest, ReviewThread, ThreadComment, ThreadKind
 from bot.forge.permissions import ForgePermission
 
 GITLAB_URL = "https://gitlab.com"
@@ -139,6 +139,27 @@ class GitLabClient:
                 lines[item["new_path"]] = new_side_lines(item["diff"])
         return lines
 
+    def review_threads(self, repository: str, number: int) -> Sequence[ReviewThread]:
+        threads = []
+        path = f"{self._project(repository)}/merge_requests/{number}/discussions"
+        for item in self._pages(path):
+            notes = item.get("notes") or []
+            first = notes[0] if notes and isinstance(notes[0], dict) else None
+            # A thread to answer: resolvable (a diff or review thread) and not yet resolved.
+            if first is None or not first.get("resolvable") or first.get("resolved"):
+                continue
+            position = first.get("position") or {}
+            threads.append(
+                ReviewThread(
+                    id=str(item["id"]),
+                    author=(first.get("author") or {}).get("username") or "ghost",
+                    body=first.get("body") or "",
+                    path=position.get("new_path"),
+                    line=position.get("new_line"),
+                )
+            )
+        return threads
+
     def thread(
         self, repository: str, number: int, on: ThreadKind = "issue"
     ) -> Sequence[ThreadComment]:
@@ -168,6 +189,10 @@ class GitLabClient:
     def edit_comment(self, repository: str, ref: CommentRef, body: str) -> None:
         path = f"{self._project(repository)}/{_NOTEABLE[ref.on]}/{ref.number}/notes/{ref.id}"
         self._send("PUT", path, json={"body": body})
+
+    def reply_to_thread(self, repository: str, number: int, thread_id: str, body: str) -> None:
+        merge = f"{self._project(repository)}/merge_requests/{number}"
+        self._send("POST", f"{merge}/discussions/{_segment(thread_id)}/notes", json={"body": body})
 
     def find_pull_request(
         self, repository: str, head_branch: str, base: str

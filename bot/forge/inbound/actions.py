@@ -268,7 +268,13 @@ def _address(
     refused = _permitted(event, entry, lookup, "address")
     if refused is not None:
         return refused
-    request = _request(event.thread, asked, _thread_comments(event, lookup))
+    threads = [] if lookup is None else list(lookup.review_threads(event.repository, pull.number))
+    review = "\n".join(
+        f"@{t.author} on {t.path or 'the change'}{'' if t.line is None else f':{t.line}'}: {t.body}"
+        for t in threads
+    )
+    comments = _thread_comments(event, lookup)
+    request = _request(event.thread, asked, "\n".join(filter(None, [review, comments])))
     return _submit(
         event,
         entry,
@@ -277,6 +283,7 @@ def _address(
         request=request,
         branch=pull.head_ref,
         pull=pull,
+        threads=[t.id for t in threads],
     )
 
 
@@ -362,6 +369,7 @@ def _submit(
     base: str | None = None,
     branch: str | None = None,
     range: str | None = None,
+    threads: list[str] | None = None,
 ) -> SubmitJob:
     thread = thread_of(event)
     forge: dict[str, JsonValue] = {
@@ -376,6 +384,9 @@ def _submit(
     if pull is not None:
         forge.update(head_sha=pull.head_sha, head_ref=pull.head_ref, base_ref=pull.base_ref)
         forge["from_fork"] = pull.from_fork
+    if threads:
+        # The review threads an "address the review" job answers once its push lands.
+        forge["threads"] = list(threads)
     return SubmitJob(
         kind=kind,
         repo=entry.repository,

@@ -63,6 +63,17 @@ class ThreadComment(_Frozen):
     body: Text
 
 
+class ReviewThread(_Frozen):
+    """An open review thread of a pull request, as its first comment: the forge's id of the
+    thread (GitHub: the comment's; GitLab: the discussion's), to reply on."""
+
+    id: str = Field(min_length=1, max_length=100)
+    author: str
+    body: Text
+    path: str | None = None
+    line: int | None = None
+
+
 class Envelope(TypedDict):
     """What every event names: the fields of ``_Event``."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from bot.forge.inbound.forge_events import PullRequest, ThreadComment, ThreadKind
+from bot.forge.inbound.forge_events import PullRequest, ReviewThread, ThreadComment, ThreadKind
 from bot.forge.permissions import ForgePermission
 
 
@@ -27,3 +27,8 @@ class ForgeLookup(Protocol):
     def thread(
         self, repository: str, number: int, on: ThreadKind = "issue"
     ) -> Sequence[ThreadComment]: ...
+
+    def review_threads(self, repository: str, number: int) -> Sequence[ReviewThread]:
+        """The open review threads of pull request ``number`` (line comments and their
+        replies), each as its first comment."""
+        ...

@@ -241,3 +241,20 @@ def test_a_worker_keeps_one_client_per_forge_table(tmp_path: Path, token_file: P
     assert client_for("gh", config) is not client_for(
         "gh", config.model_copy(update={"bot_login": "rb"})
     )
+
+
+def test_review_threads_are_the_comments_that_reply_to_none_and_replies_go_in_them(
+    github: FakeGitHub, client: GitHubClient
+) -> None:
+    repository = github.add_repository(REPO)
+    patches = {"docs/a.md": "@@ -2,2 +2,2 @@\n same\n-old\n+new"}
+    pull = github.add_pull(repository, head="docs-fix", files=["docs/a.md"], patches=patches)
+    comment = LineComment(path="docs/a.md", line=3, body="Broken link")
+    client.post_review(REPO, pull.number, pull.head_sha, "1 finding", (comment,))
+    [thread] = client.review_threads(REPO, pull.number)
+    assert (thread.path, thread.line, thread.body) == ("docs/a.md", 3, "Broken link")
+    client.reply_to_thread(REPO, pull.number, thread.id, "Fixed in abc123.")
+    # The reply is in the thread, and is no thread of its own.
+    [reply] = [c for c in repository.review_comments.values() if c.in_reply_to is not None]
+    assert (reply.in_reply_to, reply.body) == (int(thread.id), "Fixed in abc123.")
+    assert [t.id for t in client.review_threads(REPO, pull.number)] == [thread.id]

@@ -309,3 +309,25 @@ def test_the_workers_use_the_built_in_client_when_a_gitlab_forge_has_a_token(
     assert client_for("gl", ForgeConfig.model_validate(base)) is None  # no token: no client
     with pytest.raises(ForgeCredentialsError, match="BEM-824"):
         gitlab_client("gl", ForgeConfig.model_validate(base))
+
+
+def test_open_diff_threads_are_listed_and_answered_in_place(
+    gitlab: FakeGitLab, client: GitLabClient
+) -> None:
+    project = gitlab.add_project(PROJECT)
+    merge = gitlab.add_merge(project, source_branch="docs", files=["docs/a.md"])
+    merge.diffs["docs/a.md"] = "@@ -3,2 +3,2 @@\n ok\n-is done\n+does\n"
+    comments = (
+        LineComment(path="docs/a.md", line=4, body="Passive voice."),
+        LineComment(path="docs/a.md", line=3, body="Settled."),
+    )
+    client.post_review(PROJECT, merge.iid, merge.sha, "2 findings.", comments)
+    settled = next(n for n in project.notes.values() if n.body == "Settled.")
+    settled.resolved = True
+    [thread] = client.review_threads(PROJECT, merge.iid)
+    assert (thread.path, thread.line, thread.body) == ("docs/a.md", 4, "Passive voice.")
+    client.reply_to_thread(PROJECT, merge.iid, thread.id, "Done in abc123.")
+    [reply] = [n for n in project.notes.values() if n.body == "Done in abc123."]
+    assert reply.discussion == thread.id and reply.iid == merge.iid
+    with pytest.raises(ForgeRefused, match="404"):
+        client.reply_to_thread(PROJECT, merge.iid, "f" * 40, "Lost.")

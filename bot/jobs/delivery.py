@@ -11,8 +11,9 @@ receiver that drips its answer is cut off when it passes. What comes of an attem
 - any other answer (a 3xx is not followed, a 4xx says no): given up at once;
 - a repository or webhook no longer configured: given up.
 
-A given-up entry is logged as BEM-370, keeps its last error and is kept for a week; the
-approval is open whatever the receiver did. Each POST carries ``X-Riverbeam-Event`` and
+A given-up entry is logged as BEM-370, keeps its last error and is kept for a week, and
+its job's record keeps the error (``posts_given_up``); the approval is open whatever the
+receiver did. Each POST carries ``X-Riverbeam-Event`` and
 ``X-Riverbeam-Delivery`` (the entry's id, the same on every attempt), so a receiver can tell
 a second delivery of one announcement from a new one.
 
@@ -53,7 +54,6 @@ from bot.jobs.forge_posts import (
 from bot.jobs.kinds import kind_of
 from bot.jobs.webhooks import WebhookAnswer, post_json, public_webhook_url
 from bot.store.models import Approval, Finding, ForgeThreadRef, OutboxEntry
-from bot.store.outgoing import Outbox
 from bot.store.store import JobStore
 
 ForgePost = Callable[[ForgeClient, ForgeThreadRef], None]
@@ -99,7 +99,7 @@ def deliver_due(store: JobStore, settings: Settings) -> list[Attempt]:
     attempts: list[Attempt] = []
     while entries := store.outbox.claim(lease_seconds=lease):
         for entry in entries:
-            attempts.append(_settle(store.outbox, entry, _attempt(entry, settings, store)))
+            attempts.append(_settle(store, entry, _attempt(entry, settings, store)))
     return attempts
 
 
@@ -269,7 +269,8 @@ def _given_up(entry: OutboxEntry, code: str, message: str) -> Attempt:
     return Attempt(entry, "given_up", error=error)
 
 
-def _settle(outbox: Outbox, entry: OutboxEntry, attempt: Attempt) -> Attempt:
+def _settle(store: JobStore, entry: OutboxEntry, attempt: Attempt) -> Attempt:
+    outbox = store.outbox
     if attempt.outcome == "delivered":
         outbox.delivered(entry)
         log.info("delivered %s of job %s (attempt %d)", entry.event, entry.job_id, entry.attempts)
@@ -279,4 +280,6 @@ def _settle(outbox: Outbox, entry: OutboxEntry, attempt: Attempt) -> Attempt:
     elif attempt.error is not None:
         outbox.give_up(entry, error=attempt.error)
         log.warning("%s: %s", attempt.error.code, attempt.error.message)
+        if entry.job_id is not None:
+            store.record_given_up_post(entry.job_id, attempt.error)
     return attempt

@@ -19,6 +19,7 @@ from bot.core.frames import ErrorInfo
 from bot.store.gateway import RedisGateway, Writes, server_now, text
 from bot.store.keys import every_key
 from bot.store.models import (
+    MAX_GIVEN_UP,
     TRANSITIONS,
     Approval,
     ApprovalState,
@@ -353,6 +354,17 @@ class JobRecords(RedisGateway):
                 queue_delivery(tx, self.keys, entry)
 
         self._change_job(job_id, change, also=queued)
+
+    def record_given_up_post(self, job_id: str, error: ErrorInfo) -> None:
+        """Keep on the job that a post outside for it was given up (the last
+        ``MAX_GIVEN_UP``), so whoever reads the job sees it; a job gone by then is left
+        alone."""
+
+        def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
+            return {"posts_given_up": [*record.posts_given_up, error][-MAX_GIVEN_UP:]}
+
+        if self.find(job_id) is not None:
+            self._change_job(job_id, change)
 
     def _change_job(
         self, job_id: str, change: Change, *, also: Writes | None = None

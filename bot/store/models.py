@@ -88,6 +88,7 @@ _NAME = REPOSITORY_NAME
 _JOB_ID = JOB_ID_PATTERN
 _RANGE = re.compile(r"^(?P<start>[^.\s]+(?:\.[^.\s]+)*)\.\.(?P<end>[^.\s]+(?:\.[^.\s]+)*)$")
 MAX_REQUEST_CHARS = 20_000
+MAX_GIVEN_UP = 20
 
 
 class JobSpec(BaseModel):
@@ -313,6 +314,12 @@ class JobRecord(BaseModel):
     # Absent from records stored before pushes were recorded: none then.
     pushes: list[UpstreamPush] = Field(
         default_factory=list, description="what the job sent upstream, oldest first"
+    )
+    # Absent from records stored before it was kept: none then.
+    posts_given_up: list[ErrorInfo] = Field(
+        default_factory=list,
+        description="posts outside that were given up (the parked-push webhook, the forge's "
+        f"comments, reviews and pull requests), each with its code; the last {MAX_GIVEN_UP}",
     )
 
     @property

@@ -250,3 +250,15 @@ def test_a_push_that_addressed_a_review_moves_the_pull_request_and_says_so(
     # A push to a branch of its own (not the one it revises) says nothing there.
     elsewhere = approved.model_copy(update={"target_ref": f"riverbeam/{record.id}"})
     assert landed_pull_request(settings, record, elsewhere, "e" * 40) is None
+
+
+def test_a_status_the_forge_refuses_is_given_up_and_shown_on_the_job(
+    settings: Settings, store: JobStore, github: FakeGitHub
+) -> None:
+    github.add_repository(GITHUB_REPO)  # no issue 1 there: 404
+    record = _job(store)
+    assert _delivered(store, settings) == ["forge_status:given_up"]
+    [error] = store.get(record.id).posts_given_up
+    assert error.code == "BEM-823" and "given up" in error.message
+    # The job itself goes on: the post's failure is not the job's.
+    assert store.get(record.id).state is JobState.QUEUED

@@ -9,6 +9,7 @@ import re
 import httpx
 import pytest
 
+from bot.core.frames import ErrorInfo
 from bot.service.access import Principal
 from bot.store.models import Approval, ApprovalState, JobKind, JobSpec, JobState
 from harness.api_server import api_server
@@ -445,3 +446,12 @@ def test_the_live_feed_is_the_event_stream_behind_the_session_cookie(web: Web) -
     with httpx.Client(base_url=web.url) as anonymous:
         refused = anonymous.get(f"/jobs/{job.id}/events")
     assert refused.status_code == 401 and refused.json()["code"] == "BEM-708"
+
+
+def test_a_post_given_up_for_a_job_is_shown_on_its_page_as_text(web: Web, parked: str) -> None:
+    error = ErrorInfo(code="BEM-823", message="gh: <b>docs</b>#1: Not Found; given up")
+    web.stack.store.record_given_up_post(parked, error)
+    with sign_in(web, REVIEWER) as client:
+        page = client.get(f"/jobs/{parked}").text
+    assert "Posts given up" in page and "<code>BEM-823</code>" in page
+    assert "&lt;b&gt;docs&lt;/b&gt;#1: Not Found; given up" in page

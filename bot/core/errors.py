@@ -226,7 +226,11 @@ _TABLE = [
     Code("BEM-325", GitError, "push target looks like a refspec or an option"),
     Code("BEM-326", GitError, "branch does not exist, or already exists"),
     Code("BEM-327", GitError, "push was rejected by the remote (not a fast-forward)"),
-    Code("BEM-328", GitError, "push (or checkout) of a protected ref"),
+    Code(
+        "BEM-328",
+        GitError,
+        "push (or checkout) of a protected ref, or of a branch a job may not work on",
+    ),
     Code("BEM-329", GitError, "working tree is not a repository, or has no commits"),
     Code("BEM-330", GitError, "a branch is a symbolic ref, or HEAD names no branch"),
     Code("BEM-331", GitError, "commit message contains a NUL character"),

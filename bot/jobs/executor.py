@@ -54,9 +54,7 @@ from bot.clients.base import CompletionClient
 from bot.config import RepositoryConfig, SandboxLimits, Settings
 from bot.core.errors import BeamError
 from bot.core.frames import ErrorInfo, Frame, ResultStatus
-from bot.core.identity import Trailer
 from bot.core.input import AgentContext, AgentInput
-from bot.jobs.delivery import parked_entry
 from bot.jobs.forge_posts import landed_pull_request
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.kinds import kind_of, request_text
@@ -69,14 +67,13 @@ from bot.jobs.parking import (
     approval_for,
     approved_commit,
     check_publish_still_bound,
-    check_still_bound,
 )
-from bot.jobs.plans import Baseline, Tree, TreePlan, compare_point
+from bot.jobs.plans import Baseline, Tree, TreePlan
 from bot.jobs.relayed_push import PushGuard, Relay, RelayedPush, recorded_pushes
-from bot.jobs.segment.container_start import ContainerStart
-from bot.jobs.segment.finish import Ending, branch_change, final_state, finish, run_result
+from bot.jobs.segment.finish import Ending, final_state, finish
+from bot.jobs.segment.park import ParkedTree, park
 from bot.jobs.segment.segment_hooks import segment_hooks
-from bot.jobs.segment.workspace import segment_workspace, stage_on_host, tool_call_coming
+from bot.jobs.segment.tree_setup import TreeSite, open_tree
 from bot.jobs.spares import SparePool
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolbox import Toolbox, servers_for
@@ -92,7 +89,6 @@ from bot.store.models import (
 )
 from bot.store.store import JobStore
 from sandbox.host.container.deferred import DeferredSandbox
-from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.image.build import check_image
 from sandbox.host.relay import RelayResult, relay_push
 from sandbox.host.upstream.credentials import UpstreamCallbacks, upstream_callbacks
@@ -101,7 +97,6 @@ from sandbox.host.workspace.prepare import (
     Workspace,
     release_workspace,
 )
-from sandbox.host.workspace.snapshot import capture
 from sandbox.inside.jail import SandboxRoot
 from skills.loader import skill_by_name
 
@@ -284,57 +279,17 @@ class Executor:
         callbacks: UpstreamCallbacks,
         image: str,
     ) -> None:
-        record, settings, timings = segment.record, self._settings, segment.timings
-        spares, deployment = self._spares, self._store.deployment()
-        # A first segment builds its workspace in a spare's directories and claims it.
-        spare = None
-        if spares is not None and segment.approval is None:
-            # Timed on its own: one still starting is waited for.
-            with timings.phase("spare"):
-                spare = spares.take(image, settings.sandbox, deployment)
-        try:
-            with timings.phase("workspace"):
-                staging = spare.directory if spare else None
-                workspace = segment_workspace(
-                    self._store,
-                    self._settings,
-                    record,
-                    plan,
-                    repo,
-                    callbacks,
-                    segment.approval,
-                    staging=staging,
-                )
-                segment.workspace = workspace
-                segment.compare = compare_point(plan, workspace)
-        except BaseException:
-            if spare is not None:
-                spare.discard()
-            raise
-        approval = segment.approval
-        segment.base_sha = (approval.base_sha if approval else None) or workspace.base_sha
-        if approval is not None and approval.state is ApprovalState.APPROVED:
-            check_still_bound(approval, workspace)
-        start = ContainerStart(
-            job_id=record.id,
-            tree=workspace.tree,
-            outbox=workspace.outbox,
-            protected_refs=repo.protected_refs,
-            limits=settings.sandbox,
-            time_limit_seconds=settings.jobs.time_limit_seconds,
-            identity=settings.identity,
-            trailers=(Trailer.requested_by(record.spec.requested_by),),
-            compare=segment.compare,
-            deployment=deployment,
+        opened = open_tree(
+            TreeSite(self._store, self._settings, self._docker, self._spares, image),
+            segment.record,
+            plan,
+            repo,
+            callbacks,
+            segment.approval,
+            segment.timings,
         )
-        container = spare.sandbox if spare else ContainerSandbox(self._docker, image)
-        sandbox = DeferredSandbox(container, start)
-        segment.sandbox = sandbox
-        mode = settings.jobs.container_start
-        if mode == "eager":
-            sandbox.ready()
-        elif mode == "ahead" and tool_call_coming(approval, workspace):
-            sandbox.begin()
+        segment.workspace, segment.compare = opened.workspace, opened.compare
+        segment.base_sha, segment.sandbox = opened.base_sha, opened.sandbox
 
     def _publish_target(
         self, segment: _Segment, repo: RepositoryConfig, callbacks: UpstreamCallbacks
@@ -504,32 +459,12 @@ class Executor:
     # -- park and finish ----------------------------------------------------------------
 
     def _park(self, segment: _Segment, state: RunState, approval: Approval) -> JobRecord | None:
-        store, job_id = self._store, segment.record.id
-        if segment.workspace is not None and segment.repo is not None:
-            # Before the job is parked: a resume may claim it the moment it is.
-            stage_on_host(segment.workspace, approval, segment.repo)
-        snapshot = None
-        if segment.workspace is not None:
-            snapshot = capture(segment.workspace, max_bytes=self._settings.jobs.snapshot_max_bytes)
-        # One transaction: run state, snapshot, approval, its announcement and the move, or
-        # none of them. The announcement is delivered by another task, off this segment.
-        announce = segment.repo is not None and segment.repo.approval_webhook is not None
-        deliveries = [parked_entry(approval)] if announce else []
-        parked = store.park(
-            approval,
-            owner=self._worker,
-            run_state=state.model_dump_json(),
-            snapshot=snapshot,
-            deliveries=deliveries,
-            result=run_result(state),
-            **branch_change(_own_branch(segment)),
+        tree = ParkedTree(segment.workspace, segment.repo, _own_branch(segment))
+        parked = park(
+            self._store, self._settings, self._worker, segment.record.id, tree, state, approval
         )
-        if parked is None:
-            return None
-        segment.parked = True
-        if parked.cancel_requested:
-            # Cancelled while it parked: nobody holds it now, so the cancel lands at once.
-            return store.request_cancel(job_id)
+        # Parked (or cancelled as it parked): the workspace stays, for the resume.
+        segment.parked = parked is not None
         return parked
 
     def _finish(self, segment: _Segment, driven: Driven) -> JobRecord | None:

@@ -39,7 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from bot.core import safe_walk
 from bot.core.errors import BeamError
+from bot.core.safe_walk import Entry, Kind
 from sandbox.inside.metadata_names import is_repository_metadata
 
 __all__ = ["GitFile", "SandboxRoot", "is_repository_metadata"]
@@ -58,7 +60,6 @@ LINK_MODE = 0o120000
 _PROBE_FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _ROOT_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-_LIST_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _DRIVE = re.compile(r"[A-Za-z]:")
 _SEPARATORS = re.compile(r"[/\\]")
@@ -212,7 +213,7 @@ class SandboxRoot:
                     f"{found.shown!r} is {_kind(st.st_mode)}, not a directory; "
                     "list a directory, or read the file with read_file",
                 )
-            top = self._open_leaf(found, _LIST_FLAGS)
+            top = self._open_leaf(found, safe_walk.DIRECTORY_FLAGS)
         paths = self._collect(top, found.shown)
         # Built eagerly: a lazy generator would hold directory fds open for as long as the
         # caller keeps it unfinished.
@@ -419,35 +420,27 @@ class SandboxRoot:
     def _collect(self, top: int, prefix: str) -> list[str]:
         """The files and symlinks under the directory fd ``top`` (named ``prefix``).
 
-        Takes ownership of ``top``. Iterative, holding one fd per level of depth: a hostile
-        tree may be hundreds of levels deep. Depth stays bounded because paths longer than
+        Takes ownership of ``top``. Depth stays bounded because paths longer than
         ``max_path_bytes`` are not descended into (the model could not name them anyway).
         """
-        paths: list[str] = []
-        fds = [top]  # parallel to ``frames``; all closed however the walk ends
+
+        def shown(entry: Entry) -> str:
+            return f"{prefix}/{entry.path}" if prefix else entry.path
+
+        def wanted(entry: Entry) -> bool:
+            top_level = not prefix and entry.depth == 0
+            return not is_repository_metadata(entry.name) and self._nameable(
+                shown(entry), top=top_level
+            )
+
         try:
-            frames = [(prefix, _listing(top))]
-            while frames:
-                base, entries = frames[-1]
-                entry = next(entries, None)
-                if entry is None:
-                    frames.pop()
-                    os.close(fds.pop())
-                    continue
-                path = f"{base}/{entry.name}" if base else entry.name
-                if is_repository_metadata(entry.name) or not self._nameable(path, top=not base):
-                    continue
-                if entry.is_symlink() or entry.is_file(follow_symlinks=False):
-                    paths.append(path)
-                elif entry.is_dir(follow_symlinks=False):
-                    child = _open_subdir(fds[-1], entry.name)
-                    if child is not None:
-                        fds.append(child)
-                        frames.append((path, _listing(child)))
+            return [
+                shown(entry)
+                for entry in safe_walk.walk(top, enter=wanted)
+                if entry.kind in (Kind.FILE, Kind.SYMLINK) and wanted(entry)
+            ]
         finally:
-            for fd in fds:
-                os.close(fd)
-        return paths
+            os.close(top)
 
     def _nameable(self, path: str, *, top: bool) -> bool:
         # Only report paths the jail would accept back: valid UTF-8 (names from disk may carry
@@ -570,20 +563,6 @@ def _read_link(fd: int, shown: str, hops: int) -> str:
             "inside the working tree are followed",
         )
     return target
-
-
-def _listing(dir_fd: int) -> Iterator[os.DirEntry[str]]:
-    # Listed whole and closed at once: scandir holds a duplicate of the fd while open.
-    with os.scandir(dir_fd) as entries:
-        return iter(list(entries))
-
-
-def _open_subdir(dir_fd: int, name: str) -> int | None:
-    try:
-        return os.open(name, _LIST_FLAGS, dir_fd=dir_fd)
-    except OSError:
-        # Removed, or replaced by a symlink, since it was listed: nothing to descend into.
-        return None
 
 
 def _mkdir(dir_fd: int, name: str) -> None:

@@ -1,0 +1,126 @@
+"""One walk of a directory tree that follows no symlink, for trees someone hostile can change.
+
+The sandbox's working tree, a job's ``.git`` and the outbox the container wrote are all
+written by code Riverbeam does not trust, while Riverbeam reads them. A walk by path can be
+led outside by a directory swapped for a symlink between listing it and entering it. This
+walk opens every directory relative to its parent's descriptor with ``O_NOFOLLOW``: a swap
+makes the open fail (the directory is then passed over), never followed.
+
+Entries are yielded with their kind, taken from the listing without following (an ``lstat``
+only where the filesystem's listing does not say). Nothing is ever opened but directories:
+a FIFO or device is reported, never read. What to do with symlinks, special files, depth and
+size is the caller's: it says which directories to enter. Stdlib only, because the tool
+server inside the container imports it on every job's path.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+
+# The one way a directory is opened: read its listing, never through a symlink, not inherited.
+DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Kind(enum.Enum):
+    DIRECTORY = "directory"
+    FILE = "file"
+    SYMLINK = "symlink"
+    OTHER = "other"  # a FIFO, socket or device: reported, never opened
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One name found by the walk. ``path`` is ``/``-joined below the top; ``depth`` is 0 for
+    the top's own entries. ``dir_fd`` is its directory's descriptor, valid only until the walk
+    is resumed."""
+
+    path: str
+    name: str
+    kind: Kind
+    depth: int
+    dir_fd: int
+
+    def lstat(self) -> os.stat_result:
+        """The entry's own metadata, not what a symlink points at."""
+        return os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False)
+
+
+def open_directory(name: str | os.PathLike[str], dir_fd: int | None = None) -> int:
+    """A descriptor of the directory ``name`` (relative to ``dir_fd`` when given).
+
+    Raises ``OSError`` (ELOOP for a symlink, ENOTDIR for anything else) instead of following.
+    """
+    return os.open(name, DIRECTORY_FLAGS, dir_fd=dir_fd)
+
+
+def walk(
+    top: int,
+    *,
+    enter: Callable[[Entry], bool] | None = None,
+    max_depth: int | None = None,
+) -> Generator[Entry, None, None]:
+    """Every entry below the directory descriptor ``top`` (borrowed, not closed), depth
+    first, each directory yielded before what it holds.
+
+    A directory is entered when ``enter`` (default: always) says so and its depth is below
+    ``max_depth`` (0: only the top's own entries); one that cannot be opened any more
+    (removed, or swapped for a symlink or a file since it was listed) is passed over.
+    Iterative, one descriptor per level of depth (a hostile tree may be hundreds of levels
+    deep), all closed however the walk ends: finished, raised through, or closed early.
+    """
+    fds: list[int] = []  # parallel to ``frames`` below the top
+    try:
+        frames = [(top, "", 0, iter(_listing(top)))]  # (fd, path, depth, entries left)
+        while frames:
+            dir_fd, base, depth, items = frames[-1]
+            item = next(items, None)
+            if item is None:
+                frames.pop()
+                if fds:
+                    os.close(fds.pop())
+                continue
+            entry = _entry(item, base, depth, dir_fd)
+            yield entry
+            if entry.kind is not Kind.DIRECTORY or (max_depth is not None and depth >= max_depth):
+                continue
+            if enter is not None and not enter(entry):
+                continue
+            child = _open_child(dir_fd, entry.name)
+            if child is not None:
+                fds.append(child)
+                frames.append((child, entry.path, depth + 1, iter(_listing(child))))
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _listing(dir_fd: int) -> list[os.DirEntry[str]]:
+    # Listed whole and closed at once: scandir holds a duplicate of the fd while open.
+    with os.scandir(dir_fd) as listing:
+        return list(listing)
+
+
+def _entry(item: os.DirEntry[str], base: str, depth: int, dir_fd: int) -> Entry:
+    path = f"{base}/{item.name}" if base else item.name
+    return Entry(path, item.name, _kind(item), depth, dir_fd)
+
+
+def _kind(item: os.DirEntry[str]) -> Kind:
+    if item.is_symlink():
+        return Kind.SYMLINK
+    if item.is_dir(follow_symlinks=False):
+        return Kind.DIRECTORY
+    if item.is_file(follow_symlinks=False):
+        return Kind.FILE
+    return Kind.OTHER
+
+
+def _open_child(dir_fd: int, name: str) -> int | None:
+    try:
+        return open_directory(name, dir_fd)
+    except OSError:
+        # Removed, or replaced by a symlink or a file, since it was listed.
+        return None

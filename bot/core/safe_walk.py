@@ -15,16 +15,17 @@ server inside the container imports it on every job's path.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 # The one way a directory is opened: read its listing, never through a symlink, not inherited.
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class Kind(enum.Enum):
+class EntryKind(enum.Enum):
     DIRECTORY = "directory"
     FILE = "file"
     SYMLINK = "symlink"
@@ -39,7 +40,7 @@ class Entry:
 
     path: str
     name: str
-    kind: Kind
+    kind: EntryKind
     depth: int
     dir_fd: int
 
@@ -54,6 +55,34 @@ def open_directory(name: str | os.PathLike[str], dir_fd: int | None = None) -> i
     Raises ``OSError`` (ELOOP for a symlink, ENOTDIR for anything else) instead of following.
     """
     return os.open(name, DIRECTORY_FLAGS, dir_fd=dir_fd)
+
+
+def open_below(
+    top: str | os.PathLike[str] | int, parts: Sequence[str], *, create: bool = False
+) -> int:
+    """A descriptor of ``top/parts[0]/parts[1]/...``, each directory opened relative to the
+    one before, none through a symlink (``top`` itself: a path, or a descriptor borrowed).
+
+    With ``create``, a missing directory is made (mode 0755). Raises ``OSError`` like
+    ``open_directory``: ENOENT for a missing one, ELOOP or ENOTDIR for a symlink or a file.
+    """
+    fd = os.dup(top) if isinstance(top, int) else open_directory(top)
+    try:
+        for part in parts:
+            try:
+                child = open_directory(part, fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                child = open_directory(part, fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def walk(
@@ -84,7 +113,9 @@ def walk(
                 continue
             entry = _entry(item, base, depth, dir_fd)
             yield entry
-            if entry.kind is not Kind.DIRECTORY or (max_depth is not None and depth >= max_depth):
+            if entry.kind is not EntryKind.DIRECTORY:
+                continue
+            if max_depth is not None and depth >= max_depth:
                 continue
             if enter is not None and not enter(entry):
                 continue
@@ -108,14 +139,14 @@ def _entry(item: os.DirEntry[str], base: str, depth: int, dir_fd: int) -> Entry:
     return Entry(path, item.name, _kind(item), depth, dir_fd)
 
 
-def _kind(item: os.DirEntry[str]) -> Kind:
+def _kind(item: os.DirEntry[str]) -> EntryKind:
     if item.is_symlink():
-        return Kind.SYMLINK
+        return EntryKind.SYMLINK
     if item.is_dir(follow_symlinks=False):
-        return Kind.DIRECTORY
+        return EntryKind.DIRECTORY
     if item.is_file(follow_symlinks=False):
-        return Kind.FILE
-    return Kind.OTHER
+        return EntryKind.FILE
+    return EntryKind.OTHER
 
 
 def _open_child(dir_fd: int, name: str) -> int | None:

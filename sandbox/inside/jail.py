@@ -41,7 +41,7 @@ from types import TracebackType
 
 from bot.core import safe_walk
 from bot.core.errors import BeamError
-from bot.core.safe_walk import Entry, Kind
+from bot.core.safe_walk import Entry, EntryKind
 from sandbox.inside.metadata_names import is_repository_metadata
 
 __all__ = ["GitFile", "SandboxRoot", "is_repository_metadata"]
@@ -437,7 +437,7 @@ class SandboxRoot:
             return [
                 shown(entry)
                 for entry in safe_walk.walk(top, enter=wanted)
-                if entry.kind in (Kind.FILE, Kind.SYMLINK) and wanted(entry)
+                if entry.kind in (EntryKind.FILE, EntryKind.SYMLINK) and wanted(entry)
             ]
         finally:
             os.close(top)

@@ -38,7 +38,9 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import ConfigLevel, Option, RepositoryOpenFlag
 
+from bot.core import safe_walk
 from bot.core.errors import BeamError
+from bot.core.safe_walk import EntryKind
 
 __all__ = [
     "CANONICAL_CONFIG",
@@ -135,11 +137,17 @@ def check_rule_files(workdir: Path) -> None:
     """
     for name in ("exclude", "attributes"):
         _check_rule_file(workdir, workdir / ".git" / "info" / name)
-    for directory, dirs, files in os.walk(workdir):
-        if directory == str(workdir):
-            dirs[:] = [name for name in dirs if name != ".git"]
-        for name in RULE_FILES.intersection(dirs + files):
-            _check_rule_file(workdir, Path(directory, name))
+    top = safe_walk.open_directory(workdir)
+    try:
+        for entry in safe_walk.walk(top, enter=_outside_git):
+            if entry.name in RULE_FILES and _outside_git(entry):
+                _check_rule_file(workdir, workdir / entry.path)
+    finally:
+        os.close(top)
+
+
+def _outside_git(entry: safe_walk.Entry) -> bool:
+    return entry.depth > 0 or entry.name != ".git"
 
 
 def _check_rule_file(workdir: Path, path: Path) -> None:
@@ -167,50 +175,54 @@ def _walk(gitdir: Path, settled: SettledDirectories) -> None:
     changes within one tick of the filesystem's clock can leave the same ctime.
     """
     settle_before = time.time_ns() - _SETTLE_NS
-    pending: list[tuple[str, _Identity | None]] = [("", None)]
-    while pending:
-        directory, identity = pending.pop()
-        in_objects = directory.startswith("objects")
-        with os.scandir(gitdir / directory) as entries:
-            listed = list(entries)
-        only_files = True
-        for entry in listed:
-            path = f"{directory}/{entry.name}" if directory else entry.name
-            if path == "config":
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                only_files = False
-                pending.extend(_unsettled(entry, path, settled))
-            elif entry.is_symlink():
-                raise _layout_error(f".git/{path} is a symlink")
-            elif not entry.is_file(follow_symlinks=False):
-                raise _layout_error(f".git/{path} is not a regular file or directory")
-            elif not in_objects:
-                # Object files may have more links: workspaces hard-link the mirror's on
-                # purpose (sandbox.host.workspace.objectstore). libgit2 never writes into an
-                # existing object file (a new one is written aside and renamed into place)
-                # and checks each object it reads against its name (strict hash
-                # verification), so a shared inode only ever yields the object it names.
-                links = entry.stat(follow_symlinks=False).st_nlink
-                if links != 1:
-                    raise _layout_error(
-                        f".git/{path} has {links} hard links (it shares its content with "
-                        "another file, and a write to it would change that file too)"
-                    )
-        if identity is not None and only_files and identity[2] < settle_before:
-            settled[directory] = identity
+    identities: dict[str, _Identity] = {}  # object directories entered, by path
+    holding_directories: set[str] = set()
+
+    def enter(entry: safe_walk.Entry) -> bool:
+        if not entry.path.startswith("objects/"):
+            return entry.path != "config"
+        # Taken before the listing: a change during it leaves a stale identity, listed again.
+        info = entry.lstat()
+        identity = (info.st_dev, info.st_ino, info.st_ctime_ns)
+        if settled.get(entry.path) == identity:
+            return False
+        identities[entry.path] = identity
+        return True
+
+    top = safe_walk.open_directory(gitdir)
+    try:
+        for entry in safe_walk.walk(top, enter=enter):
+            _check_entry(entry)
+            if entry.kind is EntryKind.DIRECTORY:
+                holding_directories.add(entry.path.rpartition("/")[0])
+    finally:
+        os.close(top)
+    for path, identity in identities.items():
+        if path not in holding_directories and identity[2] < settle_before:
+            settled[path] = identity
 
 
-def _unsettled(
-    entry: os.DirEntry[str], path: str, settled: SettledDirectories
-) -> list[tuple[str, _Identity | None]]:
-    """``path`` to be listed, with the identity to remember it by; [] if it is settled."""
-    if not path.startswith("objects/"):
-        return [(path, None)]
-    # Taken before the listing: a change during it leaves a stale identity, listed again.
-    info = entry.stat(follow_symlinks=False)
-    identity = (info.st_dev, info.st_ino, info.st_ctime_ns)
-    return [] if settled.get(path) == identity else [(path, identity)]
+def _check_entry(entry: safe_walk.Entry) -> None:
+    path = entry.path
+    if path == "config" or entry.kind is EntryKind.DIRECTORY:
+        return
+    if entry.kind is EntryKind.SYMLINK:
+        raise _layout_error(f".git/{path} is a symlink")
+    if entry.kind is not EntryKind.FILE:
+        raise _layout_error(f".git/{path} is not a regular file or directory")
+    if path.startswith("objects/"):
+        # Object files may have more links: workspaces hard-link the mirror's on purpose
+        # (sandbox.host.workspace.objectstore). libgit2 never writes into an existing object
+        # file (a new one is written aside and renamed into place) and checks each object it
+        # reads against its name (strict hash verification), so a shared inode only ever
+        # yields the object it names.
+        return
+    links = entry.lstat().st_nlink
+    if links != 1:
+        raise _layout_error(
+            f".git/{path} has {links} hard links (it shares its content with "
+            "another file, and a write to it would change that file too)"
+        )
 
 
 def enforce_config(gitdir: Path) -> bool:

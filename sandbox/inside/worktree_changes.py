@@ -29,6 +29,9 @@ from pygit2.enums import DeltaStatus, DiffOption, FileMode
 from pygit2.errors import check_error
 from pygit2.ffi import C, ffi
 
+from bot.core import safe_walk
+from bot.core.safe_walk import EntryKind
+
 __all__ = [
     "MAX_NESTING",
     "SCAN_FLAGS",
@@ -369,10 +372,17 @@ def _children(
 
 def _on_disk(workdir: bytes, prefix: bytes) -> Iterator[tuple[bytes, bool]]:
     try:
-        with os.scandir(os.path.join(workdir, prefix)) as entries:
-            listed = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
+        parts = [os.fsdecode(part) for part in prefix.split(b"/") if part]
+        fd = safe_walk.open_below(os.fsdecode(workdir), parts)
     except OSError:
         return  # gone, or not a directory any more: the index names are all that is left
+    try:
+        listed = [
+            (os.fsencode(entry.name), entry.kind is EntryKind.DIRECTORY)
+            for entry in safe_walk.walk(fd, max_depth=0)
+        ]
+    finally:
+        os.close(fd)
     for name, is_dir in listed:
         if prefix or name != b".git":
             yield prefix + name, is_dir

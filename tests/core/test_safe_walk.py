@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bot.core import safe_walk
-from bot.core.safe_walk import Entry, Kind
+from bot.core.safe_walk import Entry, EntryKind
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def tree(tmp_path: Path) -> Path:
     return top
 
 
-def _kinds(top_fd: int, **options: object) -> dict[str, Kind]:
+def _kinds(top_fd: int, **options: object) -> dict[str, EntryKind]:
     return {entry.path: entry.kind for entry in safe_walk.walk(top_fd, **options)}  # type: ignore[arg-type]
 
 
@@ -45,25 +45,25 @@ def _open_fds() -> set[str]:
 
 def test_walks_every_entry_with_its_kind(top_fd: int) -> None:
     assert _kinds(top_fd) == {
-        "a.txt": Kind.FILE,
-        "sub": Kind.DIRECTORY,
-        "sub/b.txt": Kind.FILE,
-        "sub/deep": Kind.DIRECTORY,
-        "sub/deep/c.txt": Kind.FILE,
+        "a.txt": EntryKind.FILE,
+        "sub": EntryKind.DIRECTORY,
+        "sub/b.txt": EntryKind.FILE,
+        "sub/deep": EntryKind.DIRECTORY,
+        "sub/deep/c.txt": EntryKind.FILE,
     }
 
 
 def test_a_symlink_to_a_directory_is_reported_not_followed(tree: Path, top_fd: int) -> None:
     (tree / "link").symlink_to(tree.parent / "outside")
     kinds = _kinds(top_fd)
-    assert kinds["link"] is Kind.SYMLINK
+    assert kinds["link"] is EntryKind.SYMLINK
     assert not any(path.startswith("link/") for path in kinds)
 
 
 def test_a_fifo_is_reported_not_opened(tree: Path, top_fd: int) -> None:
     os.mkfifo(tree / "pipe")
     # Opening a FIFO with no writer would block the walk for ever; it ends, and says what it saw.
-    assert _kinds(top_fd)["pipe"] is Kind.OTHER
+    assert _kinds(top_fd)["pipe"] is EntryKind.OTHER
 
 
 def test_a_directory_swapped_for_a_symlink_after_listing_is_not_entered(

@@ -29,7 +29,8 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import ObjectType
 
-from sandbox.host.workspace.entries import walk_entries
+from bot.core import safe_walk
+from bot.core.safe_walk import EntryKind
 
 __all__ = ["PackError", "link_objects", "pack_objects", "unpack"]
 
@@ -39,17 +40,27 @@ _SKIPPED = frozenset({"info"})
 
 def link_objects(source: Path, target: Path) -> int:
     """Link (or copy) every object file under ``source`` into ``target``; returns the count."""
-    count, prefix = 0, len(str(source))
+    count = 0
     target.mkdir(exist_ok=True)
-    for entry in walk_entries(str(source), skip=_SKIPPED):
-        destination = f"{target}{entry.path[prefix:]}"
-        if entry.is_dir(follow_symlinks=False):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(destination)
-        else:
-            _link_or_copy(entry.path, destination)
-            count += 1
+    top = safe_walk.open_directory(source)
+    try:
+        for entry in safe_walk.walk(top, enter=_linked):
+            if not _linked(entry):
+                continue
+            destination = f"{target}/{entry.path}"
+            if entry.kind is EntryKind.DIRECTORY:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(destination)
+            else:
+                _link_or_copy(f"{source}/{entry.path}", destination)
+                count += 1
+    finally:
+        os.close(top)
     return count
+
+
+def _linked(entry: safe_walk.Entry) -> bool:
+    return entry.depth > 0 or entry.name not in _SKIPPED
 
 
 def _link_or_copy(source: str, target: str) -> None:

@@ -22,15 +22,15 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
 from pygit2.enums import FileMode, ObjectType
 
+from bot.core import safe_walk
 from bot.core.errors import BeamError
-from sandbox.host.workspace.entries import walk_entries
+from bot.core.safe_walk import EntryKind
 from sandbox.inside.refs import HEADS
 
 __all__ = [
@@ -45,7 +45,6 @@ __all__ = [
 MAX_LOOSE_REF_BYTES = 1024
 MAX_PACKED_REFS_BYTES = 16 << 20
 _OID = re.compile(rb"[0-9a-f]{40}")
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
@@ -179,9 +178,13 @@ def untrusted_odb(objects: Path) -> pygit2.Odb:
 def _refuse_links(objects: Path) -> None:
     if not stat.S_ISDIR(objects.lstat().st_mode):
         raise _tampered("objects")
-    for entry in walk_entries(str(objects)):
-        if not (entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False)):
-            raise _tampered(os.path.relpath(entry.path, objects.parent))
+    top = safe_walk.open_directory(objects)
+    try:
+        for entry in safe_walk.walk(top):
+            if entry.kind not in (EntryKind.DIRECTORY, EntryKind.FILE):
+                raise _tampered(f"objects/{entry.path}")
+    finally:
+        os.close(top)
 
 
 def _tampered(where: str) -> BeamError:
@@ -197,14 +200,17 @@ def _read_untrusted(
 ) -> bytes | None:
     """The bytes of ``outbox/<parts>``, following no symlink; None when it does not exist."""
     try:
-        with _walk_to(outbox, parts[:-1]) as parent:
+        parent = safe_walk.open_below(outbox, parts[:-1])
+        try:
             fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=parent)
-            try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    return None
-                data = os.read(fd, limit + 1)
-            finally:
-                os.close(fd)
+        finally:
+            os.close(parent)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = os.read(fd, limit + 1)
+        finally:
+            os.close(fd)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as error:
@@ -217,19 +223,6 @@ def _read_untrusted(
     if len(data) > limit:
         raise BeamError("BEM-352", f"{'/'.join(parts)} in the job's outbox is too large")
     return data
-
-
-@contextmanager
-def _walk_to(top: Path, parts: list[str]) -> Iterator[int]:
-    fd = os.open(top, _DIR_FLAGS)
-    try:
-        for part in parts:
-            child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
-        yield fd
-    finally:
-        os.close(fd)
 
 
 def _parse_loose(data: bytes, branch: str) -> str:

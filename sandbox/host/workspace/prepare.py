@@ -34,13 +34,14 @@ import pygit2
 from pydantic import TypeAdapter, ValidationError
 
 from bot.config import RepositoryConfig, SandboxLimits, WorkspaceSettings
+from bot.core import safe_walk
 from bot.core.errors import BeamError
 from bot.core.jobids import is_job_id
+from bot.core.safe_walk import EntryKind
 from sandbox.host.upstream.credentials import UpstreamCallbacks
 from sandbox.host.upstream.mirror import mirror_lock, sync_mirror
 from sandbox.host.workspace.checkout import check_out_as
 from sandbox.host.workspace.commits import commit_in
-from sandbox.host.workspace.entries import walk_entries
 from sandbox.host.workspace.objectstore import link_objects
 from sandbox.inside.refs import HEADS, ProtectedRefs, branch_name
 
@@ -239,18 +240,30 @@ def hand_over(top: Path, objects: Path, uid: int) -> None:
     """
     if os.geteuid() == uid:
         return
+    under_objects = objects.relative_to(top).as_posix() + "/"
     try:
         _give(top, uid)
-        under_objects = str(objects) + os.sep
-        for entry in walk_entries(str(top)):
-            if entry.is_dir(follow_symlinks=False) or not entry.path.startswith(under_objects):
-                _give(entry.path, uid)
+        # Descriptor-relative: the uid may write this tree already (an outbox staged again,
+        # a restored snapshot), and a directory it swaps for a symlink mid-walk is not entered.
+        fd = safe_walk.open_directory(top)
+        try:
+            for entry in safe_walk.walk(fd):
+                if entry.kind is EntryKind.DIRECTORY or not entry.path.startswith(under_objects):
+                    _give_entry(entry, uid)
+        finally:
+            os.close(fd)
     except PermissionError:
         raise BeamError(
             "BEM-342",
             f"the worker (uid {os.geteuid()}) cannot hand the workspace to the sandbox uid "
             f"{uid}; run workers as root, or with CAP_CHOWN, CAP_SETUID and CAP_SETGID",
         ) from None
+
+
+def _give_entry(entry: safe_walk.Entry, uid: int) -> None:
+    info = entry.lstat()
+    if (info.st_uid, info.st_gid) != (uid, uid):
+        os.chown(entry.name, uid, uid, dir_fd=entry.dir_fd, follow_symlinks=False)
 
 
 def _give(path: str | Path, uid: int) -> None:

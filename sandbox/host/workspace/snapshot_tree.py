@@ -10,7 +10,6 @@ a snapshot holds must be one the jail and ``sandbox.inside.refs`` accept as spel
 from __future__ import annotations
 
 import errno
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import Option
 
+from bot.core import safe_walk
 from bot.core.errors import BeamError
 from sandbox.inside.jail import SandboxRoot
 from sandbox.inside.refs import branch_name
@@ -38,7 +38,6 @@ __all__ = [
     "vetted",
 ]
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # Owner validation is one libgit2 setting for the whole process: toggles must not interleave.
 _OWNER_CHECK = threading.Lock()
 
@@ -73,28 +72,12 @@ def open_parent(top: Path, parts: Sequence[str], *, create: bool) -> int | None:
 
     None when a directory on the way is missing (made when ``create``), a symlink or a file.
     """
-    fd = os.open(top, _DIR_FLAGS)
     try:
-        for part in parts[:-1]:
-            try:
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    os.close(fd)
-                    return None
-                os.mkdir(part, 0o755, dir_fd=fd)
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except OSError as error:
-                if error.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
-                os.close(fd)
-                return None
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return safe_walk.open_below(top, parts[:-1], create=create)
+    except OSError as error:
+        if error.errno not in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+            raise
+        return None
 
 
 def path_problem(root: SandboxRoot, path: str) -> str | None:

@@ -1,4 +1,4 @@
-"""The walks a worker makes per segment (``sandbox.host.workspace.entries``) keep what the
+"""The walks a worker makes per segment (``bot.core.safe_walk`` under each) keep what the
 ``os.walk`` ones guaranteed: every file linked, what the sandbox uid must own handed over
 and the linked objects left the worker's, and nothing but plain files and directories
 accepted in an object store the container wrote (BEM-350)."""
@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from bot.core.errors import BeamError
-from sandbox.host.workspace.entries import walk_entries
 from sandbox.host.workspace.objectstore import link_objects
 from sandbox.host.workspace.outbox import untrusted_odb
 from sandbox.host.workspace.prepare import SANDBOX_UID, hand_over
@@ -27,24 +26,6 @@ def _store(top: Path) -> set[str]:
         (top / name).parent.mkdir(parents=True, exist_ok=True)
         (top / name).write_text(name)
     return files
-
-
-def test_the_walk_yields_every_entry_once_parents_first_and_follows_no_link(
-    base_dir: Path,
-) -> None:
-    files = _store(base_dir / "store")
-    (base_dir / "outside").mkdir()
-    (base_dir / "outside" / "secret").write_text("x")
-    os.symlink(base_dir / "outside", base_dir / "store" / "ab" / "link")
-
-    seen = [entry.path for entry in walk_entries(str(base_dir / "store"), skip=frozenset({"x"}))]
-
-    relative = [os.path.relpath(path, base_dir / "store") for path in seen]
-    directories = {"ab", "9f", "pack", "info", "pack/info"}
-    assert sorted(relative) == sorted(files | directories | {"ab/link"})
-    for path in relative:
-        if "/" in path:
-            assert relative.index(os.path.dirname(path)) < relative.index(path)
 
 
 def test_link_objects_links_every_file_but_the_top_info(base_dir: Path) -> None:
@@ -82,6 +63,22 @@ def test_hand_over_gives_all_but_the_object_files(base_dir: Path) -> None:
             assert (info.st_uid, info.st_gid) == (worker, worker), entry
         else:
             assert (info.st_uid, info.st_gid) == (SANDBOX_UID, SANDBOX_UID), entry
+
+
+def test_hand_over_enters_no_directory_link(base_dir: Path) -> None:
+    outside = base_dir / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("x")
+    top = base_dir / "tree"
+    (top / "objects").mkdir(parents=True)
+    os.symlink(outside, top / "docs")
+
+    hand_over(top, top / "objects", SANDBOX_UID)
+
+    worker = os.geteuid()
+    assert (top / "docs").lstat().st_uid == SANDBOX_UID  # the link itself
+    for path in (outside, outside / "secret"):
+        assert (path.stat().st_uid, path.stat().st_gid) == (worker, worker)
 
 
 @pytest.mark.parametrize(

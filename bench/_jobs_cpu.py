@@ -307,7 +307,7 @@ class CpuMeter:
             except (DockerException, KeyError):
                 return False  # gone, or not yet known to the engine: asked again next time
             sandbox = labels.get(ROLE_LABEL) == ROLE_SANDBOX
-            spare = labels.get(SPARE_LABEL) == self.stack.store.deployment()
+            spare = labels.get(SPARE_LABEL) == self.stack.store.gateway.deployment()
             self._job_of[container_id] = (
                 _SPARE if sandbox and spare else labels.get(JOB_LABEL) if sandbox else None
             )

@@ -1,6 +1,6 @@
 """What the check before every model and tool call costs a running job: one EXISTS of its
 cancel flag (``StopCheck.check``), beside the read the check used to make (the whole job
-record, GET and parse: ``JobStore.get(job_id).cancel_requested``).
+record, GET and parse: ``store.jobs.get(job_id).cancel_requested``).
 
     python -m bench.cancel_check_bench [--result-kib 16] [--checks 2000] [--runs 7]
 
@@ -39,14 +39,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         store = JobStore.from_url(url, prefix="bench")
         client = redis.Redis.from_url(url)
         job_id = resumed_job(store, options.result_kib * 1024)
-        record_bytes = int(client.strlen(store.keys.job(job_id)))
+        record_bytes = int(client.strlen(store.gateway.keys.job(job_id)))
         lease = LeaseKeeper(store, job_id, worker="bench", seconds=600)  # not started
 
         def flag() -> None:
             StopCheck(store, job_id, lease).check()
 
         def record() -> None:
-            assert not store.get(job_id).cancel_requested
+            assert not store.jobs.get(job_id).cancel_requested
 
         checks = options.checks
 
@@ -91,8 +91,8 @@ def resumed_job(store: JobStore, result_bytes: int) -> str:
     claimed by its resume: running, with the record a resumed job has."""
     spec = JobSpec(kind=JobKind.AUTHOR, repo="docs", request="fix the page")
     approval = park(store, spec, "+x\n", result=JobResult(text="x" * result_bytes))
-    store.decide(approval.job_id, approve=True, by="reviewer", binding=approval.binding())
-    store.claim_resume(approval.job_id, worker="bench", lease_seconds=600)
+    store.approvals.decide(approval.job_id, approve=True, by="reviewer", binding=approval.binding())
+    store.jobs.claim_resume(approval.job_id, worker="bench", lease_seconds=600)
     return approval.job_id
 
 

@@ -172,9 +172,9 @@ def run_burst(stack: Stack, jobs: int) -> tuple[list[JobTimes], float, CpuFigure
     while waiting or pushing:
         if time.monotonic() > deadline:
             raise AssertionError(f"{len(waiting)} jobs never parked, {len(pushing)} never pushed")
-        for approval in stack.store.pending_approvals(repo=REPO):
+        for approval in stack.store.approvals.pending(repo=REPO):
             if approval.job_id in waiting:
-                parked = stack.store.get(approval.job_id)
+                parked = stack.store.jobs.get(approval.job_id)
                 try:
                     approve(stack, submitted[approval.job_id], parked)
                 except BeamError:
@@ -184,7 +184,7 @@ def run_burst(stack: Stack, jobs: int) -> tuple[list[JobTimes], float, CpuFigure
         if time.monotonic() >= next_look or not waiting:
             next_look = time.monotonic() + PUSHED_POLL_SECONDS
             for job_id in list(pushing):
-                record = stack.store.get(job_id)
+                record = stack.store.jobs.get(job_id)
                 if record.state is JobState.SUCCEEDED:
                     submitted[job_id].pushed = record.updated_at.timestamp()
                     pushing.discard(job_id)
@@ -236,7 +236,7 @@ def _tool_ms(stack: Stack, job_id: str, before: float) -> float:
     """Tool call time of the frames written before ``before`` (a stream id is the Redis
     server's millisecond clock)."""
     total = 0.0
-    for event in stack.store.read_events(job_id, count=10_000):
+    for event in stack.store.events.read(job_id, count=10_000):
         if isinstance(event.frame, ToolFrame) and int(event.id.split("-")[0]) <= before * 1000:
             total += event.frame.record.duration_ms
     return total

@@ -160,7 +160,7 @@ class Sampler:
             self._thread.join()
 
     def _run(self) -> None:
-        client, deployment = connect(), self.stack.store.deployment()
+        client, deployment = connect(), self.stack.store.gateway.deployment()
         started = time.monotonic()
         while not self._stop.wait(SAMPLE_SECONDS):
             for name, worker in self.stack.workers.items():
@@ -319,7 +319,7 @@ def _wait_all(stack: Stack, ids: list[str], states: set[JobState]) -> dict[str, 
     while wanted - set(found):
         if time.monotonic() > deadline:
             raise AssertionError(f"{len(wanted - set(found))} jobs never reached {states}")
-        page, _ = stack.store.list(limit=1000)
+        page, _ = stack.store.listing.list(limit=1000)
         for record in page:
             if record.id in wanted and (record.state in states or record.state.is_final):
                 found.setdefault(record.id, record)

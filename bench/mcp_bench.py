@@ -87,13 +87,13 @@ async def _job_call_ms(tool: Tool, rounds: int, store: JobStore, job_id: str) ->
 
     @hooks.on_frame
     async def publish(frame: Frame) -> None:
-        store.append_event(job_id, frame)
+        store.events.append(job_id, frame)
         if isinstance(frame, ToolFrame):
             durations.append(frame.record.duration_ms)
 
     @hooks.before_tool
     async def before_tool(state: Any, call: Any, args: Any) -> None:
-        store.cancel_requested(job_id)
+        store.jobs.cancel_requested(job_id)
 
     agent = ToolLoopAgent(
         "bench", ScriptedClient([*steps, "done"]), [tool], hooks=hooks, max_rounds=rounds + 1

@@ -14,7 +14,7 @@ stats``, ``total_net_output_bytes``):
   and oldest age, from the store's per-approval summaries), on an empty store, on the queue
   of small diffs and on the queue of large ones;
 - **baseline, full read**: the same figures as the scrape made them before summaries, every
-  pending approval read whole (``JobStore.pending_approvals``), on the queue of large diffs
+  pending approval read whole (``store.approvals.pending``), on the queue of large diffs
   (``--baseline-runs`` rounds: each moves the whole queue out of Redis);
 - **whole store part of a scrape** (``store_metrics``: jobs, durations, tool calls,
   approvals) on the large queue, for scale: its job part reads the newest 1,000 job records
@@ -135,8 +135,8 @@ def park_many(store: JobStore, count: int, diff_bytes: int) -> None:
 def park(store: JobStore, spec: JobSpec, diff: str, **changes: Any) -> Approval:
     """A job parked on a pending approval of ``diff``, the way the executor parks it (claim,
     open the approval, move to awaiting_approval with ``changes``); its approval."""
-    record = store.create(spec)
-    store.claim(record.id, worker="bench", lease_seconds=600)
+    record = store.jobs.create(spec)
+    store.jobs.claim(record.id, worker="bench", lease_seconds=600)
     approval = Approval(
         id=f"ap-{record.id}",
         job_id=record.id,
@@ -150,8 +150,8 @@ def park(store: JobStore, spec: JobSpec, diff: str, **changes: Any) -> Approval:
         diff_digest="d" * 64,
         diff=diff,
     )
-    store.open_approval(approval)
-    store.transition(
+    store.approvals.open(approval)
+    store.jobs.transition(
         record.id,
         JobState.AWAITING_APPROVAL,
         from_states={JobState.RUNNING},
@@ -182,7 +182,7 @@ def _full_read(store: JobStore) -> tuple[int, float]:
     """The approval figures as scrapes computed them before summaries: every pending
     approval read whole."""
     now = datetime.now(UTC)
-    pending = store.pending_approvals()
+    pending = store.approvals.pending()
     ages = [(now - approval.created_at).total_seconds() for approval in pending]
     return len(pending), max(ages, default=0.0)
 

@@ -113,7 +113,7 @@ def _to_job(stack: Stack, client: httpx.Client) -> float:
     body = encoded(PULL_REQUEST)
     delivery = str(uuid.uuid4())
     headers = github_headers(SECRET, body, "pull_request", delivery=delivery)
-    deliveries = Deliveries(stack.store)
+    deliveries = Deliveries(stack.store.gateway)
     sent = time.time()
     if client.post("/webhooks/gh", content=body, headers=headers).status_code != 202:
         raise SystemExit("the pull request's delivery was not queued")
@@ -122,7 +122,7 @@ def _to_job(stack: Stack, client: httpx.Client) -> float:
         outcome = deliveries.outcome("gh", delivery)
         if outcome not in (None, QUEUED):
             job_id = json.loads(outcome)["results"][0]["job_id"]
-            return (stack.store.get(job_id).created_at.timestamp() - sent) * 1000
+            return (stack.store.jobs.get(job_id).created_at.timestamp() - sent) * 1000
         time.sleep(0.002)
     raise SystemExit(f"no job for delivery {delivery} in 30 s:\n{stack.log_tails()}")
 

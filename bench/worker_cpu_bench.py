@@ -149,12 +149,12 @@ def run_jobs(stack: Stack, count: int, *, measured: bool) -> list[float]:
         started, bench = sum(_cpu()), time.thread_time()
         job = submit(stack).job_id
         first, in_first = _timed_segment(workers[0].run_job, job)
-        if stack.store.get(job).state is not JobState.AWAITING_APPROVAL:
-            raise AssertionError(f"job {job} did not park: {stack.store.get(job)}")
+        if stack.store.jobs.get(job).state is not JobState.AWAITING_APPROVAL:
+            raise AssertionError(f"job {job} did not park: {stack.store.jobs.get(job)}")
         decide(stack, job)
         second, in_second = _timed_segment(workers[index % 2].resume_job, job)
-        if stack.store.get(job).state is not JobState.SUCCEEDED:
-            raise AssertionError(f"job {job} did not push: {stack.store.get(job)}")
+        if stack.store.jobs.get(job).state is not JobState.SUCCEEDED:
+            raise AssertionError(f"job {job} did not push: {stack.store.jobs.get(job)}")
         # The benchmark's own calls (submit, decide, reads) ran on this thread outside the
         # segments; what other threads (a spare starting) did meanwhile is the worker's.
         bench = time.thread_time() - bench - in_first - in_second

@@ -40,7 +40,7 @@ def create_app(settings: Settings | None = None, *, service: JobService | None =
             store=store,
             queues=TaskQueues(api_celery(settings)),
             tokens=TokenRegistry(settings.api.tokens),
-            after_cancel=reap_after_cancel(store.deployment),
+            after_cancel=reap_after_cancel(store.gateway.deployment),
         )
     app = FastAPI(
         lifespan=tokens_reload_on_sighup(lambda: service.tokens),
@@ -60,7 +60,9 @@ def create_app(settings: Settings | None = None, *, service: JobService | None =
         failures=settings.api.auth_failures,
         window_seconds=settings.api.auth_failure_window_seconds,
     )
-    app.state.webhook_door = WebhookDoor(settings, Deliveries(service.store), service.queues)
+    app.state.webhook_door = WebhookDoor(
+        settings, Deliveries(service.store.gateway), service.queues
+    )
     app.state.delivery_throttle = DeliveryThrottle()
     app.add_middleware(BodyLimit, max_bytes=settings.api.max_body_bytes)
     install_problem_handlers(app)

@@ -10,8 +10,8 @@ from bot.store.store import JobStore
 
 def park(store: JobStore, spec: JobSpec, *, worker: str = "parking@test") -> Approval:
     """Store a job for ``spec`` and park it on a pending push approval; the approval."""
-    record = store.create(spec)
-    assert store.claim(record.id, worker=worker, lease_seconds=30) is not None
+    record = store.jobs.create(spec)
+    assert store.jobs.claim(record.id, worker=worker, lease_seconds=30) is not None
     approval = pending_for(record, f"ap-{record.id}")
     park_on(store, approval)
     return approval
@@ -36,8 +36,8 @@ def pending_for(record: JobRecord, approval_id: str = "ap1") -> Approval:
 
 def park_on(store: JobStore, approval: Approval) -> JobRecord:
     """The running job opens ``approval`` and parks on it."""
-    store.open_approval(approval)
-    moved = store.transition(
+    store.approvals.open(approval)
+    moved = store.jobs.transition(
         approval.job_id,
         JobState.AWAITING_APPROVAL,
         from_states={JobState.RUNNING},

@@ -133,7 +133,7 @@ class Stack:
             self.store,
             TaskQueues(self.app),
             TokenRegistry(()),
-            after_cancel=reap_after_cancel(self.store.deployment),
+            after_cancel=reap_after_cancel(self.store.gateway.deployment),
         )
 
     # -- workers ------------------------------------------------------------------------
@@ -257,7 +257,7 @@ class Stack:
         self, job_id: str, *, approve: bool, by: str = REVIEWER, comment: str = ""
     ) -> Approval:
         """Decide the job's current approval, as a reviewer who looked at it."""
-        current = self.store.approval(job_id)
+        current = self.store.approvals.get(job_id)
         return self.service.decide(
             Principal.operator(by),
             job_id,
@@ -276,7 +276,7 @@ class Stack:
         found: list[JobRecord] = []
 
         def reached() -> bool:
-            record = self.store.get(job_id)
+            record = self.store.jobs.get(job_id)
             found[:] = [record]
             if record.state.is_final and record.state not in states:
                 raise AssertionError(self._report(record, states))
@@ -300,7 +300,7 @@ class Stack:
         """The job's tool calls so far (those named ``name``), from its event stream."""
         return [
             event.frame.record
-            for event in self.store.read_events(job_id, count=10_000)
+            for event in self.store.events.read(job_id, count=10_000)
             if isinstance(event.frame, ToolFrame) and name in (None, event.frame.record.name)
         ]
 
@@ -345,7 +345,7 @@ class Stack:
     def spare_containers(self) -> list[str]:
         """This stack's spare containers, claimed or idle (``bot.jobs.spares``)."""
         found = connect().api.containers(
-            all=True, filters={"label": f"{SPARE_LABEL}={self.store.deployment()}"}
+            all=True, filters={"label": f"{SPARE_LABEL}={self.store.gateway.deployment()}"}
         )
         return [container["Id"] for container in found]
 
@@ -483,7 +483,7 @@ def _job_of(container: dict[str, Any]) -> str:
 
 def _unknown(store: JobStore, job_id: str) -> bool:
     try:
-        store.get(job_id)
+        store.jobs.get(job_id)
     except BeamError:
         return True
     return False

@@ -49,7 +49,7 @@ def pending(
 )
 def detail(job_id: JobId, service: ServiceDep, who: PrincipalDep) -> ApprovalDetail:
     current = service.approval(who, job_id)
-    history = service.store.approval_history(job_id)
+    history = service.store.approvals.history(job_id)
     return ApprovalDetail(
         current=ApprovalView.of(current), history=[ApprovalView.of(a) for a in history]
     )

@@ -107,7 +107,7 @@ def list_jobs(
 def read_job(job_id: JobId, service: ServiceDep, who: PrincipalDep) -> JobView:
     """With the job's current approval in brief: what a decision on it names."""
     record = service.job(who, job_id)
-    return JobView.of(record, service.store.approval(record.id))
+    return JobView.of(record, service.store.approvals.get(record.id))
 
 
 @router.post(
@@ -122,4 +122,4 @@ def cancel(job_id: JobId, service: ServiceDep, who: PrincipalDep) -> JobView:
     back unchanged. Its requester or an admin may cancel it. While the job pushes upstream
     the cancel is refused (BEM-512): wait for the push, whose outcome ``pushes`` records."""
     record = service.cancel(who, job_id)
-    return JobView.of(record, service.store.approval(record.id))
+    return JobView.of(record, service.store.approvals.get(record.id))

@@ -15,7 +15,7 @@ engine:
   ``TOOL_JOBS`` finished jobs, the first ``TOOL_EVENTS_PER_JOB`` events of each stream.
 - ``riverbeam_approvals_waiting`` and ``riverbeam_approval_oldest_age_seconds``: the
   pending queue's size, and the summaries the store keeps per pending approval (repository,
-  opened at; ``JobStore.pending_summaries``) of its oldest ``APPROVAL_SUMMARIES``: small
+  opened at; ``store.approvals.pending_summaries``) of its oldest ``APPROVAL_SUMMARIES``: small
   reads whatever the diffs weigh. An approval parked by a release that kept no summary gets
   one written on a scrape (at most 50 a scrape, oldest first).
 - ``riverbeam_sandbox_containers{state}``: containers labelled ``riverbeam.role=sandbox``
@@ -98,7 +98,7 @@ def _summary(
 
 def store_metrics(store: JobStore, now: datetime) -> list[Metric]:
     """Everything read from Redis, within the caps of the module docstring."""
-    records, more = store.list(limit=SCAN_JOBS)
+    records, more = store.listing.list(limit=SCAN_JOBS)
     jobs = GaugeMetricFamily(
         "riverbeam_jobs", f"jobs by kind and state (newest {SCAN_JOBS})", labels=["kind", "state"]
     )
@@ -119,7 +119,7 @@ def store_metrics(store: JobStore, now: datetime) -> list[Metric]:
         durations[record.spec.kind.value].append(seconds)
     tools: dict[str, list[float]] = defaultdict(list)
     for record in finished[:TOOL_JOBS]:
-        for event in store.read_events(record.id, count=TOOL_EVENTS_PER_JOB):
+        for event in store.events.read(record.id, count=TOOL_EVENTS_PER_JOB):
             if isinstance(event.frame, ToolFrame):
                 tools[event.frame.record.name].append(event.frame.record.duration_ms / 1000)
 
@@ -147,7 +147,7 @@ def store_metrics(store: JobStore, now: datetime) -> list[Metric]:
 def approval_metrics(store: JobStore, now: datetime) -> list[Metric]:
     """The approval queue from the store's small per-approval summaries (never an approval
     with its diff): the count, and the age of the oldest of the first ``APPROVAL_SUMMARIES``."""
-    count, summaries = store.pending_summaries(limit=APPROVAL_SUMMARIES)
+    count, summaries = store.approvals.pending_summaries(limit=APPROVAL_SUMMARIES)
     ages = [(now - summary.created_at).total_seconds() for summary in summaries]
     return [
         GaugeMetricFamily(

@@ -91,7 +91,7 @@ def _decide(args: argparse.Namespace) -> int:
     who = operator(args.as_name)
     with services() as running:
         # Decided from here on: frames already in the stream belong to the parked segment.
-        resume_from = running.store.last_event_id(args.job_id)
+        resume_from = running.store.events.last_id(args.job_id)
         decided = running.service.decide(
             who,
             args.job_id,

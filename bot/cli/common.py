@@ -121,7 +121,7 @@ def services(settings: Settings | None = None) -> Iterator[Services]:
         store,
         TaskQueues(app),
         TokenRegistry(settings.api.tokens),
-        after_cancel=reap_after_cancel(store.deployment),
+        after_cancel=reap_after_cancel(store.gateway.deployment),
     )
     try:
         yield Services(settings, store, app, service)

@@ -187,7 +187,7 @@ def _decide(out: Console, running: Services, job_id: str, me: str, *, yes: bool)
     from bot.cli.common import operator, os_account
     from bot.cli.render import show_approval
 
-    approval = running.store.approval(job_id)
+    approval = running.store.approvals.get(job_id)
     assert approval is not None  # the job is parked on it
     _step(out, "4. The parked push", "nothing is pushed until a person approves")
     show_approval(out, approval, commands=False)  # the demo asks below

@@ -77,7 +77,7 @@ def follow(
 def _waits_for_a_person(service: JobService, record: JobRecord) -> bool:
     if record.state is not JobState.AWAITING_APPROVAL:
         return False
-    approval = service.store.approval(record.id)
+    approval = service.store.approvals.get(record.id)
     return approval is not None and approval.state is ApprovalState.PENDING
 
 

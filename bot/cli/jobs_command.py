@@ -107,7 +107,7 @@ def _show(args: argparse.Namespace) -> int:
 
     with services() as running:
         record = running.service.job(operator(None), args.job_id)
-        approval = running.store.approval(record.id)
+        approval = running.store.approvals.get(record.id)
     if args.json:
         shown = {
             "job": record.model_dump(mode="json"),
@@ -149,7 +149,7 @@ def check_follow_start(store: JobStore, job_id: str, after: str) -> None:
     everything: only a full id the stream holds is taken."""
     if after == "0-0":
         return
-    if not _EVENT_ID.match(after) or not store.has_event(job_id, after):
+    if not _EVENT_ID.match(after) or not store.events.has(job_id, after):
         raise JobError(
             "BEM-501",
             f"{after!r} is not an event of job {job_id}: pass an id like 1700000000000-3 "
@@ -163,7 +163,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
     out = console()
     with services() as running:
-        before = running.store.get(args.job_id)
+        before = running.store.jobs.get(args.job_id)
         if before.state.is_final:
             out.print(f"job {before.id} already ended:", state_text(before.state))
             return 0
@@ -172,7 +172,7 @@ def _cancel(args: argparse.Namespace) -> int:
         # A running job stops at its worker's next model or tool call.
         while not record.state.is_final and time.monotonic() < deadline:
             time.sleep(0.2)
-            record = running.store.get(args.job_id)
+            record = running.store.jobs.get(args.job_id)
     if record.state is JobState.CANCELLED:
         out.print(f"job {record.id} cancelled (it was {before.state.value})")
         return 0

@@ -195,10 +195,10 @@ def _status(
     """Bring the job's status comment in line with the job as it stands now: edit the one
     posted before, or post it (again, when the one before is gone). A review job's commit
     status goes with it; once it has ended, its review is queued, once."""
-    record = None if entry.job_id is None else store.find(entry.job_id)
+    record = None if entry.job_id is None else store.jobs.find(entry.job_id)
     if record is None:
         raise ForgeRefused("BEM-810", f"job {entry.job_id} is no longer in the store")
-    body = status_comment(settings, record, store.approval(record.id))
+    body = status_comment(settings, record, store.approvals.get(record.id))
     slot = kind_of(record.spec).status_slot(record.id, target)
     kept = store.outbox.posted_comment(slot)
     posted = None if kept is None else CommentRef.model_validate_json(kept)
@@ -281,5 +281,5 @@ def _settle(store: JobStore, entry: OutboxEntry, attempt: Attempt) -> Attempt:
         outbox.give_up(entry, error=attempt.error)
         log.warning("%s: %s", attempt.error.code, attempt.error.message)
         if entry.job_id is not None:
-            store.record_given_up_post(entry.job_id, attempt.error)
+            store.jobs.record_given_up_post(entry.job_id, attempt.error)
     return attempt

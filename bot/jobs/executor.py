@@ -223,7 +223,7 @@ class Executor:
     def _store_state(self, job_id: str) -> str:
         """The job's state for the timings line; never fails the segment."""
         try:
-            return self._store.get(job_id).state.value
+            return self._store.jobs.get(job_id).state.value
         except BeamError:
             return "unknown"
 
@@ -264,7 +264,7 @@ class Executor:
 
     def _decided_approval(self, record: JobRecord) -> Approval:
         """The decision this resume applies; the claim already marked it applied."""
-        current = self._store.approval(record.id)
+        current = self._store.approvals.get(record.id)
         if current is None or current.id != record.approval_id:
             raise BeamError(
                 "BEM-603", f"job {record.id} waits on approval {record.approval_id}, not found"
@@ -298,7 +298,11 @@ class Executor:
         (BEM-360) or a publish ref that cannot be moved (BEM-361) fails the job at once."""
         record, settings = segment.record, self._settings
         tool = PublishDocsetTool.for_job(
-            record, settings, lookup=self._store.get, callbacks=callbacks, guard=self._guard(record)
+            record,
+            settings,
+            lookup=self._store.jobs.get,
+            callbacks=callbacks,
+            guard=self._guard(record),
         )
         plan = tool.plan()
         approval = segment.approval
@@ -324,7 +328,7 @@ class Executor:
     ) -> Driven:
         record = segment.record
         # The store's own client: no connection of the segment's own to open and close.
-        memory = RedisMemoryStore(self._store.client, key=self._store.keys.memory)
+        memory = RedisMemoryStore(self._store.gateway.client, key=self._store.gateway.keys.memory)
         tools = self._tools(segment, memory)
         agent = await self._agent(segment, client, memory, stop, tools)
         # A resume of an approved push arms the job's relayed git_push here, with the commit
@@ -350,7 +354,7 @@ class Executor:
             text = request_text(segment.record.spec, segment.plan)
             state = agent.start(AgentInput.of_text(text), AgentContext())
             return agent.run(state), state
-        state = RunState.load(self._store.load_run_state(segment.record.id))
+        state = RunState.load(self._store.blobs.load_run_state(segment.record.id))
         approved = approval.state is ApprovalState.APPROVED
         commit = approved_commit(approval)
         if approved and push is not None and commit is not None:

@@ -62,7 +62,7 @@ class LeaseKeeper:
         """Renew the lease once (the thread does, every third of its length); False once
         another worker holds the job."""
         try:
-            record = self._store.renew_lease_record(
+            record = self._store.leases.renew_record(
                 self._job_id, worker=self._worker, lease_seconds=self._seconds
             )
         except BeamError as error:
@@ -95,7 +95,7 @@ class StopCheck:
                     "BEM-507",
                     f"job {self._job_id} was taken over by another worker; this one stopped",
                 )
-            elif self._lease.cancelled or self._store.cancel_requested(self._job_id):
+            elif self._lease.cancelled or self._store.jobs.cancel_requested(self._job_id):
                 self.reason = BeamError("BEM-506", f"job {self._job_id} was cancelled")
         self.raise_if_stopped()
 

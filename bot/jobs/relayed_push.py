@@ -72,15 +72,15 @@ def recorded_pushes(
     unknown: nobody can say whether it landed."""
 
     def guard(sha: str, ref: str, push: Callable[[], RelayResult]) -> RelayResult:
-        store.begin_push(job_id, worker=worker, sha=sha, ref=ref)
+        store.jobs.begin_push(job_id, worker=worker, sha=sha, ref=ref)
         try:
             result = push()
         except BeamError as error:
             failed = ErrorInfo(code=error.code, message=error.message)
-            store.end_push(job_id, worker=worker, error=failed)
+            store.jobs.end_push(job_id, worker=worker, error=failed)
             raise
         queued = None if landed is None else landed(sha, ref)
-        store.end_push(
+        store.jobs.end_push(
             job_id,
             worker=worker,
             already_there=result.already_there,

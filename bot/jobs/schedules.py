@@ -3,7 +3,7 @@
 A repository with ``summary_schedule`` gets a beat entry (``summary_schedules``). When it
 fires, a worker runs ``SummarySchedule.trigger``:
 
-1. **One run at a time.** ``JobStore.try_lock(repo)`` (a redis-py ``Lock``) makes the
+1. **One run at a time.** ``store.locks.try_lock(repo)`` (a redis-py ``Lock``) makes the
    check-and-start below atomic between triggers (two beat processes, a manual trigger, a
    redelivered message). Holding it for the whole run is the open run record's job: the
    trigger is SKIPPED while the repository's latest run still has a job that is not final.
@@ -279,7 +279,7 @@ class SummarySchedule:
     def trigger(self, repo: str, submit: Submit) -> Trigger:
         """Start a run of ``repo`` unless one is going (see the module docstring)."""
         config = self._settings.repository(repo)
-        token = self._store.try_lock(repo, ttl_seconds=TRIGGER_LOCK_SECONDS)
+        token = self._store.locks.try_lock(repo, ttl_seconds=TRIGGER_LOCK_SECONDS)
         if token is None:
             return Trigger(repo=repo, skipped="another trigger is starting a run right now")
         try:
@@ -288,7 +288,7 @@ class SummarySchedule:
                 return Trigger(repo=repo, skipped=busy)
             return self._start(repo, config, submit)
         finally:
-            self._store.unlock(repo, token)
+            self._store.locks.unlock(repo, token)
 
     def _open_run(self, repo: str) -> str | None:
         """Why the latest run still holds the repository, or None when it is over."""
@@ -296,7 +296,7 @@ class SummarySchedule:
         if not latest or latest[0].finished_at is not None:
             return None
         jobs = latest[0].jobs.values()
-        going = [job_id for job_id in jobs if not self._store.is_final_or_unknown(job_id)]
+        going = [job_id for job_id in jobs if not self._store.jobs.is_final_or_unknown(job_id)]
         if not going:
             return None
         return f"run {latest[0].id} is still going (jobs {', '.join(going)} have not ended)"
@@ -335,7 +335,7 @@ class SummarySchedule:
             log.warning("scheduled run %s of %s is gone; nothing to finish", run_id, repo)
             return None
         if run.finished_at is None:
-            records = {branch: self._store.find(job_id) for branch, job_id in run.jobs.items()}
+            records = {branch: self._store.jobs.find(job_id) for branch, job_id in run.jobs.items()}
             ended = all(record is None or record.state.is_final for record in records.values())
             if not ended and datetime.now(UTC) - run.started_at < GIVE_UP_AFTER:
                 return poll_delay(poll + 1)

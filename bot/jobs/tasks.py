@@ -127,17 +127,17 @@ class JobWorker:
     def run_job(self, job_id: str) -> JobRecord | None:
         """The first segment of a queued job; None when the job was not this task's to run
         (already claimed, cancelled, or a duplicate message)."""
-        return self._run(self.store.claim(job_id, worker=self.name, lease_seconds=self._lease))
+        return self._run(self.store.jobs.claim(job_id, worker=self.name, lease_seconds=self._lease))
 
     def resume_job(self, job_id: str) -> JobRecord | None:
         """Apply the decision on a parked job and run on; None for a duplicate resume. The
         claim marks the decision applied in the same transaction, so two resumes never both
         act on it; a resume whose worker died is taken over once its lease runs out, and
         applies the same decision again (the relay finds a pushed commit already there)."""
-        claimed = self.store.claim_resume(job_id, worker=self.name, lease_seconds=self._lease)
+        claimed = self.store.jobs.claim_resume(job_id, worker=self.name, lease_seconds=self._lease)
         if claimed is not None:
             return self._run(claimed[0])
-        takeover = self.store.claim(
+        takeover = self.store.jobs.claim(
             job_id, worker=self.name, lease_seconds=self._lease, from_states=(JobState.RUNNING,)
         )
         return self._run(takeover)
@@ -172,10 +172,10 @@ class JobWorker:
         job over (``claim`` accepts an expired lease); a job that moved on meanwhile makes it
         a no-op, so a sweep that runs twice costs nothing."""
         queued = []
-        for job_id in self.store.expired_leases():
-            record = self.store.find(job_id)
+        for job_id in self.store.leases.expired():
+            record = self.store.jobs.find(job_id)
             if record is None:
-                self.store.forget_lease(job_id)
+                self.store.leases.forget(job_id)
                 continue
             if record.approval_id is None:
                 send_run(app, record)
@@ -193,7 +193,7 @@ class JobWorker:
         (``claim_resume``) and does nothing."""
         grace = self.settings.jobs.resume_grace_seconds
         queued = []
-        for record in self.store.unapplied_decisions(older_than=grace):
+        for record in self.store.approvals.unapplied_decisions(older_than=grace):
             send_resume(app, record)
             log.warning(
                 "job %s: its decision was not applied in %g s: resume sent again", record.id, grace
@@ -213,16 +213,20 @@ class JobWorker:
     def reap_sandboxes(self) -> list[str]:
         """Remove this deployment's sandbox containers on this host whose job is not
         running, and any sandbox container past its deadline."""
-        return reap(self.docker, is_active=self._is_running, deployment=self.store.deployment())
+        return reap(
+            self.docker, is_active=self._is_running, deployment=self.store.gateway.deployment()
+        )
 
     def collect_workspaces(self) -> list[str]:
         """Remove this host's workspaces whose job ended (or is unknown) past retention."""
-        return collect_workspaces(self.settings.workspaces, self.store.is_final_or_unknown)
+        return collect_workspaces(self.settings.workspaces, self.store.jobs.is_final_or_unknown)
 
     @property
     def schedule(self) -> SummarySchedule:
         if self._schedule is None:
-            self._schedule = SummarySchedule(self.settings, self.store, ScheduleRuns(self.store))
+            self._schedule = SummarySchedule(
+                self.settings, self.store, ScheduleRuns(self.store.gateway)
+            )
         return self._schedule
 
     def _service(self, app: Celery) -> JobService:
@@ -234,7 +238,7 @@ class JobWorker:
         """Carry out what a forge event asks (``bot.forge.inbound.handler``); the replies it
         queued for the thread are delivered by the outbox task, sent at once."""
         handler = ForgeEventHandler(
-            self.settings, self._service(app), Deliveries(self.store), lookups=client_for
+            self.settings, self._service(app), Deliveries(self.store.gateway), lookups=client_for
         )
         outcome = handler.handle(event)
         # Its replies, and the status comment of each job it started, go out at once.
@@ -264,7 +268,7 @@ class JobWorker:
         return "again"
 
     def _is_running(self, job_id: str) -> bool:
-        record = self.store.find(job_id)
+        record = self.store.jobs.find(job_id)
         return record is not None and record.state is JobState.RUNNING
 
 

@@ -77,7 +77,7 @@ class ServiceBackend:
     async def job(self, job_id: str) -> Json:
         def read() -> Json:
             record = self.service.job(self.who, job_id)
-            approval = self.service.store.approval(record.id)
+            approval = self.service.store.approvals.get(record.id)
             return {
                 "job": JobView.of(record, approval).model_dump(mode="json"),
                 "approval": None
@@ -119,7 +119,7 @@ class ServiceBackend:
     async def cancel(self, job_id: str) -> Json:
         def cancel() -> Json:
             record = self.service.cancel(self.who, job_id)
-            approval = self.service.store.approval(record.id)
+            approval = self.service.store.approvals.get(record.id)
             return JobView.of(record, approval).model_dump(mode="json")
 
         return await self._run(cancel)

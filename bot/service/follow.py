@@ -50,7 +50,7 @@ def follow_events(
     looked = False
     quiet_since = time.monotonic()
     while True:
-        events = store.read_events(job_id, after=after, block_ms=block)
+        events = store.events.read(job_id, after=after, block_ms=block)
         block = wait_ms
         for event in events:
             yield event
@@ -64,8 +64,8 @@ def follow_events(
             yield Quiet(None)
             continue
         looked, quiet_since = True, time.monotonic()
-        record = store.get(job_id)
-        if store.read_events(job_id, after=after, count=1):
+        record = store.jobs.get(job_id)
+        if store.events.read(job_id, after=after, count=1):
             continue  # something arrived between the read and the look at the record
         if record.state.is_final:
             yield StreamEnd(record)

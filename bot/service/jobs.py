@@ -127,7 +127,7 @@ class JobService:
         key = None
         if idempotency_key is not None:
             key = f"{who.name}\n{_checked_key(idempotency_key)}"
-        record = self.store.create(spec, idempotency_key=key)
+        record = self.store.jobs.create(spec, idempotency_key=key)
         if record.state is JobState.QUEUED:
             self.queues.send_run(record)
         return record
@@ -147,7 +147,7 @@ class JobService:
         (BEM-602; the store's BEM-600 to 605 otherwise); then queue the resume that applies
         the decision on any worker. ``os_user``: the OS account behind a CLI decision,
         recorded beside ``who`` and held to the same self-approval rule."""
-        decided, record = self.store.decide(
+        decided, record = self.store.approvals.decide(
             job_id,
             approve=approve,
             by=who.name,
@@ -164,7 +164,7 @@ class JobService:
         queued or parked job is cancelled here and has no container; one found anyway (left
         by a worker that died) is removed by ``after_cancel``, else by the reaper of the host
         it runs on."""
-        record = self.store.request_cancel(job_id, policy=CancellerPolicy(who))
+        record = self.store.jobs.request_cancel(job_id, policy=CancellerPolicy(who))
         if record.state is JobState.CANCELLED and self.after_cancel is not None:
             self.after_cancel(job_id)
         return record
@@ -172,7 +172,7 @@ class JobService:
     # read -------------------------------------------------------------------------------
 
     def job(self, who: Principal, job_id: str) -> JobRecord:
-        record = self.store.get(job_id)
+        record = self.store.jobs.get(job_id)
         who.check_repo(record.spec.repo)
         return record
 
@@ -191,7 +191,7 @@ class JobService:
         ``unreadable`` for a token limited to no repository only: whose they are is unknown."""
         if repo is not None:
             who.check_repo(repo)
-        found = self.store.listing(
+        found = self.store.listing.page(
             state=state,
             kind=kind,
             repo=repo,
@@ -211,7 +211,7 @@ class JobService:
         the scope is checked once, not per page."""
         record = self.job(who, job_id)
         events: builtins.list[JobEvent] = []
-        while more := self.store.read_events(job_id, after=events[-1].id if events else after):
+        while more := self.store.events.read(job_id, after=events[-1].id if events else after):
             events.extend(more)
         return record, events
 
@@ -230,12 +230,12 @@ class JobService:
         """Pending approvals in the caller's scope, oldest first."""
         if repo is not None:
             who.check_repo(repo)
-        return [a for a in self.store.pending_approvals(repo=repo) if who.sees(a.repo)]
+        return [a for a in self.store.approvals.pending(repo=repo) if who.sees(a.repo)]
 
     def approval(self, who: Principal, job_id: str) -> Approval:
         """The job's current approval (pending, decided or withdrawn)."""
         record = self.job(who, job_id)
-        approval = self.store.approval(record.id)
+        approval = self.store.approvals.get(record.id)
         if approval is None:
             raise BeamError("BEM-600", f"job {job_id} has never waited for an approval")
         return approval

@@ -49,48 +49,54 @@ class DecisionPolicy(Protocol):
         """Whether ``record``'s requester may approve it."""
 
 
-class Approvals(RedisGateway):
-    def open_approval(self, approval: Approval) -> Approval:
+class Approvals:
+    def __init__(self, gateway: RedisGateway) -> None:
+        self._gateway = gateway
+        self._keys = gateway.keys
+
+    def open(self, approval: Approval) -> Approval:
         """Store the job's pending approval and queue it for reviewers. Opening the same
         approval again (a redelivered park) returns the stored one; a new one for the job
         replaces the previous current approval (which history already holds once decided)."""
         if approval.state is not ApprovalState.PENDING:
             raise ValueError("only a pending approval can be opened")
-        key = self.keys.approval(approval.job_id)
+        key = self._keys.approval(approval.job_id)
 
         def body(pipe: Pipeline) -> tuple[Approval, Writes | None]:
-            read_job(pipe, self.keys, approval.job_id)
-            current = read_approval(pipe, self.keys, approval.job_id)
+            read_job(pipe, self._keys, approval.job_id)
+            current = read_approval(pipe, self._keys, approval.job_id)
             if current is not None and current.id == approval.id:
                 return current, None
 
             def writes(tx: Pipeline) -> None:
-                queue_pending(tx, self.keys, approval)
+                queue_pending(tx, self._keys, approval)
 
             return approval, writes
 
-        return self.atomic([key, self.keys.job(approval.job_id)], body)
+        return self._gateway.atomic([key, self._keys.job(approval.job_id)], body)
 
-    def approval(self, job_id: str) -> Approval | None:
+    def get(self, job_id: str) -> Approval | None:
         """The job's current approval: pending, decided or withdrawn; None if it never had
         one."""
-        with self.reachable():
-            return read_approval(self._redis, self.keys, job_id)
+        with self._gateway.reachable():
+            return read_approval(self._gateway.client, self._keys, job_id)
 
-    def approval_history(self, job_id: str) -> list[Approval]:
+    def history(self, job_id: str) -> list[Approval]:
         """Every approval of the job that was decided or withdrawn, oldest first, as it was
         at that moment."""
-        with self.reachable():
-            raws = self._redis.lrange(self.keys.history(job_id), 0, -1)
+        with self._gateway.reachable():
+            raws = self._gateway.client.lrange(self._keys.history(job_id), 0, -1)
         return readable(APPROVAL, raws, f"an approval of job {job_id}")
 
-    def pending_approvals(self, *, repo: str | None = None) -> list[Approval]:
+    def pending(self, *, repo: str | None = None) -> list[Approval]:
         """Approvals waiting for a decision, oldest first."""
-        with self.reachable():
-            job_ids = cast(list[bytes], self._redis.zrange(self.keys.pending, 0, -1))
+        with self._gateway.reachable():
+            job_ids = cast(list[bytes], self._gateway.client.zrange(self._keys.pending, 0, -1))
             if not job_ids:
                 return []
-            raws = self._redis.mget([self.keys.approval(text(job_id)) for job_id in job_ids])
+            raws = self._gateway.client.mget(
+                [self._keys.approval(text(job_id)) for job_id in job_ids]
+            )
         stored = [raw for raw in raws if raw is not None]
         approvals = readable(APPROVAL, stored, "a pending approval")
         return [
@@ -107,11 +113,11 @@ class Approvals(RedisGateway):
         a release that kept no summary gets one here, from its full document, once; at most
         ``migrate`` of them per call (oldest first), so the first call after an upgrade stays
         bounded too, and the rest are left out until a later call."""
-        with self.reachable():
-            waiting = int(self._redis.zcard(self.keys.pending))
-            found = cast(list[bytes], self._redis.zrange(self.keys.pending, 0, limit - 1))
+        with self._gateway.reachable():
+            waiting = int(self._gateway.client.zcard(self._keys.pending))
+            found = cast(list[bytes], self._gateway.client.zrange(self._keys.pending, 0, limit - 1))
             job_ids = [text(job_id) for job_id in found]
-            raws = self._redis.hmget(self.keys.summaries, job_ids) if job_ids else []
+            raws = self._gateway.client.hmget(self._keys.summaries, job_ids) if job_ids else []
         summaries = []
         for job_id, raw in zip(job_ids, raws, strict=True):
             if raw is not None:
@@ -126,21 +132,21 @@ class Approvals(RedisGateway):
     def _summarize_pending(self, job_id: str) -> ApprovalSummary | None:
         """Write the summary of the job's pending approval (one an earlier release opened);
         None when it is no longer pending."""
-        key = self.keys.approval(job_id)
+        key = self._keys.approval(job_id)
 
         def body(pipe: Pipeline) -> tuple[ApprovalSummary | None, Writes | None]:
-            approval = read_approval(pipe, self.keys, job_id)
+            approval = read_approval(pipe, self._keys, job_id)
             if approval is None or approval.state is not ApprovalState.PENDING:
                 return None, None
             summary = ApprovalSummary.of(approval)
 
             def writes(tx: Pipeline) -> None:
-                tx.hset(self.keys.summaries, job_id, summary.model_dump_json())
+                tx.hset(self._keys.summaries, job_id, summary.model_dump_json())
 
             return summary, writes
 
         # Watched: a decision in between (which drops the summary) reruns the read.
-        return self.atomic([key], body)
+        return self._gateway.atomic([key], body)
 
     def decide(
         self,
@@ -167,15 +173,15 @@ class Approvals(RedisGateway):
         the same self-approval rule."""
         if not by:
             raise ValueError("a decision needs the name of who made it")
-        key = self.keys.approval(job_id)
+        key = self._keys.approval(job_id)
 
         def body(pipe: Pipeline) -> tuple[tuple[Approval, JobRecord], Writes | None]:
-            record = read_job(pipe, self.keys, job_id)
+            record = read_job(pipe, self._keys, job_id)
             allow_self = False
             if policy is not None:
                 policy.check(record)
                 allow_self = policy.allows_self_approval(record)
-            current = read_approval(pipe, self.keys, job_id)
+            current = read_approval(pipe, self._keys, job_id)
             if binding is not None and current is not None and binding.approval_id != current.id:
                 raise _stale(job_id, binding, current)
             current = _decidable(record, current)
@@ -206,12 +212,12 @@ class Approvals(RedisGateway):
             )
 
             def writes(tx: Pipeline) -> None:
-                queue_decided(tx, self.keys, decided)
-                queue_status(tx, self.keys, record)
+                queue_decided(tx, self._keys, decided)
+                queue_status(tx, self._keys, record)
 
             return (decided, record), writes
 
-        return self.atomic([key, self.keys.job(job_id)], body)
+        return self._gateway.atomic([key, self._keys.job(job_id)], body)
 
     def unapplied_decisions(self, *, older_than: float, limit: int = 100) -> list[JobRecord]:
         """Parked jobs whose approval was decided at least ``older_than`` seconds ago (the
@@ -221,7 +227,7 @@ class Approvals(RedisGateway):
         Until decisions recorded before the index existed are all in it, each call also
         indexes one page of them (``_backfill_decided``)."""
         self._backfill_decided()
-        key = self.keys.decided
+        key = self._keys.decided
 
         def body(pipe: Pipeline) -> tuple[list[JobRecord], Writes | None]:
             cutoff = server_now(pipe).timestamp() - older_than
@@ -229,8 +235,8 @@ class Approvals(RedisGateway):
             job_ids = [text(job_id) for job_id in found]
             if not job_ids:
                 return [], None
-            jobs = pipe.mget([self.keys.job(job_id) for job_id in job_ids])
-            approvals = pipe.mget([self.keys.approval(job_id) for job_id in job_ids])
+            jobs = pipe.mget([self._keys.job(job_id) for job_id in job_ids])
+            approvals = pipe.mget([self._keys.approval(job_id) for job_id in job_ids])
             due: list[JobRecord] = []
             for raw_job, raw_approval in zip(jobs, approvals, strict=True):
                 # A damaged document cannot be resumed: it leaves the index as stale.
@@ -249,7 +255,7 @@ class Approvals(RedisGateway):
 
         # Watching the index: a decision made meanwhile (a job that parked again) reruns
         # the read, so a fresh entry is never dropped as stale.
-        return self.atomic([key], body)
+        return self._gateway.atomic([key], body)
 
     def _backfill_decided(self) -> None:
         """Index the decided, unapplied approvals a release without the index recorded, one
@@ -264,9 +270,11 @@ class Approvals(RedisGateway):
             if decided:
                 # NX: an entry a decision made since then wrote is newer; a stale one (the
                 # job resumed meanwhile) leaves the index at the next sweep's read.
-                self._redis.zadd(self.keys.decided, decided, nx=True)
+                self._gateway.client.zadd(self._keys.decided, decided, nx=True)
 
-        self.backfill(self.keys.decided_backfill, every_key(self.keys.approval("")), index)
+        self._gateway.backfill(
+            self._keys.decided_backfill, every_key(self._keys.approval("")), index
+        )
 
 
 def _decidable(record: JobRecord, current: Approval | None) -> Approval:

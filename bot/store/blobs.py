@@ -10,14 +10,18 @@ from bot.store.gateway import RedisGateway, as_bytes, text
 from bot.store.records import check_snapshot
 
 
-class ParkedBlobs(RedisGateway):
+class ParkedBlobs:
+    def __init__(self, gateway: RedisGateway) -> None:
+        self._gateway = gateway
+        self._keys = gateway.keys
+
     def save_run_state(self, job_id: str, state_json: str) -> None:
-        with self.reachable():
-            self._redis.set(self.keys.run(job_id), state_json)
+        with self._gateway.reachable():
+            self._gateway.client.set(self._keys.run(job_id), state_json)
 
     def load_run_state(self, job_id: str) -> str:
-        with self.reachable():
-            raw = self._redis.get(self.keys.run(job_id))
+        with self._gateway.reachable():
+            raw = self._gateway.client.get(self._keys.run(job_id))
         if raw is None:
             raise JobError(
                 "BEM-502", f"job {job_id} has no saved run state; it cannot resume (run it again)"
@@ -25,15 +29,15 @@ class ParkedBlobs(RedisGateway):
         return text(raw)
 
     def save_snapshot(self, job_id: str, data: bytes) -> None:
-        check_snapshot(job_id, data, self.snapshot_max_bytes)
-        with self.reachable():
-            self._redis.set(self.keys.snapshot(job_id), data)
+        check_snapshot(job_id, data, self._gateway.snapshot_max_bytes)
+        with self._gateway.reachable():
+            self._gateway.client.set(self._keys.snapshot(job_id), data)
 
     def load_snapshot(self, job_id: str) -> bytes | None:
-        with self.reachable():
-            raw = self._redis.get(self.keys.snapshot(job_id))
+        with self._gateway.reachable():
+            raw = self._gateway.client.get(self._keys.snapshot(job_id))
         return None if raw is None else as_bytes(raw)
 
     def drop_parked(self, job_id: str) -> None:
-        with self.reachable():
-            self._redis.delete(self.keys.run(job_id), self.keys.snapshot(job_id))
+        with self._gateway.reachable():
+            self._gateway.client.delete(self._keys.run(job_id), self._keys.snapshot(job_id))

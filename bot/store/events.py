@@ -27,11 +27,15 @@ BLOCK_SLICE_MS = 1000
 _STREAM_ID = re.compile(r"^([0-9]{1,20}(-[0-9]{1,20})?|\$)$")
 
 
-class EventStreams(RedisGateway):
-    def append_event(self, job_id: str, frame: Frame) -> str:
+class EventStreams:
+    def __init__(self, gateway: RedisGateway) -> None:
+        self._gateway = gateway
+        self._keys = gateway.keys
+
+    def append(self, job_id: str, frame: Frame) -> str:
         return self._append(job_id, {"frame": frame_adapter.dump_json(frame).decode()})
 
-    def end_events(self, job_id: str, state: JobState) -> str:
+    def end(self, job_id: str, state: JobState) -> str:
         """Write the end marker. Moving a job to a final state already writes it (in the same
         transaction), so followers never wait on a job that ended."""
         if not state.is_final:
@@ -39,26 +43,30 @@ class EventStreams(RedisGateway):
         return self._append(job_id, {"end": state.value})
 
     def _append(self, job_id: str, fields: dict[str, str]) -> str:
-        with self.reachable():
+        with self._gateway.reachable():
             entry: bytes = append_entry(
-                self._redis, self.keys, job_id, fields, maxlen=self.events_maxlen
+                self._gateway.client, self._keys, job_id, fields, maxlen=self._gateway.events_maxlen
             )
         return entry.decode()
 
-    def last_event_id(self, job_id: str) -> str:
+    def last_id(self, job_id: str) -> str:
         """The id of the newest event in the job's stream, "0-0" when it has none: where a
         follower that only wants what comes next starts."""
-        with self.reachable():
-            newest = cast(StreamEntries, self._redis.xrevrange(self.keys.events(job_id), count=1))
+        with self._gateway.reachable():
+            newest = cast(
+                StreamEntries, self._gateway.client.xrevrange(self._keys.events(job_id), count=1)
+            )
         return text(newest[0][0]) if newest else "0-0"
 
-    def has_event(self, job_id: str, event_id: str) -> bool:
+    def has(self, job_id: str, event_id: str) -> bool:
         """Whether the job's stream holds the event ``event_id`` (a full ``ms-seq`` id)."""
-        with self.reachable():
-            found = self._redis.xrange(self.keys.events(job_id), event_id, event_id, count=1)
+        with self._gateway.reachable():
+            found = self._gateway.client.xrange(
+                self._keys.events(job_id), event_id, event_id, count=1
+            )
         return bool(found)
 
-    def read_events(
+    def read(
         self, job_id: str, *, after: str = "0-0", block_ms: int | None = None, count: int = 200
     ) -> list[JobEvent]:
         """Up to ``count`` events after entry id ``after`` (``"$"``: only new ones). With
@@ -70,19 +78,21 @@ class EventStreams(RedisGateway):
             raise ValueError("block_ms must be 0 (wait until an event comes) or more")
         if count < 1:
             raise ValueError("count must be at least 1")
-        key = self.keys.events(job_id)
+        key = self._keys.events(job_id)
         deadline = None if not block_ms else time.monotonic() + block_ms / 1000
         # "$" means "after the newest entry now"; fix it once so the slices below do not
         # each skip what arrived in between.
         if after == "$":
-            after = self.last_event_id(job_id)
-        with self.reachable():
+            after = self.last_id(job_id)
+        with self._gateway.reachable():
             while True:
                 block = None
                 if block_ms is not None:
                     left = BLOCK_SLICE_MS if deadline is None else deadline - time.monotonic()
                     block = max(1, min(BLOCK_SLICE_MS, int(left * 1000)))
-                reply = cast(StreamReply, self._redis.xread({key: after}, count=count, block=block))
+                reply = cast(
+                    StreamReply, self._gateway.client.xread({key: after}, count=count, block=block)
+                )
                 if reply or block is None:
                     break
                 if deadline is not None and time.monotonic() >= deadline:

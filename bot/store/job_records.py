@@ -1,5 +1,5 @@
 """``JobRecords``: creating a job and every move of its record, each an optimistic
-transaction, so two workers can never both move a job. ``_change_job`` is the one write path:
+transaction, so two workers can never both move a job. ``change_job`` is the one write path:
 when a job ends it also writes the end event and withdraws the pending approval, in the same
 transaction. A running job's cancel flag (``<prefix>:cancel:<id>``) mirrors its record's
 ``cancel_requested``, so the check before every call is one EXISTS."""
@@ -62,12 +62,16 @@ class CancelPolicy(Protocol):
         """Raise when the caller may not cancel ``record``."""
 
 
-class JobRecords(RedisGateway):
+class JobRecords:
+    def __init__(self, gateway: RedisGateway) -> None:
+        self._gateway = gateway
+        self._keys = gateway.keys
+
     def create(self, spec: JobSpec, *, idempotency_key: str | None = None) -> JobRecord:
         """Store a new queued job. With an ``idempotency_key`` seen in the last 24 hours,
         the job created then comes back and nothing new is stored; reusing a key for a
         different request is BEM-501."""
-        idem = None if idempotency_key is None else self.keys.idem(idempotency_key)
+        idem = None if idempotency_key is None else self._keys.idem(idempotency_key)
 
         def body(pipe: Pipeline) -> tuple[JobRecord, Writes | None]:
             if idem is not None:
@@ -79,27 +83,27 @@ class JobRecords(RedisGateway):
             record = JobRecord(id=job_id, spec=spec, created_at=now, updated_at=now)
 
             def writes(tx: Pipeline) -> None:
-                tx.set(self.keys.job(job_id), record.model_dump_json())
-                tx.zadd(self.keys.jobs, {job_id: now.timestamp()})
-                queue_status(tx, self.keys, record)
+                tx.set(self._keys.job(job_id), record.model_dump_json())
+                tx.zadd(self._keys.jobs, {job_id: now.timestamp()})
+                queue_status(tx, self._keys, record)
                 if idem is not None:
                     tx.set(idem, job_id, ex=IDEMPOTENCY_TTL_SECONDS)
 
             return record, writes
 
-        return self.atomic([idem] if idem else [], body)
+        return self._gateway.atomic([idem] if idem else [], body)
 
     def _fresh_id(self, pipe: Pipeline) -> str:
         """A new job id, watched so that a concurrent create of the same id fails ours. Ids
         are 48 random bits: short enough for branch names, and a collision draws again."""
         while True:
             job_id = uuid.uuid4().hex[:12]
-            pipe.watch(self.keys.job(job_id))  # type: ignore[no-untyped-call]
-            if not pipe.exists(self.keys.job(job_id)):
+            pipe.watch(self._keys.job(job_id))  # type: ignore[no-untyped-call]
+            if not pipe.exists(self._keys.job(job_id)):
                 return job_id
 
     def _same_request(self, pipe: Pipeline, job_id: str, spec: JobSpec) -> JobRecord:
-        record = read_job(pipe, self.keys, job_id)
+        record = read_job(pipe, self._keys, job_id)
         if record.spec != spec:
             raise JobError(
                 "BEM-501",
@@ -109,13 +113,13 @@ class JobRecords(RedisGateway):
         return record
 
     def get(self, job_id: str) -> JobRecord:
-        with self.reachable():
-            return read_job(self._redis, self.keys, job_id)
+        with self._gateway.reachable():
+            return read_job(self._gateway.client, self._keys, job_id)
 
     def find(self, job_id: str) -> JobRecord | None:
         """The job, or None when the store does not know it (``get`` says BEM-500)."""
-        with self.reachable():
-            raw = self._redis.get(self.keys.job(job_id))
+        with self._gateway.reachable():
+            raw = self._gateway.client.get(self._keys.job(job_id))
         return None if raw is None else loaded(RECORD, raw, f"job {job_id}'s record")
 
     def is_final_or_unknown(self, job_id: str) -> bool:
@@ -153,7 +157,7 @@ class JobRecords(RedisGateway):
                 return None
             return {**changes, "state": to}
 
-        return self._change_job(job_id, change)[0]
+        return self.change_job(job_id, change)[0]
 
     def claim(
         self,
@@ -177,7 +181,7 @@ class JobRecords(RedisGateway):
                 return None
             return _running(record, worker, now, lease_seconds)
 
-        return self._change_job(job_id, change)[0]
+        return self.change_job(job_id, change)[0]
 
     def claim_resume(
         self, job_id: str, *, worker: str, lease_seconds: float
@@ -186,11 +190,11 @@ class JobRecords(RedisGateway):
         running under ``worker`` and the approval is marked applied, in one transaction, so
         exactly one resume acts on a decision. A job still waiting for a person, or whose
         decision another resume already took, is None: the task does nothing."""
-        job_key, approval_key = self.keys.job(job_id), self.keys.approval(job_id)
+        job_key, approval_key = self._keys.job(job_id), self._keys.approval(job_id)
 
         def body(pipe: Pipeline) -> tuple[tuple[JobRecord, Approval] | None, Writes | None]:
-            record = read_job(pipe, self.keys, job_id)
-            approval = read_approval(pipe, self.keys, job_id)
+            record = read_job(pipe, self._keys, job_id)
+            approval = read_approval(pipe, self._keys, job_id)
             if approval is None or not awaits_resume(record, approval):
                 return None, None
             now = server_now(pipe)
@@ -203,13 +207,13 @@ class JobRecords(RedisGateway):
             def writes(tx: Pipeline) -> None:
                 tx.set(job_key, claimed.model_dump_json())
                 tx.set(approval_key, applied.model_dump_json())
-                tx.zrem(self.keys.decided, job_id)
-                index_lease(tx, self.keys, claimed)
-                queue_status(tx, self.keys, claimed)
+                tx.zrem(self._keys.decided, job_id)
+                index_lease(tx, self._keys, claimed)
+                queue_status(tx, self._keys, claimed)
 
             return (claimed, applied), writes
 
-        return self.atomic([job_key, approval_key], body)
+        return self._gateway.atomic([job_key, approval_key], body)
 
     def park(
         self,
@@ -231,7 +235,7 @@ class JobRecords(RedisGateway):
             raise ValueError("only a pending approval can be opened")
         job_id = approval.job_id
         if snapshot is not None:
-            check_snapshot(job_id, snapshot, self.snapshot_max_bytes)
+            check_snapshot(job_id, snapshot, self._gateway.snapshot_max_bytes)
 
         def change(record: JobRecord, now: datetime) -> dict[str, Any] | None:
             if record.state is not JobState.RUNNING or record.worker != owner:
@@ -239,14 +243,14 @@ class JobRecords(RedisGateway):
             return {**changes, "state": JobState.AWAITING_APPROVAL, "approval_id": approval.id}
 
         def parked(tx: Pipeline) -> None:
-            tx.set(self.keys.run(job_id), run_state)
+            tx.set(self._keys.run(job_id), run_state)
             if snapshot is not None:
-                tx.set(self.keys.snapshot(job_id), snapshot)
-            queue_pending(tx, self.keys, approval)
+                tx.set(self._keys.snapshot(job_id), snapshot)
+            queue_pending(tx, self._keys, approval)
             for entry in deliveries:
-                queue_delivery(tx, self.keys, entry)
+                queue_delivery(tx, self._keys, entry)
 
-        return self._change_job(job_id, change, also=parked)[0]
+        return self.change_job(job_id, change, also=parked)[0]
 
     def request_cancel(self, job_id: str, *, policy: CancelPolicy | None = None) -> JobRecord:
         """Ask for the job to stop; ``policy.check(record)`` runs first, inside the
@@ -277,7 +281,7 @@ class JobRecords(RedisGateway):
             error = ErrorInfo(code="BEM-506", message=f"cancelled while {record.state.value}")
             return {"state": JobState.CANCELLED, "cancel_requested": True, "error": error}
 
-        new, current = self._change_job(job_id, change)
+        new, current = self.change_job(job_id, change)
         return current if new is None else new
 
     def cancel_requested(self, job_id: str) -> bool:
@@ -285,15 +289,15 @@ class JobRecords(RedisGateway):
         no document read, for the check before every model and tool call. A cancel an
         earlier release asked for is in the record only: the lease renewal reads it there
         (``renew_lease_record``), and the recovery sweep sets its flag
-        (``_backfill_cancel_flags``)."""
-        with self.reachable():
-            return bool(self._redis.exists(self.keys.cancel(job_id)))
+        (``backfill_cancel_flags``)."""
+        with self._gateway.reachable():
+            return bool(self._gateway.client.exists(self._keys.cancel(job_id)))
 
     def _flag_cancel(self, target: Redis | Pipeline, job_id: str, *, nx: bool = False) -> None:
-        ttl_ms = max(1, round(self.cancel_ttl_seconds * 1000))
-        target.set(self.keys.cancel(job_id), "1", px=ttl_ms, nx=nx)
+        ttl_ms = max(1, round(self._gateway.cancel_ttl_seconds * 1000))
+        target.set(self._keys.cancel(job_id), "1", px=ttl_ms, nx=nx)
 
-    def _backfill_cancel_flags(self) -> None:
+    def backfill_cancel_flags(self) -> None:
         """Set the cancel flag of the jobs still going whose cancel a release without the
         flag asked for: one SCAN page of job keys per call (``RedisGateway.backfill``). NX:
         a flag already there stays as it is."""
@@ -301,9 +305,9 @@ class JobRecords(RedisGateway):
         def flag(raws: list[bytes]) -> None:
             for record in readable(RECORD, raws, "a job's record"):
                 if record.cancel_requested and not record.state.is_final:
-                    self._flag_cancel(self._redis, record.id, nx=True)
+                    self._flag_cancel(self._gateway.client, record.id, nx=True)
 
-        self.backfill(self.keys.cancel_backfill, every_key(self.keys.job("")), flag)
+        self._gateway.backfill(self._keys.cancel_backfill, every_key(self._keys.job("")), flag)
 
     def begin_push(self, job_id: str, *, worker: str, sha: str, ref: str) -> None:
         """Record that ``worker`` starts pushing ``sha`` to ``ref`` upstream, unless the job
@@ -319,7 +323,7 @@ class JobRecords(RedisGateway):
                 )
             return {"pushes": [*record.pushes, UpstreamPush(sha=sha, ref=ref, started_at=now)]}
 
-        self._change_job(job_id, change)
+        self.change_job(job_id, change)
 
     def end_push(
         self,
@@ -351,9 +355,9 @@ class JobRecords(RedisGateway):
 
         def queued(tx: Pipeline) -> None:
             for entry in deliveries if error is None else ():
-                queue_delivery(tx, self.keys, entry)
+                queue_delivery(tx, self._keys, entry)
 
-        self._change_job(job_id, change, also=queued)
+        self.change_job(job_id, change, also=queued)
 
     def record_given_up_post(self, job_id: str, error: ErrorInfo) -> None:
         """Keep on the job that a post outside for it was given up (the last
@@ -364,9 +368,9 @@ class JobRecords(RedisGateway):
             return {"posts_given_up": [*record.posts_given_up, error][-MAX_GIVEN_UP:]}
 
         if self.find(job_id) is not None:
-            self._change_job(job_id, change)
+            self.change_job(job_id, change)
 
-    def _change_job(
+    def change_job(
         self, job_id: str, change: Change, *, also: Writes | None = None
     ) -> tuple[JobRecord | None, JobRecord]:
         """The one write path for a job: ``change`` returns the fields to set (or None to
@@ -377,10 +381,10 @@ class JobRecords(RedisGateway):
         follows the record's ``cancel_requested``: set when a cancel is asked of a job that
         goes on running, deleted when the job ends. Returns (written record or None, record
         as read)."""
-        job_key, approval_key = self.keys.job(job_id), self.keys.approval(job_id)
+        job_key, approval_key = self._keys.job(job_id), self._keys.approval(job_id)
 
         def body(pipe: Pipeline) -> tuple[tuple[JobRecord | None, JobRecord], Writes | None]:
-            record = read_job(pipe, self.keys, job_id)
+            record = read_job(pipe, self._keys, job_id)
             now = server_now(pipe)
             updates = change(record, now)
             if updates is None:
@@ -395,27 +399,27 @@ class JobRecords(RedisGateway):
                     _settled(UpstreamPush.model_validate(push), now) for push in fields["pushes"]
                 ]
             new = JobRecord.model_validate(fields)
-            approval = read_approval(pipe, self.keys, job_id) if ends else None
+            approval = read_approval(pipe, self._keys, job_id) if ends else None
 
             def writes(tx: Pipeline) -> None:
                 if also is not None:
                     also(tx)
                 tx.set(job_key, new.model_dump_json())
-                index_lease(tx, self.keys, new)
+                index_lease(tx, self._keys, new)
                 if new.state is not record.state or new.pushes != record.pushes:
-                    queue_status(tx, self.keys, new)
+                    queue_status(tx, self._keys, new)
                 if ends:
                     end = {"end": new.state.value}
-                    append_entry(tx, self.keys, job_id, end, maxlen=self.events_maxlen)
-                    tx.delete(self.keys.cancel(job_id))
+                    append_entry(tx, self._keys, job_id, end, maxlen=self._gateway.events_maxlen)
+                    tx.delete(self._keys.cancel(job_id))
                 elif new.cancel_requested and not record.cancel_requested:
                     self._flag_cancel(tx, job_id)
                 if approval is not None and approval.state is ApprovalState.PENDING:
-                    queue_withdrawal(tx, self.keys, approval, new.state, now)
+                    queue_withdrawal(tx, self._keys, approval, new.state, now)
 
             return (new, record), writes
 
-        return self.atomic([job_key, approval_key], body)
+        return self._gateway.atomic([job_key, approval_key], body)
 
 
 def _check_moves(from_states: Collection[JobState], to: JobState) -> None:

@@ -46,13 +46,17 @@ class Listing:
     unreadable: list[str] = field(default_factory=list)
 
 
-class JobListing(RedisGateway):
+class JobListing:
+    def __init__(self, gateway: RedisGateway) -> None:
+        self._gateway = gateway
+        self._keys = gateway.keys
+
     def list(self, **filters: Unpack[JobFilters]) -> tuple[builtins.list[JobRecord], str | None]:
         """``listing``'s jobs and cursor, for callers that show no unreadable ids."""
-        found = self.listing(**filters)
+        found = self.page(**filters)
         return found.records, found.next_cursor
 
-    def listing(
+    def page(
         self,
         *,
         state: JobState | None = None,
@@ -86,9 +90,9 @@ class JobListing(RedisGateway):
         filtered = any(value is not None for value in (state, kind, repo, requested_by, repos))
         first = _SCAN_BATCH if filtered else limit + 1
         found: builtins.list[tuple[str, float, JobRecord | None]] = []
-        with self.reachable():
+        with self._gateway.reachable():
             for rows in self._index_pages(after, first=first):
-                raws = self._redis.mget([self.keys.job(job_id) for job_id, _ in rows])
+                raws = self._gateway.client.mget([self._keys.job(job_id) for job_id, _ in rows])
                 for (job_id, score), raw in zip(rows, raws, strict=True):
                     if raw is None:
                         continue
@@ -120,8 +124,8 @@ class JobListing(RedisGateway):
         while True:
             rows = cast(
                 builtins.list[tuple[bytes, float]],
-                self._redis.zrevrangebyscore(
-                    self.keys.jobs, top, "-inf", start=offset, num=size, withscores=True
+                self._gateway.client.zrevrangebyscore(
+                    self._keys.jobs, top, "-inf", start=offset, num=size, withscores=True
                 ),
             )
             offset += len(rows)

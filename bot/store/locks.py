@@ -14,12 +14,16 @@ from redis.lock import Lock
 from bot.store.gateway import RedisGateway
 
 
-class ScheduleLocks(RedisGateway):
+class ScheduleLocks:
+    def __init__(self, gateway: RedisGateway) -> None:
+        self._gateway = gateway
+        self._keys = gateway.keys
+
     def schedule_lock(self, name: str, *, ttl_seconds: float) -> Lock:
         """The lock ``name`` (not taken yet), which expires ``ttl_seconds`` after it is."""
         return Lock(
-            self._redis,
-            self.keys.schedule_lock(name),
+            self._gateway.client,
+            self._keys.schedule_lock(name),
             timeout=max(0.001, ttl_seconds),
             blocking=False,
             # The token is handed back to the caller, who may release from another thread.
@@ -29,12 +33,12 @@ class ScheduleLocks(RedisGateway):
     def try_lock(self, name: str, *, ttl_seconds: float) -> str | None:
         """Take the lock ``name`` for ``ttl_seconds``; its token, or None when it is held."""
         token = secrets.token_hex(16)
-        with self.reachable():
+        with self._gateway.reachable():
             taken = self.schedule_lock(name, ttl_seconds=ttl_seconds).acquire(token=token)
         return token if taken else None
 
     def unlock(self, name: str, token: str) -> None:
         """Release the lock if ``token`` still holds it; a lock that expired and was taken by
         someone else stays theirs."""
-        with self.reachable(), contextlib.suppress(LockNotOwnedError):
+        with self._gateway.reachable(), contextlib.suppress(LockNotOwnedError):
             self.schedule_lock(name, ttl_seconds=0).do_release(token)

@@ -19,7 +19,7 @@ def install(app: FastAPI) -> None:
     """Add the pages, their sessions and the browser error pages to ``app``, whose
     ``state.service`` is already set."""
     service = app.state.service
-    app.state.web_sessions = SessionStore.for_service(service.store, service.settings)
+    app.state.web_sessions = SessionStore.for_service(service.store.gateway, service.settings)
     app.state.html_error_page = html_error_page
     for module in (pages, new_request, assets):
         app.include_router(module.router)

@@ -284,7 +284,7 @@ def _job_list(
 @router.get("/jobs/{job_id}")
 def job_page(request: Request, job_id: str, visitor: VisitorDep, service: ServiceDep) -> Response:
     record, events = service.log(visitor.who, job_id)
-    approval = service.store.approval(record.id)
+    approval = service.store.approvals.get(record.id)
     context = {
         "visitor": visitor,
         "job": record,

@@ -45,7 +45,7 @@ def in_handbook(api: ApiServer, stack: Stack) -> str:
 
 def test_confirm_never_reaches_the_runner(api: ApiServer, stack: Stack, confirmed: str) -> None:
     # The job parked on its push (a confirm that got through would have pushed at once).
-    stored = stack.store.get(confirmed)
+    stored = stack.store.jobs.get(confirmed)
     assert stored.state is JobState.AWAITING_APPROVAL
     assert stored.spec.metadata == {"playbook": "author-fix-install"}
     assert stack.upstream_ref(f"riverbeam/{confirmed}") is None
@@ -168,12 +168,12 @@ def test_an_approve_names_what_was_shown_and_a_stale_one_lands_nowhere(
         assert refused.status_code == 200, refused.text
 
         def parked_again() -> bool:
-            record = stack.store.get(job_id)
+            record = stack.store.jobs.get(job_id)
             return record.state is JobState.AWAITING_APPROVAL and (
                 record.approval_id != seen_by_a["approval_id"]
             )
 
-        wait_until(parked_again, 60, lambda: str(stack.store.get(job_id)))
+        wait_until(parked_again, 60, lambda: str(stack.store.jobs.get(job_id)))
         for verb in ("approve", "refuse"):
             stale = a.post(f"/v1/approvals/{job_id}/{verb}", json={**seen_by_a, "comment": "ok"})
             assert "look at the job's approval again" in problem(stale, 409, "BEM-604")["detail"]

@@ -49,7 +49,7 @@ def _follow(
 
 
 def _stored_ids(stack: Stack, job_id: str) -> list[str]:
-    return [event.id for event in stack.store.read_events(job_id, count=10_000)]
+    return [event.id for event in stack.store.events.read(job_id, count=10_000)]
 
 
 def _submit(api: ApiServer, body: dict[str, object]) -> str:
@@ -214,7 +214,7 @@ async def test_more_followers_than_read_threads_all_get_the_whole_stream(
         # Every follower blocks on Redis, and the other endpoints still answer.
         assert (await client.get("/v1/jobs", params={"limit": 1})).status_code == 200
         reviewer = api.auth("reviewer")
-        current = stack.store.approval(job_id)
+        current = stack.store.approvals.get(job_id)
         assert current is not None
         binding = current.binding().model_dump()
         decided = await client.post(
@@ -224,4 +224,4 @@ async def test_more_followers_than_read_threads_all_get_the_whole_stream(
         streams = await asyncio.wait_for(asyncio.gather(*followers), 120)
     everything = _stored_ids(stack, job_id)
     assert all(stream == everything for stream in streams)
-    assert stack.store.get(job_id).state is JobState.SUCCEEDED
+    assert stack.store.jobs.get(job_id).state is JobState.SUCCEEDED

@@ -48,9 +48,9 @@ def _job_body(metadata_text: str) -> str:
 def _stored(stack: Stack, record: JobRecord, raw: bytes | str | None = None) -> str:
     """Write ``record`` (or ``raw`` under its id) straight into Redis, as an earlier release
     or a damaged disk left it."""
-    client = stack.store.client
-    client.set(stack.store.key("job", record.id), raw or record.model_dump_json())
-    client.zadd(stack.store.key("jobs"), {record.id: record.created_at.timestamp()})
+    client = stack.store.gateway.client
+    client.set(stack.store.gateway.key("job", record.id), raw or record.model_dump_json())
+    client.zadd(stack.store.gateway.key("jobs"), {record.id: record.created_at.timestamp()})
     return record.id
 
 
@@ -170,13 +170,15 @@ def test_a_damaged_or_deep_event_never_breaks_the_stream_or_the_job_page(quiet: 
     store = quiet.stack.store
     job = httpx.post(f"{quiet.url}/v1/jobs", headers=quiet.api.auth(WRITER), json=SUMMARIZE)
     job_id = job.json()["id"]
-    events = store.key("events", job_id)
-    store.append_event(job_id, ChunkFrame(text="first"))
-    damaged = store.client.xadd(events, {"frame": '{"type": "tool", "record": {"secret"'}).decode()
+    events = store.gateway.key("events", job_id)
+    store.events.append(job_id, ChunkFrame(text="first"))
+    damaged = store.gateway.client.xadd(
+        events, {"frame": '{"type": "tool", "record": {"secret"'}
+    ).decode()
     call = ToolCallRecord(id="c1", name="write_file", arguments={"x": _nested(210)}, ok=False)
-    store.client.xadd(events, {"frame": ToolFrame(record=call).model_dump_json()})
-    store.append_event(job_id, ChunkFrame(text="last"))
-    store.request_cancel(job_id)  # ends the stream
+    store.gateway.client.xadd(events, {"frame": ToolFrame(record=call).model_dump_json()})
+    store.events.append(job_id, ChunkFrame(text="last"))
+    store.jobs.request_cancel(job_id)  # ends the stream
 
     with quiet.api.client(WRITER) as client, client.stream("GET", f"/v1/jobs/{job_id}/events") as r:
         assert r.status_code == 200
@@ -259,7 +261,9 @@ def test_a_damaged_session_signs_no_one_in(quiet: Web) -> None:
     with sign_in(quiet, WRITER) as browser:
         session = browser.cookies["riverbeam_session"]
         digest = hashlib.sha256(session.encode()).hexdigest()
-        quiet.stack.store.client.set(quiet.stack.store.key("session", digest), b"{broken")
+        quiet.stack.store.gateway.client.set(
+            quiet.stack.store.gateway.key("session", digest), b"{broken"
+        )
 
         page = browser.get("/jobs", follow_redirects=False)
 

@@ -84,7 +84,7 @@ def riverbeam_ci(
 
 
 def _job_ids(stack: Stack, kind: JobKind) -> list[str]:
-    records, _ = stack.store.list(kind=kind, limit=100)
+    records, _ = stack.store.listing.list(kind=kind, limit=100)
     return [record.id for record in records]
 
 
@@ -360,7 +360,7 @@ def test_an_unknown_repository_is_bem_501_and_one_outside_the_scope_bem_703(
     assert (unknown.code, outside.code) == (2, 2)
     assert "BEM-501" in unknown.err and "nowhere" in unknown.err
     assert "BEM-703" in outside.err
-    records, _ = stack.store.list(limit=100)
+    records, _ = stack.store.listing.list(limit=100)
     assert all(record.spec.requested_by != "ci-handbook" for record in records)
 
 
@@ -393,7 +393,7 @@ def test_leave_running_keeps_a_timed_out_job_going(stack: Stack, api: ApiServer)
 
     assert ran.code == 3, ran.err
     assert "a retry with the same idempotency key waits for it again" in ran.err
-    assert not stack.store.get(job_id).cancel_requested
+    assert not stack.store.jobs.get(job_id).cancel_requested
     stack.wait_for(job_id, JobState.SUCCEEDED, timeout=60)
 
 

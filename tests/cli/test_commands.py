@@ -68,7 +68,7 @@ def named(job_id: str) -> list[str]:
 
 
 def _queued_messages(stack: Stack) -> int:
-    redis = stack.store.client
+    redis = stack.store.gateway.client
     return sum(int(redis.llen(queue)) for queue in worker_queues())
 
 
@@ -86,13 +86,13 @@ def test_submit_follow_streams_frames_and_stops_at_the_park(stack: Stack) -> Non
         f"riverbeam approvals show {job_id}",
     ):
         assert line in ran.out, ran.out
-    assert stack.store.get(job_id).state is JobState.AWAITING_APPROVAL
+    assert stack.store.jobs.get(job_id).state is JobState.AWAITING_APPROVAL
 
     listed = cli("approvals", "list")
     assert job_id in listed.out and f"riverbeam/{job_id}" in listed.out
 
     shown = cli("approvals", "show", job_id)
-    approval = stack.store.approval(job_id)
+    approval = stack.store.approvals.get(job_id)
     assert shown.code == 0 and approval is not None
     assert has_field(shown.out, "target ref", f"riverbeam/{job_id}")
     assert has_field(shown.out, "commit", str(approval.commit_sha))
@@ -123,7 +123,7 @@ def test_refuse_needs_a_comment_and_the_model_reads_it(stack: Stack) -> None:
     job = parked(stack)
     missing = cli("approvals", "refuse", job.id, "--as", REVIEWER)
     assert missing.code == 2 and "--comment" in missing.err
-    assert stack.store.get(job.id).state is JobState.AWAITING_APPROVAL
+    assert stack.store.jobs.get(job.id).state is JobState.AWAITING_APPROVAL
 
     ran = cli("approvals", "refuse", job.id, "--as", REVIEWER, "--comment", "Not this week")
     assert ran.code == 0, ran.err
@@ -139,7 +139,7 @@ def test_a_requester_cannot_approve_their_own_push(stack: Stack) -> None:
     job = parked(stack)
     ran = cli("approvals", "approve", job.id, "--as", REQUESTER)
     assert ran.code == 2 and ran.err.startswith("riverbeam: BEM-602: ")
-    approval = stack.store.approval(job.id)
+    approval = stack.store.approvals.get(job.id)
     assert approval is not None and approval.state is ApprovalState.PENDING
     assert cli("jobs", "cancel", job.id).code == 0
 
@@ -155,11 +155,11 @@ def test_an_approve_names_the_approval_shown_and_one_left_stale_is_refused(stack
     assert refused.code == 0, refused.err
     wait_until(
         lambda: (
-            stack.store.get(job_id).approval_id not in (None, first[1])
-            and stack.store.get(job_id).state is JobState.AWAITING_APPROVAL
+            stack.store.jobs.get(job_id).approval_id not in (None, first[1])
+            and stack.store.jobs.get(job_id).state is JobState.AWAITING_APPROVAL
         ),
         60,
-        lambda: str(stack.store.get(job_id)),
+        lambda: str(stack.store.jobs.get(job_id)),
     )
     stale = cli("approvals", "approve", job_id, *first, "--as", REVIEWER)
     assert stale.code == 2 and stale.err.startswith("riverbeam: BEM-604: "), stale.err
@@ -179,7 +179,7 @@ def test_as_records_the_os_account_beside_the_claimed_name(stack: Stack) -> None
     job = parked(stack)
     ran = cli("approvals", "refuse", job.id, "--as", REVIEWER, "--comment", "Not like this")
     assert ran.code == 0 and f"by {REVIEWER} (OS user {me})" in ran.out, ran.out
-    decided = stack.store.approval(job.id)
+    decided = stack.store.approvals.get(job.id)
     assert decided is not None
     assert (decided.decided_by, decided.decided_by_os_user) == (REVIEWER, me)
     done = stack.wait_for(job.id, JobState.REFUSED)
@@ -204,7 +204,7 @@ def test_as_records_the_os_account_beside_the_claimed_name(stack: Stack) -> None
 
 def test_jobs_list_and_show_filter_and_describe(stack: Stack) -> None:
     done = parked(stack)
-    approval = stack.store.approval(done.id)
+    approval = stack.store.approvals.get(done.id)
     assert approval is not None and approval.commit_sha is not None
     cli("approvals", "approve", done.id, *named(done.id), "--as", REVIEWER)
     stack.wait_for(done.id, JobState.SUCCEEDED)
@@ -268,7 +268,7 @@ def test_follow_replays_from_the_start_or_after_an_event(stack: Stack) -> None:
     assert whole.out.index("▸ list_tree") < whole.out.index("▸ git_push")
     assert whole.out.rstrip().endswith("● job succeeded")
 
-    events = stack.store.read_events(job.id, count=10_000)
+    events = stack.store.events.read(job.id, count=10_000)
     pushes = [
         e.id for e in events if e.frame is not None and getattr(e.frame, "record", None)
         and e.frame.record.name == "git_push"  # type: ignore[union-attr]
@@ -289,7 +289,7 @@ def test_a_follow_that_stops_at_the_park_says_where_to_go_on(stack: Stack) -> No
     job = parked(stack)
     first = cli("jobs", "follow", job.id)
     assert first.code == 0
-    last = stack.store.last_event_id(job.id)
+    last = stack.store.events.last_id(job.id)
     assert f"riverbeam jobs follow {job.id} --after {last}" in first.out
     again = cli("jobs", "follow", job.id, "--after", last)
     assert again.code == 0 and "list_tree" not in again.out
@@ -300,20 +300,20 @@ def test_cancel_works_in_every_state_and_leaves_no_container(stack: Stack) -> No
     queued_id = queued.out.strip()
     ran = cli("jobs", "cancel", queued_id)
     assert ran.code == 0 and "cancelled (it was queued)" in ran.out
-    assert stack.store.get(queued_id).state is JobState.CANCELLED
+    assert stack.store.jobs.get(queued_id).state is JobState.CANCELLED
 
     slow = submit(playbook="author-slow").out.strip()
     stack.wait_for(slow, JobState.RUNNING)
     wait_until(lambda: bool(stack.sandbox_containers(slow)), 20, lambda: "no container started")
     ran = cli("jobs", "cancel", slow)
     assert ran.code == 0 and "cancelled (it was running)" in ran.out, ran.out
-    assert stack.store.get(slow).error.code == "BEM-506"  # type: ignore[union-attr]
+    assert stack.store.jobs.get(slow).error.code == "BEM-506"  # type: ignore[union-attr]
     wait_until(lambda: not stack.sandbox_containers(slow), 10, lambda: "a container was left")
 
     job = parked(stack)
     ran = cli("jobs", "cancel", job.id)
     assert ran.code == 0 and "cancelled (it was awaiting_approval)" in ran.out
-    approval = stack.store.approval(job.id)
+    approval = stack.store.approvals.get(job.id)
     assert approval is not None and approval.state is ApprovalState.WITHDRAWN
     assert cli("approvals", "approve", job.id, "--as", REVIEWER).code == 2
     assert stack.sandbox_containers(job.id) == []
@@ -341,14 +341,14 @@ def test_cancel_works_in_every_state_and_leaves_no_container(stack: Stack) -> No
 def test_bad_input_is_a_bem_error_and_queues_nothing(
     stack: Stack, argv: list[str], message: str
 ) -> None:
-    jobs_before = stack.store.list(limit=1000)[0]
+    jobs_before = stack.store.listing.list(limit=1000)[0]
     queued_before = _queued_messages(stack)
     ran = cli(*argv)
     assert ran.code == 2
     assert re.match(r"riverbeam: BEM-\d{3}: ", ran.err), ran.err
     assert message in ran.err and "Traceback" not in ran.err
     assert ran.out == ""
-    assert stack.store.list(limit=1000)[0] == jobs_before
+    assert stack.store.listing.list(limit=1000)[0] == jobs_before
     assert _queued_messages(stack) == queued_before
 
 
@@ -360,6 +360,6 @@ def test_a_request_can_come_from_standard_input(stack: Stack) -> None:
     assert ran.code == 0, ran.err
     job_id = ran.out.strip()
     # The one newline a pipe or heredoc ends the text with is dropped, and only that one.
-    assert stack.store.get(job_id).spec.request == "Fix the install page\nand its links"
+    assert stack.store.jobs.get(job_id).spec.request == "Fix the install page\nand its links"
     assert cli("jobs", "cancel", job_id).code == 0
     stack.wait_for(job_id, JobState.CANCELLED)

@@ -147,7 +147,7 @@ def test_the_demo_will_not_share_its_redis_with_another_configurations_worker(
         assert ran.code == 2
         assert "BEM-900: worker a@riverbeam-test serves this Redis" in ran.err
         assert worker.process.poll() is None
-        assert stack.store.list(kind=JobKind.AUTHOR)[0] == []
+        assert stack.store.listing.list(kind=JobKind.AUTHOR)[0] == []
 
 
 def test_the_demo_wants_an_empty_directory_the_sandbox_can_reach(tmp_path: Path) -> None:

@@ -120,7 +120,7 @@ class DocsStack:
         """``part`` (``id``, ``commit_sha`` or ``diff_digest``) of the approval of the job
         the text named last: what a reviewer copies from the approval they looked at."""
         assert self._last_parked is not None, "an approval named before its job"
-        approval = self.stack.store.approval(self._last_parked)
+        approval = self.stack.store.approvals.get(self._last_parked)
         assert approval is not None
         return str(getattr(approval, part))
 

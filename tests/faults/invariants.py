@@ -38,9 +38,9 @@ def settle(stack: Stack, job_ids: Collection[str], timeout: float = SETTLE_SECON
 
     def open_jobs() -> list[str]:
         return [
-            f"{job_id}: {stack.store.get(job_id).state.value}"
+            f"{job_id}: {stack.store.jobs.get(job_id).state.value}"
             for job_id in job_ids
-            if not stack.store.get(job_id).state.is_final
+            if not stack.store.jobs.get(job_id).state.is_final
         ]
 
     wait_until(
@@ -52,17 +52,17 @@ def check_invariants(stack: Stack, job_ids: Collection[str]) -> dict[str, JobRec
     """Assert the invariants above for ``job_ids``; returns their final records."""
     ours = set(job_ids)
     settle(stack, ours)
-    records = {job_id: stack.store.get(job_id) for job_id in ours}
+    records = {job_id: stack.store.jobs.get(job_id) for job_id in ours}
     assert ours <= _indexed(stack), "a job is missing from the store's index"
     for record in records.values():
         _assert_clear_final_state(record)
-    pending = {approval.job_id for approval in stack.store.pending_approvals()}
+    pending = {approval.job_id for approval in stack.store.approvals.pending()}
     assert not pending & ours, f"approvals still pending: {pending & ours}"
-    assert not set(stack.store.expired_leases()) & ours, "a final job still holds a lease"
+    assert not set(stack.store.leases.expired()) & ours, "a final job still holds a lease"
     for record in records.values():
         _assert_pushed_at_most_once(stack, record)
     assert len(stack.upstream_updates("main")) == 1, "main was moved"
-    reap(connect(), lambda job_id: job_id not in ours, deployment=stack.store.deployment())
+    reap(connect(), lambda job_id: job_id not in ours, deployment=stack.store.gateway.deployment())
     left = {job_id: stack.sandbox_containers(job_id) for job_id in ours}
     assert not any(left.values()), f"containers left after the reaper ran: {left}"
     return records
@@ -72,7 +72,7 @@ def _indexed(stack: Stack) -> set[str]:
     found: set[str] = set()
     cursor: str | None = None
     while True:
-        page, cursor = stack.store.list(cursor=cursor, limit=1000)
+        page, cursor = stack.store.listing.list(cursor=cursor, limit=1000)
         found.update(record.id for record in page)
         if cursor is None:
             return found

@@ -31,7 +31,7 @@ def park(stack: Stack, playbook: str = "author-fix-install") -> tuple[JobRecord,
     """Submit an author job and wait for it to park on its push."""
     job = stack.submit(JobKind.AUTHOR, playbook, request=AUTHOR_REQUEST)
     parked = stack.wait_for(job.id, JobState.AWAITING_APPROVAL, timeout=60)
-    approval = stack.store.approval(job.id)
+    approval = stack.store.approvals.get(job.id)
     assert approval is not None and approval.commit_sha is not None
     return parked, approval
 
@@ -40,9 +40,9 @@ def recover(stack: Stack, job_id: str, *, timeout: float = 30.0) -> None:
     """Once the job's lease has run out (its worker is dead), send the recovery sweep as
     beat does every minute."""
     wait_until(
-        lambda: job_id in stack.store.expired_leases(),
+        lambda: job_id in stack.store.leases.expired(),
         timeout,
-        lambda: f"job {job_id}'s lease never ran out: {stack.store.get(job_id)}",
+        lambda: f"job {job_id}'s lease never ran out: {stack.store.jobs.get(job_id)}",
     )
     send_recover(stack.app)
 

@@ -40,7 +40,7 @@ def test_a_cancel_while_the_push_is_in_flight_is_refused_and_the_push_recorded(
         assert caught.value.code == "BEM-512"
         assert "under way" in caught.value.message
         assert (approval.commit_sha or "")[:12] in caught.value.message
-        during = stack.store.get(job.id)
+        during = stack.store.jobs.get(job.id)
         assert during.state is JobState.RUNNING and not during.cancel_requested
         pushing = during.push_under_way
         assert pushing is not None and (pushing.sha, pushing.ref) == (approval.commit_sha, branch)
@@ -61,17 +61,17 @@ def test_a_cancel_after_the_push_landed_ends_the_job_saying_what_is_upstream(
     # The first push landed and the job parked on its second one: cancel it there.
     wait_until(
         lambda: (
-            stack.store.get(job.id).approval_id != approval.id
-            and stack.store.get(job.id).state is JobState.AWAITING_APPROVAL
+            stack.store.jobs.get(job.id).approval_id != approval.id
+            and stack.store.jobs.get(job.id).state is JobState.AWAITING_APPROVAL
         ),
         60,
-        lambda: str(stack.store.get(job.id)),
+        lambda: str(stack.store.jobs.get(job.id)),
     )
     cancelled = stack.cancel(job.id)
     assert cancelled.state is JobState.CANCELLED
     assert [(p.sha, p.state) for p in cancelled.pushes] == [(approval.commit_sha, PushState.LANDED)]
     assert stack.upstream_ref(branch) == approval.commit_sha
-    shown = describe(cancelled, stack.store.approval(job.id))
+    shown = describe(cancelled, stack.store.approvals.get(job.id))
     assert shown.headline == "Cancelled after pushing upstream; nothing more will happen."
     assert shown.details == [f"{approval.commit_sha} on branch {branch}: landed upstream"]
     # The same record had it failed instead: the failure, then what reached the upstream.

@@ -40,7 +40,7 @@ SOFT_LIMIT_SECONDS = 2  # author-slow thinks for 3 s before its second call
 
 
 def _tool_error(stack: Stack, job_id: str, name: str) -> str | None:
-    for event in stack.store.read_events(job_id, count=10_000):
+    for event in stack.store.events.read(job_id, count=10_000):
         frame = event.frame
         if isinstance(frame, ToolFrame) and frame.record.name == name and frame.record.error:
             return frame.record.error.code
@@ -126,7 +126,7 @@ def test_a_fork_bomb_gets_no_more_than_the_pids_limit_and_goes_with_its_job(
         protected_refs=("main",),
         # Labelled as the stack's own, as a worker of it labels its containers: the reaper
         # judges another deployment's containers by their deadline only.
-        deployment=stack.store.deployment(),
+        deployment=stack.store.gateway.deployment(),
     )
     arguments = create_arguments(client.api, image, spec, entrypoint=["python3", "-c", bomb])
     container = client.api.create_container(**arguments)["Id"]

@@ -42,7 +42,7 @@ def _resume_messages(stack: Stack, job_id: str) -> list[tuple[str, bytes]]:
     """(queue list key, raw message) of each queued resume of the job."""
     return [
         (queued.key, queued.raw)
-        for queued in queued_tasks(stack.store.client, queue_for(JobKind.AUTHOR))
+        for queued in queued_tasks(stack.store.gateway.client, queue_for(JobKind.AUTHOR))
         if queued.task == RESUME_JOB and queued.args == [job_id]
     ]
 
@@ -60,7 +60,7 @@ def _park_and_decide_with_no_worker(stack: Stack) -> tuple[str, str]:
 
 def _decision_overdue(stack: Stack, job_id: str) -> None:
     def overdue() -> bool:
-        found = stack.store.unapplied_decisions(older_than=GRACE_SECONDS)
+        found = stack.store.approvals.unapplied_decisions(older_than=GRACE_SECONDS)
         return job_id in [record.id for record in found]
 
     wait_until(
@@ -75,11 +75,11 @@ def test_a_resume_deleted_from_the_broker_is_sent_again_and_the_push_lands_once(
 ) -> None:
     job_id, sha = _park_and_decide_with_no_worker(stack)
     ((key, raw),) = _resume_messages(stack, job_id)
-    assert stack.store.client.lrem(key, 0, raw) == 1  # the message is lost
+    assert stack.store.gateway.client.lrem(key, 0, raw) == 1  # the message is lost
     assert _resume_messages(stack, job_id) == []
 
     stack.start_worker("b")
-    assert stack.store.get(job_id).state is JobState.AWAITING_APPROVAL
+    assert stack.store.jobs.get(job_id).state is JobState.AWAITING_APPROVAL
     _decision_overdue(stack, job_id)
     send_resume_sweep(stack.app)  # as beat does every minute
     stack.wait_for(job_id, JobState.SUCCEEDED, timeout=60)
@@ -116,12 +116,12 @@ def test_a_resume_sent_twice_by_two_sweeps_pushes_once(stack: Stack) -> None:
 def test_a_decision_on_a_job_cancelled_before_its_resume_leaves_the_sweep(stack: Stack) -> None:
     job_id, _ = _park_and_decide_with_no_worker(stack)
     for key, raw in _resume_messages(stack, job_id):
-        stack.store.client.lrem(key, 0, raw)
-    stack.store.request_cancel(job_id)
+        stack.store.gateway.client.lrem(key, 0, raw)
+    stack.store.jobs.request_cancel(job_id)
     assert (
-        stack.store.client.zscore("rbtest:approvals:decided", job_id) is not None
+        stack.store.gateway.client.zscore("rbtest:approvals:decided", job_id) is not None
     )  # still indexed: the sweep is what cleans it
 
-    assert stack.store.unapplied_decisions(older_than=0) == []
-    assert stack.store.client.zscore("rbtest:approvals:decided", job_id) is None
+    assert stack.store.approvals.unapplied_decisions(older_than=0) == []
+    assert stack.store.gateway.client.zscore("rbtest:approvals:decided", job_id) is None
     check_invariants(stack, [job_id])

@@ -149,7 +149,7 @@ def test_workers_stream_so_the_answer_reaches_the_job_log_as_it_arrives(
     assert stub.requests[-1].json["stream"] is True
     chunks = [
         event.frame.text
-        for event in stack.store.read_events(job.id, count=10_000)
+        for event in stack.store.events.read(job.id, count=10_000)
         if isinstance(event.frame, ChunkFrame)
     ]
     assert all(len(piece) >= CHUNK_EVENT_CHARS for piece in long)

@@ -38,11 +38,11 @@ def _supervised_until(stack: Stack, job_id: str, state: JobState) -> None:
             if worker.process.poll() is not None:
                 stack.workers.pop(name)
                 stack.start_worker(name)
-        if job_id in stack.store.expired_leases():
+        if job_id in stack.store.leases.expired():
             send_recover(stack.app)
-        return stack.store.get(job_id).state is state
+        return stack.store.jobs.get(job_id).state is state
 
-    wait_until(reached, WAIT_SECONDS, lambda: f"{job_id}: {stack.store.get(job_id)}")
+    wait_until(reached, WAIT_SECONDS, lambda: f"{job_id}: {stack.store.jobs.get(job_id)}")
 
 
 def test_a_redis_restart_keeps_parked_and_running_jobs() -> None:
@@ -56,10 +56,10 @@ def test_a_redis_restart_keeps_parked_and_running_jobs() -> None:
         stack.redis.crash()
         stack.redis.start()
 
-        kept = stack.store.approval(waiting.id)
+        kept = stack.store.approvals.get(waiting.id)
         assert kept == approval and kept.state is ApprovalState.PENDING
-        assert stack.store.get(waiting.id).state is JobState.AWAITING_APPROVAL
-        assert [a.job_id for a in stack.store.pending_approvals()] == [waiting.id]
+        assert stack.store.jobs.get(waiting.id).state is JobState.AWAITING_APPROVAL
+        assert [a.job_id for a in stack.store.approvals.pending()] == [waiting.id]
         _supervised_until(stack, running.id, JobState.AWAITING_APPROVAL)
         for job_id in (waiting.id, running.id):
             stack.decide(job_id, approve=True)

@@ -2,7 +2,7 @@
 production, two Riverbeam services on one host). Each job store knows only its own jobs, so
 a reaper that judged every sandbox container on the engine by its own store would kill the
 other deployment's running sandboxes. Containers carry their deployment's identity
-(``JobStore.deployment``) and a reaper judges only its own by job.
+(``RedisGateway.deployment``) and a reaper judges only its own by job.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 def test_one_deployments_reaper_leaves_another_deployments_running_sandbox_alone() -> None:
     with job_stack() as ours, job_stack() as theirs:
-        assert ours.store.deployment() != theirs.store.deployment()
+        assert ours.store.gateway.deployment() != theirs.store.gateway.deployment()
         theirs.start_worker("b")
         job = theirs.submit(JobKind.AUTHOR, "author-fix-slowly", request=AUTHOR_REQUEST)
         tool_called(theirs, job.id, "list_tree")

@@ -74,7 +74,7 @@ def test_a_worker_killed_while_its_relay_push_is_in_flight_pushes_once(
         stack.kill_worker("a")
         # The upstream finishes the push its client no longer waits for.
         wait_until(lambda: stack.upstream_ref(branch) == approval.commit_sha, 30, lambda: branch)
-    assert stack.store.get(job.id).state is JobState.RUNNING
+    assert stack.store.jobs.get(job.id).state is JobState.RUNNING
 
     stack.start_worker("b")
     recover(stack, job.id)
@@ -104,7 +104,7 @@ def test_a_resume_queued_when_the_worker_is_killed_runs_on_the_next_one(stack: S
     tool_called(stack, busy.id, "list_tree")  # worker a's one pool process is taken
     stack.decide(waiting.id, approve=True)  # so the resume waits in the queue
     stack.kill_worker("a")
-    assert stack.store.get(waiting.id).state is JobState.AWAITING_APPROVAL
+    assert stack.store.jobs.get(waiting.id).state is JobState.AWAITING_APPROVAL
 
     stack.start_worker("b")
     done = stack.wait_for(waiting.id, JobState.SUCCEEDED, timeout=60)

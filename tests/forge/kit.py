@@ -95,7 +95,7 @@ def gitlab_config(**keys: Any) -> ForgeConfig:
 
 
 def job_ids(store: JobStore) -> set[str]:
-    return {job.id for job in store.list()[0]}
+    return {job.id for job in store.listing.list()[0]}
 
 
 def wait_for_new_job(
@@ -108,13 +108,13 @@ def wait_for_new_job(
     def there() -> bool:
         found[:] = [
             job
-            for job in store.list()[0]
+            for job in store.listing.list()[0]
             if job.id not in before and job.spec.kind is kind and job.state is state
         ]
         return bool(found)
 
     def explain() -> str:
-        seen = [(job.id, job.spec.kind.value, job.state.value) for job in store.list()[0]]
+        seen = [(job.id, job.spec.kind.value, job.state.value) for job in store.listing.list()[0]]
         return f"no new {kind.value} job reached {state.value}: {seen}"
 
     wait_until(there, timeout, explain)

@@ -127,7 +127,7 @@ def test_an_issue_comment_becomes_an_approved_pull_request_reviewed_and_revised(
     # 1. The issue comment: an author job, parked; the status comment shows the approval.
     flow.comment(ASKER, "@riverbeam fix the broken links and typos on the install page")
     author = wait_for_new_job(stack.store, set(), JobKind.AUTHOR, JobState.AWAITING_APPROVAL)
-    approval = stack.store.approval(author.id)
+    approval = stack.store.approvals.get(author.id)
     assert approval is not None and approval.requested_by == f"gh:{ASKER}"
     status = wait_for_text(lambda: flow.comments(1), f"/riverbeam approve {approval.id}")
     assert f"job `{author.id}`" in status and "docs/install.md" in status
@@ -142,7 +142,7 @@ def test_an_issue_comment_becomes_an_approved_pull_request_reviewed_and_revised(
     branch = f"riverbeam/{author.id}"
     first = stack.upstream_ref(branch)
     assert first == approval.commit_sha and stack.upstream_ref("main") == main
-    decided = stack.store.approval(author.id)
+    decided = stack.store.approvals.get(author.id)
     assert decided is not None and decided.decided_by == f"gh:{REVIEWER}"
     assert landed.result is not None
 
@@ -184,7 +184,7 @@ def test_an_issue_comment_becomes_an_approved_pull_request_reviewed_and_revised(
     assert revision.spec.branch == branch
     [thread] = [c for c in repository.review_comments.values() if c.in_reply_to is None]
     assert f"on docs/install.md:3: {thread.body}" in revision.spec.request
-    second = stack.store.approval(revision.id)
+    second = stack.store.approvals.get(revision.id)
     assert second is not None and second.target_ref == branch
     wait_for_text(lambda: flow.comments(pull.number), f"/riverbeam approve {second.id}")
     flow.comment(REVIEWER, f"/riverbeam approve {second.id}", pull=pull.number)

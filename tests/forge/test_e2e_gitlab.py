@@ -124,7 +124,7 @@ def test_a_note_on_an_issue_becomes_an_approved_merge_request_reviewed_and_revis
     # 1. The note: an author job, parked; its status note on the issue shows the approval.
     flow.note(ASKER, "@riverbeam fix the broken links and typos on the install page")
     author = wait_for_new_job(stack.store, set(), JobKind.AUTHOR, JobState.AWAITING_APPROVAL)
-    approval = stack.store.approval(author.id)
+    approval = stack.store.approvals.get(author.id)
     assert approval is not None and approval.requested_by == f"gl:{ASKER}"
     on_issue = lambda: flow.notes("issue", ISSUE)  # noqa: E731
     status = wait_for_text(on_issue, f"/riverbeam approve {approval.id}")
@@ -176,7 +176,7 @@ def test_a_note_on_an_issue_becomes_an_approved_merge_request_reviewed_and_revis
     assert revision.spec.branch == branch
     [thread] = [n for n in project.notes.values() if n.position]
     assert f"on docs/install.md:3: {thread.body}" in revision.spec.request
-    second = stack.store.approval(revision.id)
+    second = stack.store.approvals.get(revision.id)
     assert second is not None and second.target_ref == branch
     on_merge = lambda: flow.notes("pull_request", merge.iid)  # noqa: E731
     wait_for_text(on_merge, f"/riverbeam approve {second.id}")

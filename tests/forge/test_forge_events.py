@@ -55,11 +55,11 @@ class Forged:
             self.settings, self.stack.store, TaskQueues(self.stack.app), TokenRegistry(())
         )
         return ForgeEventHandler(
-            self.settings, service, Deliveries(self.stack.store), lambda _n, _c: lookup
+            self.settings, service, Deliveries(self.stack.store.gateway), lambda _n, _c: lookup
         )
 
     def forge_jobs(self, delivery: str) -> list[JobRecord]:
-        found = self.stack.store.listing(limit=100).records
+        found = self.stack.store.listing.page(limit=100).records
         return [
             job
             for job in found
@@ -81,7 +81,7 @@ def forged() -> Iterator[Forged]:
 def _outcome(
     forged: Forged, delivery: str, timeout: float = 30.0, forge: str = "gh"
 ) -> dict[str, Any]:
-    deliveries = Deliveries(forged.stack.store)
+    deliveries = Deliveries(forged.stack.store.gateway)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = deliveries.outcome(forge, delivery)
@@ -116,7 +116,7 @@ def test_a_pull_request_webhook_becomes_one_review_job_however_often_it_comes(
     outcome = _outcome(forged, delivery)
     (result,) = outcome["results"]
     assert result["action"]["kind"] == "review" and result["job_id"], outcome
-    job = forged.stack.store.get(result["job_id"])
+    job = forged.stack.store.jobs.get(result["job_id"])
     assert job.spec.kind is JobKind.REVIEW
     assert job.spec.branch == payload["pull_request"]["head"]["ref"]
     assert job.spec.requested_by == "gh:Codertocat"
@@ -153,19 +153,19 @@ def test_a_command_from_a_writer_submits_an_author_job_and_a_reader_starts_nothi
     outcome = forged.handler(writer).handle(FORGE_EVENT.dump_python(event, mode="json"))
     (result,) = outcome.results
     assert result.job_id is not None, outcome
-    job = forged.stack.store.get(result.job_id)
+    job = forged.stack.store.jobs.get(result.job_id)
     assert job.spec.kind is JobKind.AUTHOR and job.spec.requested_by == "gh:Codertocat"
     assert job.spec.request.startswith("fix the typos on the install page")
     assert event.thread.url in job.spec.request
 
     reader = FakeLookup(permissions={"Codertocat": ForgePermission.READ})
-    before = len(forged.stack.store.listing(limit=100).records)
+    before = len(forged.stack.store.listing.page(limit=100).records)
     refused = forged.handler(reader).handle(
         FORGE_EVENT.dump_python(_comment("@riverbeam fix it"), mode="json")
     )
     (nothing,) = refused.results
     assert nothing.job_id is None and nothing.action["code"] == "BEM-807"
-    assert len(forged.stack.store.listing(limit=100).records) == before
+    assert len(forged.stack.store.listing.page(limit=100).records) == before
 
 
 def _decide(forged: Forged, body: str, login: str, permission: ForgePermission) -> EventOutcome:
@@ -197,7 +197,7 @@ def test_decisions_from_the_forge(forged: Forged) -> None:
     approved = _decide(forged, approve, "octocat", ForgePermission.MAINTAIN)
     assert approved.results[0].job_id == job.id, approved
     done = forged.stack.wait_for(job.id, JobState.SUCCEEDED, timeout=90)
-    approval = forged.stack.store.approval(done.id)
+    approval = forged.stack.store.approvals.get(done.id)
     assert approval is not None and approval.decided_by == "gh:octocat"
     assert "https://github.com/" in approval.comment
 
@@ -226,17 +226,17 @@ def test_gitlab_through_the_worker_a_merge_request_is_reviewed_and_a_command_nee
     assert httpx.post(url, content=body, headers=opened).status_code == 202
     outcome = _outcome(forged, opened["X-Gitlab-Event-UUID"], forge="gl")
     (review,) = outcome["results"]
-    job = forged.stack.store.get(review["job_id"])
+    job = forged.stack.store.jobs.get(review["job_id"])
     assert job.spec.kind is JobKind.REVIEW and job.spec.branch == "ms-viewport"
     assert job.spec.requested_by == "gl:root"
     # A command: the worker asks the forge (client_factory: nobody may), and nothing starts.
     note = gitlab_payload("note-issue")
     note["object_attributes"]["note"] = "@riverbeam fix the install page"
     commented = gitlab_headers(GL_SECRET, "Note Hook")
-    before = len(forged.stack.store.listing(limit=100).records)
+    before = len(forged.stack.store.listing.page(limit=100).records)
     assert httpx.post(url, content=encoded(note), headers=commented).status_code == 202
     outcome = _outcome(forged, commented["X-Gitlab-Event-UUID"], forge="gl")
     (refused,) = outcome["results"]
     assert refused["job_id"] is None and refused["action"]["code"] == "BEM-807"
     assert "@root" in refused["action"]["reply"]
-    assert len(forged.stack.store.listing(limit=100).records) == before
+    assert len(forged.stack.store.listing.page(limit=100).records) == before

@@ -45,7 +45,7 @@ def test_an_unreachable_store_propagates_for_the_task_to_retry(tmp_path: Path) -
     event = github.normalize("issue_comment", payload, forge="gh", delivery="d", config=config)
     assert isinstance(event, CommentCreated)
     with redis_server(tmp_path) as url:
-        deliveries = Deliveries(JobStore.from_url(url, prefix="rbtest-handler"))
+        deliveries = Deliveries(JobStore.from_url(url, prefix="rbtest-handler").gateway)
         assert deliveries.claim("gh", "d", ttl_seconds=60)
         handler = ForgeEventHandler(settings, service, deliveries, lambda _n, _c: lookup)
         with pytest.raises(BeamError) as raised:

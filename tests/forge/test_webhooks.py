@@ -72,7 +72,9 @@ def test_a_signed_comment_is_answered_at_once_and_its_event_queued(forge_api: Fo
     assert (event["type"], event["forge"], event["delivery"]) == ("comment", "gh", delivery)
     assert event["body"] == "@riverbeam fix the install page"
     assert (
-        forge_api.stack.store.client.get(forge_api.stack.store.keys.forge_delivery("gh", delivery))
+        forge_api.stack.store.gateway.client.get(
+            forge_api.stack.store.gateway.keys.forge_delivery("gh", delivery)
+        )
         == b"queued"
     )
 

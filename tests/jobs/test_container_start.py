@@ -232,7 +232,7 @@ def test_the_park_stages_the_push_on_the_host_with_no_call_into_the_container(
         assert parked.state is JobState.AWAITING_APPROVAL
         assert "git_commit" in container_calls and "git_push" not in container_calls
         # Staged before anyone decided: the branch the person is asked about, at its commit.
-        asked = stack.store.approval(job.id)
+        asked = stack.store.approvals.get(job.id)
         assert asked is not None and asked.state is ApprovalState.PENDING
         workspace = open_workspace(job.id, stack.worker_settings("w").workspaces)
         assert outbox_branch(workspace.outbox, workspace.branch) == asked.commit_sha
@@ -263,7 +263,7 @@ def test_a_park_that_cannot_stage_leaves_the_push_to_the_resume_container(
 
 
 def _tool_records(stack: Stack, job_id: str) -> list[ToolCallRecord]:
-    events = stack.store.read_events(job_id, count=10_000)
+    events = stack.store.events.read(job_id, count=10_000)
     return [e.frame.record for e in events if isinstance(e.frame, ToolFrame)]
 
 

@@ -50,7 +50,7 @@ def stack() -> Iterator[Stack]:
 def _park(stack: Stack, playbook: str = "author-fix-install") -> tuple[JobRecord, Approval]:
     job = stack.submit(JobKind.AUTHOR, playbook, request=AUTHOR_REQUEST)
     parked = stack.wait_for(job.id, JobState.AWAITING_APPROVAL)
-    approval = stack.store.approval(job.id)
+    approval = stack.store.approvals.get(job.id)
     assert approval is not None and parked.approval_id == approval.id
     return parked, approval
 
@@ -68,7 +68,7 @@ def test_an_author_job_parks_its_push_and_lands_it_after_approval(stack: Stack) 
     assert "+Install the tool with pip:" in approval.diff
     assert "+Then read the [configuration guide](configuration.md)" in approval.diff
     assert "docs/install.md" in approval.diff_stat and len(approval.diff_digest) == 64
-    assert [a.job_id for a in stack.store.pending_approvals()] == [job.id]
+    assert [a.job_id for a in stack.store.approvals.pending()] == [job.id]
     assert stack.sandbox_containers(job.id) == []
     assert stack.upstream_ref(branch) is None
 
@@ -92,7 +92,7 @@ def test_an_author_job_parks_its_push_and_lands_it_after_approval(stack: Stack) 
     assert outcome.branch == branch and outcome.pushed_sha == approval.commit_sha
     assert outcome.commits == [CommitInfo(sha=approval.commit_sha or "", subject=COMMIT_SUBJECT)]
     assert "docs/install.md" in outcome.diff_stat
-    decided = stack.store.approval(job.id)
+    decided = stack.store.approvals.get(job.id)
     assert decided is not None and decided.applied and decided.decided_by == REVIEWER
     pushes = [call.result for call in stack.tool_calls(job.id, "git_push")]
     assert pushes[-1]["upstream"] == {  # type: ignore[index]
@@ -101,7 +101,7 @@ def test_an_author_job_parks_its_push_and_lands_it_after_approval(stack: Stack) 
         "pushed": True,
         "already_there": False,
     }
-    events = stack.store.read_events(job.id, count=10_000)
+    events = stack.store.events.read(job.id, count=10_000)
     assert events[-1].end is JobState.SUCCEEDED
     assert stack.sandbox_containers(job.id) == []
 
@@ -112,7 +112,7 @@ def test_an_author_job_parks_its_push_and_lands_it_after_approval(stack: Stack) 
     assert in_process.run_job(job.id) is None
     assert in_process.resume_job(job.id) is None
     time.sleep(1.0)
-    assert stack.store.get(job.id).version == done.version
+    assert stack.store.jobs.get(job.id).version == done.version
     assert len(stack.upstream_updates(branch)) == 1
 
 
@@ -120,11 +120,11 @@ def test_a_job_s_segments_store_no_celery_result(stack: Stack) -> None:
     # The job record says how each segment ended; a Celery result per segment is read by
     # nobody, so none is written (a key and a publish on Redis per segment).
     results = "celery-task-meta-*"
-    before = set(stack.store.client.keys(results))
+    before = set(stack.store.gateway.client.keys(results))
     job, _ = _park(stack)
     stack.decide(job.id, approve=True)
     stack.wait_for(job.id, JobState.SUCCEEDED)
-    assert set(stack.store.client.keys(results)) == before
+    assert set(stack.store.gateway.client.keys(results)) == before
 
 
 def test_a_refused_push_is_an_answer_the_model_reads(stack: Stack) -> None:
@@ -139,7 +139,7 @@ def test_a_refused_push_is_an_answer_the_model_reads(stack: Stack) -> None:
     outcome = done.result.outcome
     assert isinstance(outcome, AuthorOutcome) and outcome.pushed_sha is None
     assert [commit.sha for commit in outcome.commits] == [approval.commit_sha]
-    history = stack.store.approval_history(job.id)
+    history = stack.store.approvals.history(job.id)
     assert [(a.state, a.comment) for a in history] == [
         (ApprovalState.REFUSED, "Keep the old link for now")
     ]
@@ -150,8 +150,8 @@ def test_a_push_to_a_protected_ref_is_refused_by_policy_without_a_person(stack: 
     main = stack.upstream_ref("main")
     job = stack.submit(JobKind.AUTHOR, "author-push-main", request=AUTHOR_REQUEST)
     done = stack.wait_for(job.id, JobState.REFUSED)
-    assert stack.store.approval(job.id) is None
-    assert stack.store.approval_history(job.id) == []
+    assert stack.store.approvals.get(job.id) is None
+    assert stack.store.approvals.history(job.id) == []
     assert done.result is not None
     assert done.result.text.startswith("The push was refused by policy: BEM-328: ")
     assert stack.upstream_ref("main") == main
@@ -164,8 +164,8 @@ def test_a_resume_redelivered_after_its_worker_died_pushes_once(stack: Stack) ->
     relay finds the commit already upstream."""
     job, approval = _park(stack)
     branch, sha = f"riverbeam/{job.id}", approval.commit_sha or ""
-    stack.store.decide(job.id, approve=True, by=REVIEWER, binding=approval.binding())
-    claimed = stack.store.claim_resume(job.id, worker="ghost", lease_seconds=1.0)
+    stack.store.approvals.decide(job.id, approve=True, by=REVIEWER, binding=approval.binding())
+    claimed = stack.store.jobs.claim_resume(job.id, worker="ghost", lease_seconds=1.0)
     assert claimed is not None
     ghost = claimed[0]
     # What the ghost did before it died: the container's push into the outbox, the relay.
@@ -232,7 +232,9 @@ def test_a_running_job_is_cancelled_between_calls_and_leaves_no_container(stack:
 def test_a_cancel_the_previous_release_asked_for_stops_a_running_job(stack: Stack) -> None:
     """The previous release's cancel set ``cancel_requested`` in the record and no cancel
     flag; the worker's lease renewal reads it, and the job stops between calls all the same."""
-    stack.store.client.set(stack.store.keys.cancel_backfill, "done")  # only the renewal tells
+    stack.store.gateway.client.set(
+        stack.store.gateway.keys.cancel_backfill, "done"
+    )  # only the renewal tells
     job = stack.submit(JobKind.AUTHOR, "author-slow", request=AUTHOR_REQUEST)
     stack.wait_for(job.id, JobState.RUNNING)
     _wait_for_tool(stack, job.id, "list_tree")
@@ -240,7 +242,7 @@ def test_a_cancel_the_previous_release_asked_for_stops_a_running_job(stack: Stac
     done = stack.wait_for(job.id, JobState.CANCELLED, timeout=SLOW_SECONDS + 20)
     assert done.error is not None and done.error.code == "BEM-506"
     assert [call.result for call in stack.tool_calls(job.id, "read_file")] == [None]
-    assert not stack.store.cancel_requested(job.id)
+    assert not stack.store.jobs.cancel_requested(job.id)
     assert stack.sandbox_containers(job.id) == []
 
 
@@ -249,7 +251,7 @@ def test_a_sigterm_lets_the_running_segment_finish(stack: Stack) -> None:
     _wait_for_tool(stack, job.id, "list_tree")
     try:
         assert stack.stop_worker("a") == 0  # warm shutdown: returns once the task is done
-        done = stack.store.get(job.id)
+        done = stack.store.jobs.get(job.id)
         assert done.state is JobState.SUCCEEDED and done.result is not None
         assert done.result.text == "Read the page."
         assert stack.sandbox_containers(job.id) == []
@@ -262,9 +264,9 @@ def test_a_parked_job_is_cancelled_at_once_and_its_approval_withdrawn(stack: Sta
     done = stack.cancel(job.id)
     assert done.state is JobState.CANCELLED and done.error is not None
     assert done.error.code == "BEM-506"
-    withdrawn = stack.store.approval(job.id)
+    withdrawn = stack.store.approvals.get(job.id)
     assert withdrawn is not None and withdrawn.state is ApprovalState.WITHDRAWN
-    assert stack.store.pending_approvals() == []
+    assert stack.store.approvals.pending() == []
     with pytest.raises(BeamError) as caught:
         stack.decide(job.id, approve=True)
     assert caught.value.code == "BEM-600"
@@ -279,7 +281,7 @@ def test_chores_reach_every_worker_host(stack: Stack) -> None:
         client = connect()
         deadline = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
         labels = {ROLE_LABEL: ROLE_SANDBOX, JOB_LABEL: "ghost-job", DEADLINE_LABEL: deadline}
-        labels[DEPLOYMENT_LABEL] = stack.store.deployment()  # ours: judged by its job
+        labels[DEPLOYMENT_LABEL] = stack.store.gateway.deployment()  # ours: judged by its job
         image = check_image(client, stack.settings).ref
         orphan = client.api.create_container(image, labels=labels)["Id"]
         send_chore(stack.app, REAP_SANDBOXES)

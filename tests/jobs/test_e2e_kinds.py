@@ -74,7 +74,7 @@ def unpublished(stack: Stack) -> Stack:
 
 
 def _done_frames(stack: Stack, job_id: str) -> int:
-    events = stack.store.read_events(job_id, count=10_000)
+    events = stack.store.events.read(job_id, count=10_000)
     return sum(isinstance(event.frame, DoneFrame) for event in events)
 
 
@@ -85,7 +85,7 @@ def _fix_branch(stack: Stack, branch: str) -> str:
 def _succeeded(stack: Stack, job: JobRecord) -> JobRecord:
     done = stack.wait_for(job.id, JobState.SUCCEEDED)
     assert stack.sandbox_containers(job.id) == []
-    assert stack.store.approval(job.id) is None
+    assert stack.store.approvals.get(job.id) is None
     return done
 
 
@@ -189,7 +189,7 @@ def test_a_publish_parks_on_the_reviewed_commit_and_moves_the_publish_ref_once(
     job = stack.submit(JobKind.PUBLISH, "publish", review_job=review.id)
     parked = stack.wait_for(job.id, JobState.AWAITING_APPROVAL)
 
-    approval = stack.store.approval(job.id)
+    approval = stack.store.approvals.get(job.id)
     assert approval is not None and parked.approval_id == approval.id
     assert (approval.tool, approval.commit_sha, approval.target_ref) == (
         "publish_docset",
@@ -213,7 +213,7 @@ def test_a_publish_parks_on_the_reviewed_commit_and_moves_the_publish_ref_once(
     assert done.result.outcome == PublishOutcome(publish_ref=PUBLISH_REF, sha=sha)
     assert done.result.text == f"Published {sha} to {PUBLISH_REF}."
     time.sleep(1.0)  # the duplicates have been consumed by now
-    again = stack.store.get(job.id)
+    again = stack.store.jobs.get(job.id)
     assert (again.state, again.version, again.attempt) == (JobState.SUCCEEDED, done.version, 2)
     assert len(stack.upstream_updates(PUBLISH_REF)) == 1
     (published,) = stack.tool_calls(job.id, "publish_docset")  # run once, after approval
@@ -231,7 +231,7 @@ def test_a_refused_publish_leaves_the_publish_ref_alone(unpublished: Stack) -> N
 
     assert stack.upstream_ref(PUBLISH_REF) is None
     assert done.result is not None and done.result.text.startswith("Nothing was published")
-    assert [(a.state, a.comment) for a in stack.store.approval_history(job.id)] == [
+    assert [(a.state, a.comment) for a in stack.store.approvals.history(job.id)] == [
         (ApprovalState.REFUSED, "Not before the release")
     ]
     assert stack.sandbox_containers(job.id) == []
@@ -255,8 +255,8 @@ def test_a_publish_of_a_review_that_requested_changes_fails_before_the_model_run
     assert failed.error is not None and failed.error.code == "BEM-360"
     assert "verdict is request_changes" in failed.error.message
     # The model never ran: the stream holds only the end marker.
-    assert [event.end for event in stack.store.read_events(job.id)] == [JobState.FAILED]
-    assert stack.store.approval(job.id) is None
+    assert [event.end for event in stack.store.events.read(job.id)] == [JobState.FAILED]
+    assert stack.store.approvals.get(job.id) is None
     assert stack.upstream_ref(PUBLISH_REF) is None
 
 
@@ -266,7 +266,7 @@ def test_a_publish_to_a_protected_ref_fails_with_bem_361(stack: Stack) -> None:
     failed = stack.wait_for(job.id, JobState.FAILED)
     assert failed.error is not None and failed.error.code == "BEM-361"
     assert "'release/docs'" in failed.error.message and "protected" in failed.error.message
-    assert stack.store.approval(job.id) is None
+    assert stack.store.approvals.get(job.id) is None
     assert stack.upstream_ref("release/docs") is None
 
 
@@ -286,8 +286,8 @@ def test_a_queued_job_is_cancelled_and_its_message_does_nothing_later(stack: Sta
     # The worker takes the old message first (one queue, in order), then this one.
     after = stack.submit(JobKind.SUMMARIZE, "summarize", branch="docs/cancel-queued")
     _succeeded(stack, after)
-    assert stack.store.get(job.id) == cancelled
-    assert stack.store.read_events(job.id)[-1].end is JobState.CANCELLED
+    assert stack.store.jobs.get(job.id) == cancelled
+    assert stack.store.events.read(job.id)[-1].end is JobState.CANCELLED
     assert stack.tool_calls(job.id) == []
     assert stack.sandbox_containers(job.id) == []
 
@@ -312,7 +312,7 @@ def test_a_parked_publish_is_cancelled_and_can_no_longer_be_approved(unpublished
     stack.wait_for(job.id, JobState.AWAITING_APPROVAL)
     done = stack.cancel(job.id)
     assert done.state is JobState.CANCELLED
-    withdrawn = stack.store.approval(job.id)
+    withdrawn = stack.store.approvals.get(job.id)
     assert withdrawn is not None and withdrawn.state is ApprovalState.WITHDRAWN
     with pytest.raises(BeamError) as caught:
         stack.decide(job.id, approve=True)
@@ -326,7 +326,7 @@ def test_cancelling_a_finished_job_changes_nothing(stack: Stack) -> None:
     job = stack.submit(JobKind.SUMMARIZE, "summarize", branch="docs/cancel-final")
     done = _succeeded(stack, job)
     assert stack.cancel(job.id) == done
-    assert stack.store.get(job.id) == done
+    assert stack.store.jobs.get(job.id) == done
     assert stack.sandbox_containers(job.id) == []
 
 
@@ -345,12 +345,12 @@ def test_the_same_run_job_message_twice_runs_the_job_once(stack: Stack) -> None:
             requested_by=REQUESTER,
             metadata={"playbook": "summarize"},
         )
-        job = stack.store.create(spec)
+        job = stack.store.jobs.create(spec)
         for _ in range(2):
             stack.app.send_task(RUN_JOB, args=[job.id], queue=queue_for(JobKind.SUMMARIZE))
         done = _succeeded(stack, job)
         time.sleep(1.0)
-        assert stack.store.get(job.id) == done
+        assert stack.store.jobs.get(job.id) == done
         assert done.attempt == 1
         assert _done_frames(stack, job.id) == 1
         assert len(stack.tool_calls(job.id, "git_log")) == 1
@@ -377,7 +377,7 @@ def test_a_decided_push_is_served_before_jobs_that_have_not_started(stack: Stack
     for job in backlog:
         first = stack.wait_for(job.id, JobState.AWAITING_APPROVAL)
         # The backlog's jobs started (their first frame) after the push landed.
-        started = stack.store.read_events(job.id, count=1)[0].id
+        started = stack.store.events.read(job.id, count=1)[0].id
         assert int(started.split("-")[0]) >= done.updated_at.timestamp() * 1000 - 1
         assert first.attempt == 1
         stack.cancel(job.id)

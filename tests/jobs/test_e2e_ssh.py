@@ -54,7 +54,7 @@ def test_an_author_job_over_ssh_needs_the_trusted_key_then_lands(
             assert server.host_public_keys()[0] in known_hosts.read_text()
             job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
             stack.wait_for(job.id, JobState.AWAITING_APPROVAL)
-            approval = stack.store.approval(job.id)
+            approval = stack.store.approvals.get(job.id)
             assert approval is not None and approval.commit_sha
             branch = f"riverbeam/{job.id}"
             assert server.tip(SERVED, branch) is None

@@ -83,7 +83,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
 def store(server: RedisServer) -> Iterator[JobStore]:
     jobs = open_store(server.url)
     yield jobs
-    jobs.client.close()
+    jobs.gateway.client.close()
 
 
 @pytest.fixture
@@ -100,8 +100,8 @@ def settings() -> Iterator[Settings]:
 
 def _segment(store: JobStore, settings: Settings, answer: str) -> JobRecord:
     spec = JobSpec(kind=JobKind.SUMMARIZE, repo="docs", branch="main", metadata={"answer": answer})
-    job = store.create(spec)
-    claimed = store.claim(job.id, worker="w1", lease_seconds=30)
+    job = store.jobs.create(spec)
+    claimed = store.jobs.claim(job.id, worker="w1", lease_seconds=30)
     assert claimed is not None
     executor = Executor(
         settings, store, worker="w1", docker_client=docker.from_env(), images=_Built()

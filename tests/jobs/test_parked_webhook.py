@@ -52,11 +52,11 @@ def test_a_parked_push_is_announced_with_its_prose_review() -> None:
             )
             for each in (slow, job, other):
                 stack.wait_for(each.id, JobState.AWAITING_APPROVAL, timeout=90)
-            approval = stack.store.approval(job.id)
+            approval = stack.store.approvals.get(job.id)
             assert approval is not None
             # The receiver that failed did not stop the other job from waiting for a person,
             # and it is asked again (the first retry is 5 s later).
-            assert stack.store.approval(other.id) is not None
+            assert stack.store.approvals.get(other.id) is not None
             _wait("the failed announcement's retry", lambda: _retried(failing, 2))
             # The dripping receiver was hung up on at the deadline; its entry waits to be
             # tried again, with why.
@@ -97,5 +97,5 @@ def test_a_parked_push_is_announced_with_its_prose_review() -> None:
 
 
 def _entry_ids(store: JobStore) -> list[str]:
-    raw = store.client.zrange(store.keys.outbox_due, 0, -1)
+    raw = store.gateway.client.zrange(store.gateway.keys.outbox_due, 0, -1)
     return [entry_id.decode() for entry_id in raw]

@@ -284,9 +284,9 @@ def _schedule(redis_url: str, webhook: str) -> tuple[SummarySchedule, JobStore, 
 
 def _ended_job(store: JobStore, branch: str) -> str:
     spec = JobSpec(kind=JobKind.SUMMARIZE, repo=REPO, branch=branch, requested_by="schedule")
-    job = store.create(spec)
-    store.claim(job.id, worker="w", lease_seconds=60)
-    store.transition(job.id, JobState.FAILED, from_states=(JobState.RUNNING,), owner="w")
+    job = store.jobs.create(spec)
+    store.jobs.claim(job.id, worker="w", lease_seconds=60)
+    store.jobs.transition(job.id, JobState.FAILED, from_states=(JobState.RUNNING,), owner="w")
     return job.id
 
 
@@ -296,13 +296,13 @@ def test_one_follow_up_posts_a_run_and_a_failed_post_passes_to_the_next(
     receiver.requests.clear()
     receiver.statuses[:] = [500]
     schedule, store, runs = _schedule(redis_url, receiver.url)
-    running = store.create(JobSpec(kind=JobKind.SUMMARIZE, repo=REPO, branch="docs/b"))
+    running = store.jobs.create(JobSpec(kind=JobKind.SUMMARIZE, repo=REPO, branch="docs/b"))
     jobs = {"docs/a": _ended_job(store, "docs/a"), "docs/b": running.id}
     runs.add(_run("r1", datetime.now(UTC), jobs=jobs))
 
     # A job still queued: look again later, sooner first.
     assert schedule.finish(REPO, "r1", claimant="A", poll=0) == poll_delay(1)
-    store.request_cancel(running.id)
+    store.jobs.request_cancel(running.id)
     # Follow-up A posts (HTTP 500): it is to try again in 2 s and lets go of the delivery.
     assert schedule.finish(REPO, "r1", claimant="A", poll=1) == 2.0
     failed = runs.get(REPO, "r1")
@@ -440,7 +440,7 @@ def test_overlapping_triggers_start_one_run_and_post_its_summaries_once(
     assert "s3cret" not in run.delivery.url
     assert [summary.model_dump(mode="json") for summary in run.summaries] == body["summaries"]
     for job_id in jobs.values():
-        record = stack.store.get(job_id)
+        record = stack.store.jobs.get(job_id)
         assert record.spec.kind is JobKind.SUMMARIZE and record.state is JobState.SUCCEEDED
         assert record.spec.requested_by == SCHEDULE_REQUESTER
         assert record.spec.metadata == {"schedule_run": run_id}

@@ -137,7 +137,7 @@ def test_the_upstream_callbacks_are_built_once_per_segment(monkeypatch: pytest.M
         assert segments(author.id) is JobState.AWAITING_APPROVAL
         stack.decide(author.id, approve=True)
         assert segments(author.id, resume=True) is JobState.SUCCEEDED
-        approval = stack.store.approval(author.id)
+        approval = stack.store.approvals.get(author.id)
         assert approval is not None
         assert stack.upstream_ref(f"riverbeam/{author.id}") == approval.commit_sha
         # A review (one segment), and the publish of what it approved (two segments).
@@ -157,9 +157,11 @@ def test_a_segment_opens_no_redis_connection_of_its_own() -> None:
         worker = stack.worker("w")
 
         def connections_opened(segment: Callable[[], JobRecord | None]) -> int:
-            before = stack.store.client.info("stats")["total_connections_received"]
+            before = stack.store.gateway.client.info("stats")["total_connections_received"]
             assert segment() is not None, stack.log_tails()
-            return int(stack.store.client.info("stats")["total_connections_received"] - before)
+            return int(
+                stack.store.gateway.client.info("stats")["total_connections_received"] - before
+            )
 
         # The first job opens the worker's pooled connections, which later segments reuse.
         warm = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)

@@ -129,7 +129,7 @@ def test_a_spare_that_died_or_is_of_another_image_is_not_used_and_the_job_runs(
         pool = stack.worker("w").spares
         assert pool is not None
         spare = _idle_spare(stack)
-        deployment = stack.store.deployment()
+        deployment = stack.store.gateway.deployment()
         assert pool.take("another-image", stack.settings.sandbox, deployment) is None
         assert not _exists(spare) and _spare_directories(stack) == []
 
@@ -142,7 +142,7 @@ def test_a_spare_of_other_limits_is_replaced() -> None:
         assert pool is not None
         image = ImageCheck().current(connect(), stack.settings)
         bigger = stack.settings.sandbox.model_copy(update={"pids_limit": 300})
-        deployment = stack.store.deployment()
+        deployment = stack.store.gateway.deployment()
         assert pool.take(image, bigger, deployment) is None
         assert stack.spare_containers() == [] and _spare_directories(stack) == []
         pool.take(image, stack.settings.sandbox, deployment)  # none: asks for the next

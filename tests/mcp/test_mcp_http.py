@@ -125,7 +125,7 @@ async def test_only_the_requester_or_an_admin_cancels(api: ApiServer, stack: Sta
     async with http_session(api, api.tokens["writer"]) as session:
         cancelled = await answer(session, "cancel_job", job_id=job["id"])
     assert cancelled["state"] == "cancelled"
-    approval = stack.store.approval(job["id"])
+    approval = stack.store.approvals.get(job["id"])
     assert approval is not None and approval.state is ApprovalState.WITHDRAWN
     assert approval.decided_by is None
 
@@ -151,11 +151,11 @@ async def test_no_role_reaches_a_decision_through_mcp(api: ApiServer, stack: Sta
             )
             if name not in ("writer", "admin"):
                 assert await refusal(session, "cancel_job", job_id=job["id"]) == "BEM-702"
-    approval = stack.store.approval(job["id"])
+    approval = stack.store.approvals.get(job["id"])
     assert approval is not None and approval.state is ApprovalState.PENDING
     assert (
         approval.decided_by is None
-        and stack.store.get(job["id"]).state is JobState.AWAITING_APPROVAL
+        and stack.store.jobs.get(job["id"]).state is JobState.AWAITING_APPROVAL
     )
 
 

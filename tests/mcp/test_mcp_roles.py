@@ -76,7 +76,7 @@ async def test_a_scoped_token_reaches_nothing_of_another_repository(
     async with TRANSPORTS[transport](api, api.tokens["writer2"]) as session:
         waiting = await answer(session, "list_pending_approvals")
         assert {inside, outside} <= {item["job_id"] for item in waiting["items"]}
-    assert stack.store.get(outside).state is JobState.AWAITING_APPROVAL
+    assert stack.store.jobs.get(outside).state is JobState.AWAITING_APPROVAL
 
 
 async def test_each_role_submits_exactly_its_kinds(api: ApiServer) -> None:
@@ -101,12 +101,12 @@ async def test_only_the_requester_or_an_admin_cancels(
     for name in ("writer2", "scoped", "reviewer", "reviewer2", "ci"):
         async with TRANSPORTS[transport](api, api.tokens[name]) as session:
             assert await refusal(session, "cancel_job", job_id=job_id) == "BEM-702", name
-    assert stack.store.get(job_id).state is JobState.AWAITING_APPROVAL
+    assert stack.store.jobs.get(job_id).state is JobState.AWAITING_APPROVAL
     async with TRANSPORTS[transport](api, api.tokens["admin"]) as session:
         cancelled = await answer(session, "cancel_job", job_id=job_id)
     assert cancelled["state"] == "cancelled" and cancelled["requested_by"] == "writer"
     # A cancel withdraws the parked push: nobody decided it, nothing landed.
-    approval = stack.store.approval(job_id)
+    approval = stack.store.approvals.get(job_id)
     assert approval is not None and approval.state is ApprovalState.WITHDRAWN
     assert approval.decided_by is None and stack.upstream_ref(f"riverbeam/{job_id}") is None
 
@@ -163,10 +163,10 @@ async def test_no_tool_or_resource_decides_for_any_role(
             await resource(session, "riverbeam://skills")
             await resource(session, f"riverbeam://jobs/{target}/events")
     assert len({frozenset(tools) for tools in offered.values()}) == 1, offered
-    approval = stack.store.approval(target)
+    approval = stack.store.approvals.get(target)
     assert approval is not None and approval.state is ApprovalState.PENDING
     assert approval.decided_by is None
-    assert stack.store.get(target).state is JobState.AWAITING_APPROVAL
+    assert stack.store.jobs.get(target).state is JobState.AWAITING_APPROVAL
     assert stack.upstream_ref(f"riverbeam/{target}") is None
 
 

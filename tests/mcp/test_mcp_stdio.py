@@ -62,7 +62,7 @@ async def test_riverbeam_mcp_carries_the_api_refusals_and_decides_nothing(
             await resource(session, f"riverbeam://jobs/{elsewhere['id']}/events")
     async with stdio_session(api, "rb_not-a-token") as session:
         assert await refusal(session, "list_jobs") == "BEM-701"
-    approval = stack.store.approval(parked["id"])
+    approval = stack.store.approvals.get(parked["id"])
     assert approval is not None and approval.state is ApprovalState.PENDING
 
 

@@ -35,7 +35,7 @@ def code(call: Callable[[], object]) -> str:
 
 def sent(stack: Stack, task: str, job_id: str, kind: JobKind = JobKind.AUTHOR) -> int:
     """How many ``task`` messages for the job wait in the broker."""
-    waiting = queued_tasks(stack.store.client, queue_for(kind))
+    waiting = queued_tasks(stack.store.gateway.client, queue_for(kind))
     return sum(1 for queued in waiting if queued.task == task and queued.args == [job_id])
 
 
@@ -58,9 +58,9 @@ def test_a_submit_stores_the_job_for_its_caller_and_queues_it_once(stack: Stack)
 
 
 def test_a_role_may_submit_only_its_kinds(stack: Stack) -> None:
-    before = len(stack.store.list(limit=1000)[0])
+    before = len(stack.store.listing.list(limit=1000)[0])
     assert code(lambda: stack.service.submit(who("ci", "ci"), request())) == "BEM-702"
-    assert len(stack.store.list(limit=1000)[0]) == before
+    assert len(stack.store.listing.list(limit=1000)[0]) == before
 
 
 def test_scope_is_checked_before_the_repository_is_looked_up(stack: Stack) -> None:
@@ -99,7 +99,7 @@ def test_the_cli_submits_the_api_request(stack: Stack) -> None:
     ran = cli("submit", "author", "--repo", REPO, "--request", "x", "--meta", "confirm=yes",
               "--meta", "team=docs", "--as", "cli-writer")  # fmt: skip
     assert ran.code == 0, ran.err
-    record = stack.store.get(ran.out.strip())
+    record = stack.store.jobs.get(ran.out.strip())
     assert record.spec.metadata == {"team": "docs"}
     assert record.spec.requested_by == "cli-writer"
     assert sent(stack, RUN_JOB, record.id) == 1
@@ -112,7 +112,7 @@ def test_the_cli_submits_the_api_request(stack: Stack) -> None:
 
 def test_only_reviewers_and_admins_decide(stack: Stack) -> None:
     job_id = parked(stack, requester="someone")
-    approval = stack.store.approval(job_id)
+    approval = stack.store.approvals.get(job_id)
     assert approval is not None
 
     def decide(caller: Principal) -> Approval:
@@ -130,7 +130,7 @@ def test_only_reviewers_and_admins_decide(stack: Stack) -> None:
 
 def test_a_reviewer_decides_only_in_scope(stack: Stack) -> None:
     job_id = parked(stack)
-    approval = stack.store.approval(job_id)
+    approval = stack.store.approvals.get(job_id)
     assert approval is not None
     scoped = who("hr", "reviewer", (SELF_REPO,))
     assert (
@@ -141,7 +141,7 @@ def test_a_reviewer_decides_only_in_scope(stack: Stack) -> None:
         )
         == "BEM-703"
     )
-    assert stack.store.approval(job_id) == approval
+    assert stack.store.approvals.get(job_id) == approval
     assert sent(stack, RESUME_JOB, job_id) == 0
 
 
@@ -151,7 +151,7 @@ def test_self_approval_follows_the_repository(stack: Stack, repo: str, allowed: 
     the OS account behind a CLI decision. Refusing one's own job is always allowed."""
     for as_who, os_user in ((who("rev", "reviewer"), None), (who("other", "admin"), "rev")):
         job_id = parked(stack, requester="rev", repo=repo)
-        approval = stack.store.approval(job_id)
+        approval = stack.store.approvals.get(job_id)
         assert approval is not None
         approve = partial(
             stack.service.decide,
@@ -189,7 +189,7 @@ def test_only_the_requester_or_an_admin_cancels(stack: Stack) -> None:
     job_id = parked(stack)
     assert code(lambda: service.cancel(who("writer2"), job_id)) == "BEM-702"
     assert code(lambda: service.cancel(who("admin", "admin", (SELF_REPO,)), job_id)) == "BEM-703"
-    assert stack.store.get(job_id).state is JobState.AWAITING_APPROVAL and cancelled == []
+    assert stack.store.jobs.get(job_id).state is JobState.AWAITING_APPROVAL and cancelled == []
     assert service.cancel(who("writer"), job_id).state is JobState.CANCELLED
     assert cancelled == [job_id]
     other = parked(stack)

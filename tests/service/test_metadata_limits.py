@@ -16,11 +16,11 @@ from tests.store.kit import author, nested
 def test_submitting_metadata_over_the_json_limits_is_bem_501_and_stores_nothing(
     stack: Stack, metadata: dict[str, JsonValue]
 ) -> None:
-    before = stack.store.list(limit=1000)
+    before = stack.store.listing.list(limit=1000)
     spec = author(metadata=metadata).model_copy(update={"repo": REPO})
 
     with pytest.raises(JobError) as caught:
         stack.service.submit(Principal.operator(spec.requested_by), spec)
 
     assert caught.value.code == "BEM-501" and "metadata" in caught.value.message
-    assert stack.store.list(limit=1000) == before
+    assert stack.store.listing.list(limit=1000) == before

@@ -49,11 +49,11 @@ def commands_run(url: str) -> Iterator[list[str]]:
 
 def job_reads(stack: Stack, job_id: str, decide: Callable[[Approval], object]) -> int:
     """How many times the job's record is read while ``decide`` decides its approval."""
-    approval = stack.store.approval(job_id)
+    approval = stack.store.approvals.get(job_id)
     assert approval is not None
     with commands_run(stack.redis_url) as seen:
         decide(approval)
-    return seen.count(f"GET {stack.store.key('job', job_id)}")
+    return seen.count(f"GET {stack.store.gateway.key('job', job_id)}")
 
 
 def parked(stack: Stack) -> str:
@@ -62,7 +62,7 @@ def parked(stack: Stack) -> str:
 
 
 def decided(stack: Stack, job_id: str) -> ApprovalState:
-    approval = stack.store.approval(job_id)
+    approval = stack.store.approvals.get(job_id)
     assert approval is not None
     return approval.state
 
@@ -70,7 +70,7 @@ def decided(stack: Stack, job_id: str) -> ApprovalState:
 def test_the_watch_counts_each_read_of_the_record(stack: Stack) -> None:
     """The counter is not blind: two reads of the record are two."""
     job_id = parked(stack)
-    assert job_reads(stack, job_id, lambda _: [stack.store.get(job_id) for _ in range(2)]) == 2
+    assert job_reads(stack, job_id, lambda _: [stack.store.jobs.get(job_id) for _ in range(2)]) == 2
 
 
 def test_an_api_decision_reads_the_job_once(stack: Stack, api: ApiServer) -> None:

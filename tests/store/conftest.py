@@ -29,4 +29,4 @@ def client(server: RedisServer) -> Iterator[redis.Redis]:
 def store(server: RedisServer) -> Iterator[JobStore]:
     jobs = open_store(server.url, events_maxlen=50, snapshot_max_bytes=4096)
     yield jobs
-    jobs.client.close()
+    jobs.gateway.client.close()

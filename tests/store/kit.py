@@ -36,14 +36,14 @@ def author(request: str = "fix the install page", **kw: Any) -> JobSpec:
 
 def seen(store: JobStore, job_id: str) -> DecisionBinding | None:
     """What a reviewer looking at the job's approval now would name in a decision."""
-    current = store.approval(job_id)
+    current = store.approvals.get(job_id)
     return None if current is None else current.binding()
 
 
 def parked(store: JobStore, spec: JobSpec | None = None, approval_id: str = "ap1") -> JobRecord:
     """A job that ran, opened an approval and parked on it, as the executor does."""
-    record = store.create(spec or author())
-    assert store.claim(record.id, worker="w1", lease_seconds=30) is not None
+    record = store.jobs.create(spec or author())
+    assert store.jobs.claim(record.id, worker="w1", lease_seconds=30) is not None
     return park_on(store, pending_for(record, approval_id))
 
 
@@ -81,11 +81,11 @@ def cancel_as_the_previous_release(store: JobStore, job_id: str) -> None:
     """What the previous release's ``request_cancel`` wrote for a job running under a live
     lease: ``cancel_requested`` and the next version in the record, in a compare-and-set on
     it, and nothing else."""
-    key = store.keys.job(job_id)
+    key = store.gateway.keys.job(job_id)
 
     def body(pipe: Pipeline) -> tuple[None, Writes | None]:
         document = json.loads(pipe.get(key) or b"")
         document.update(cancel_requested=True, version=document["version"] + 1)
         return None, lambda tx: tx.set(key, json.dumps(document))
 
-    store.atomic([key], body)
+    store.gateway.atomic([key], body)

@@ -13,6 +13,7 @@ import redis
 
 from bot.core.errors import BeamError
 from bot.jobs.lease import LeaseKeeper, StopCheck
+from bot.store.gateway import RedisGateway
 from bot.store.models import JobState
 from bot.store.store import JobStore
 from harness.redis_server import RedisServer
@@ -32,8 +33,8 @@ class CountingRedis(redis.Redis):
 
 
 def running(store: JobStore, worker: str = "w1") -> str:
-    record = store.create(author())
-    assert store.claim(record.id, worker=worker, lease_seconds=30) is not None
+    record = store.jobs.create(author())
+    assert store.jobs.claim(record.id, worker=worker, lease_seconds=30) is not None
     return record.id
 
 
@@ -41,9 +42,9 @@ def sweep_until_backfilled(store: JobStore, client: redis.Redis) -> None:
     """Run the recovery sweep's store call (one SCAN page of backfill each) until the
     backfill's marker says it covered the keyspace."""
     for _ in range(1000):
-        if client.get(store.keys.cancel_backfill) == b"done":
+        if client.get(store.gateway.keys.cancel_backfill) == b"done":
             return
-        store.expired_leases()
+        store.leases.expired()
     raise AssertionError("the backfill never finished")
 
 
@@ -58,51 +59,53 @@ def stop_reason(check: StopCheck) -> str | None:
 def test_the_check_before_each_call_is_one_exists_and_reads_no_record(
     server: RedisServer,
 ) -> None:
-    store = JobStore(CountingRedis.from_url(server.url), prefix=f"t{uuid.uuid4().hex[:8]}")
-    client = store.client
+    store = JobStore(
+        RedisGateway(CountingRedis.from_url(server.url), prefix=f"t{uuid.uuid4().hex[:8]}")
+    )
+    client = store.gateway.client
     assert isinstance(client, CountingRedis)
     job_id = running(store)
     check = StopCheck(store, job_id, LeaseKeeper(store, job_id, worker="w1", seconds=30))
     client.sent.clear()
     for _ in range(5):
         assert stop_reason(check) is None
-    store.request_cancel(job_id)
+    store.jobs.request_cancel(job_id)
     client.sent.clear()
     assert stop_reason(check) == "BEM-506"
     assert stop_reason(check) == "BEM-506"  # remembered: the store is not asked again
-    assert client.sent == [("EXISTS", store.keys.cancel(job_id))]
+    assert client.sent == [("EXISTS", store.gateway.keys.cancel(job_id))]
     assert all(command[0] != "GET" for command in client.sent)
-    store.client.close()
+    store.gateway.client.close()
 
 
 def test_a_cancel_sets_the_flag_beside_the_record_and_the_end_deletes_it(
     store: JobStore, client: redis.Redis
 ) -> None:
     job_id = running(store)
-    assert not store.cancel_requested(job_id)
-    asked = store.request_cancel(job_id)
+    assert not store.jobs.cancel_requested(job_id)
+    asked = store.jobs.request_cancel(job_id)
     assert asked.state is JobState.RUNNING and asked.cancel_requested  # what the API shows
-    assert store.cancel_requested(job_id)
-    ttl = client.pttl(store.keys.cancel(job_id))
+    assert store.jobs.cancel_requested(job_id)
+    ttl = client.pttl(store.gateway.keys.cancel(job_id))
     assert 0 < ttl <= 1260 * 1000  # jobs.time_limit_seconds + jobs.lease_seconds
-    ended = store.transition(job_id, JobState.CANCELLED, from_states={JobState.RUNNING})
+    ended = store.jobs.transition(job_id, JobState.CANCELLED, from_states={JobState.RUNNING})
     assert ended is not None and ended.state is JobState.CANCELLED
-    assert not store.cancel_requested(job_id)
-    assert client.exists(store.keys.cancel(job_id)) == 0
+    assert not store.jobs.cancel_requested(job_id)
+    assert client.exists(store.gateway.keys.cancel(job_id)) == 0
 
 
 def test_a_job_cancelled_at_once_leaves_no_flag(store: JobStore, client: redis.Redis) -> None:
-    queued = store.create(author())
-    assert store.request_cancel(queued.id).state is JobState.CANCELLED
-    assert client.exists(store.keys.cancel(queued.id)) == 0
+    queued = store.jobs.create(author())
+    assert store.jobs.request_cancel(queued.id).state is JobState.CANCELLED
+    assert client.exists(store.gateway.keys.cancel(queued.id)) == 0
 
 
 def test_the_flag_lives_as_long_as_the_settings_say(server: RedisServer) -> None:
     store = open_store(server.url, cancel_ttl_seconds=5.0)
     job_id = running(store)
-    store.request_cancel(job_id)
-    assert 0 < store.client.pttl(store.keys.cancel(job_id)) <= 5000
-    store.client.close()
+    store.jobs.request_cancel(job_id)
+    assert 0 < store.gateway.client.pttl(store.gateway.keys.cancel(job_id)) <= 5000
+    store.gateway.client.close()
 
 
 def test_a_cancel_of_the_previous_release_stops_the_job_at_the_next_renewal(
@@ -112,7 +115,7 @@ def test_a_cancel_of_the_previous_release_stops_the_job_at_the_next_renewal(
     lease = LeaseKeeper(store, job_id, worker="w1", seconds=30)
     check = StopCheck(store, job_id, lease)
     cancel_as_the_previous_release(store, job_id)
-    assert not store.cancel_requested(job_id)  # no flag: the record alone says it
+    assert not store.jobs.cancel_requested(job_id)  # no flag: the record alone says it
     assert stop_reason(check) is None
     assert lease.renew()  # what the keeper's thread does every third of the lease
     assert lease.cancelled and not lease.lost
@@ -140,29 +143,29 @@ def test_the_recovery_sweep_backfills_the_flags_of_the_previous_release(
         cancel_as_the_previous_release(store, job_id)
     ended = running(store)
     cancel_as_the_previous_release(store, ended)
-    store.transition(ended, JobState.FAILED, from_states={JobState.RUNNING})
+    store.jobs.transition(ended, JobState.FAILED, from_states={JobState.RUNNING})
     untouched = running(store)
     sweep_until_backfilled(store, client)
-    assert all(store.cancel_requested(job_id) for job_id in asked)
-    assert not store.cancel_requested(ended)  # final: nothing to stop
-    assert not store.cancel_requested(untouched)
+    assert all(store.jobs.cancel_requested(job_id) for job_id in asked)
+    assert not store.jobs.cancel_requested(ended)  # final: nothing to stop
+    assert not store.jobs.cancel_requested(untouched)
     # Done is done: the next sweeps read the marker and scan nothing.
-    client.delete(store.keys.cancel(asked[0]))
-    store.expired_leases()
-    assert not store.cancel_requested(asked[0])
+    client.delete(store.gateway.keys.cancel(asked[0]))
+    store.leases.expired()
+    assert not store.jobs.cancel_requested(asked[0])
 
 
 def test_the_backfill_keeps_a_flag_already_there(store: JobStore, client: redis.Redis) -> None:
     job_id = running(store)
-    store.request_cancel(job_id)
-    client.pexpire(store.keys.cancel(job_id), 60_000)
+    store.jobs.request_cancel(job_id)
+    client.pexpire(store.gateway.keys.cancel(job_id), 60_000)
     sweep_until_backfilled(store, client)
-    assert 0 < client.pttl(store.keys.cancel(job_id)) <= 60_000
+    assert 0 < client.pttl(store.gateway.keys.cancel(job_id)) <= 60_000
 
 
 @pytest.mark.parametrize("final", [JobState.SUCCEEDED, JobState.FAILED])
 def test_a_job_that_ends_after_a_cancel_drops_its_flag(store: JobStore, final: JobState) -> None:
     job_id = running(store)
-    store.request_cancel(job_id)
-    store.transition(job_id, final, from_states={JobState.RUNNING}, owner="w1")
-    assert not store.cancel_requested(job_id)
+    store.jobs.request_cancel(job_id)
+    store.jobs.transition(job_id, final, from_states={JobState.RUNNING}, owner="w1")
+    assert not store.jobs.cancel_requested(job_id)

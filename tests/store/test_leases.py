@@ -13,41 +13,41 @@ from tests.store.kit import author, parked, race, seen
 
 
 def test_claim_runs_the_job_once_and_a_duplicate_claim_is_a_no_op(store: JobStore) -> None:
-    record = store.create(author())
-    claimed = store.claim(record.id, worker="w1", lease_seconds=30)
+    record = store.jobs.create(author())
+    claimed = store.jobs.claim(record.id, worker="w1", lease_seconds=30)
     assert claimed is not None
     assert (claimed.state, claimed.worker, claimed.attempt) == (JobState.RUNNING, "w1", 1)
     assert claimed.lease_until is not None
     assert 29 < (claimed.lease_until - claimed.updated_at).total_seconds() <= 30
-    assert store.claim(record.id, worker="w1", lease_seconds=30) is None
-    assert store.claim(record.id, worker="w2", lease_seconds=30) is None
-    assert store.get(record.id) == claimed
+    assert store.jobs.claim(record.id, worker="w1", lease_seconds=30) is None
+    assert store.jobs.claim(record.id, worker="w2", lease_seconds=30) is None
+    assert store.jobs.get(record.id) == claimed
 
 
 def test_two_workers_claiming_one_job_exactly_one_wins(store: JobStore) -> None:
     for _ in range(10):
-        job_id = store.create(author()).id
+        job_id = store.jobs.create(author()).id
 
         def claim(i: int, job_id: str = job_id) -> JobRecord | None:
-            return store.claim(job_id, worker=f"w{i}", lease_seconds=30)
+            return store.jobs.claim(job_id, worker=f"w{i}", lease_seconds=30)
 
         results = race(4, claim)
         winners = [result for result in results if isinstance(result, JobRecord)]
         assert len(winners) == 1 and results.count(None) == 3
-        assert store.get(job_id).worker == winners[0].worker
+        assert store.jobs.get(job_id).worker == winners[0].worker
 
 
 def test_an_expired_lease_is_taken_over_and_the_old_worker_is_locked_out(
     store: JobStore,
 ) -> None:
-    record = store.create(author())
-    store.claim(record.id, worker="w1", lease_seconds=0.2)
+    record = store.jobs.create(author())
+    store.jobs.claim(record.id, worker="w1", lease_seconds=0.2)
     time.sleep(0.3)
-    taken = store.claim(record.id, worker="w2", lease_seconds=30)
+    taken = store.jobs.claim(record.id, worker="w2", lease_seconds=30)
     assert taken is not None
     assert (taken.worker, taken.attempt) == ("w2", 2)
-    assert not store.renew_lease(record.id, worker="w1", lease_seconds=30)
-    late = store.transition(
+    assert not store.leases.renew(record.id, worker="w1", lease_seconds=30)
+    late = store.jobs.transition(
         record.id, JobState.SUCCEEDED, from_states={JobState.RUNNING}, owner="w1"
     )
     assert late is None
@@ -56,72 +56,72 @@ def test_an_expired_lease_is_taken_over_and_the_old_worker_is_locked_out(
 def test_expired_leases_lists_only_running_jobs_whose_worker_stopped_renewing(
     store: JobStore,
 ) -> None:
-    dead, alive, done = (store.create(author()).id for _ in range(3))
+    dead, alive, done = (store.jobs.create(author()).id for _ in range(3))
     for job_id in (dead, alive, done):
-        store.claim(job_id, worker="w1", lease_seconds=0.2)
-    store.transition(done, JobState.SUCCEEDED, from_states={JobState.RUNNING})
+        store.jobs.claim(job_id, worker="w1", lease_seconds=0.2)
+    store.jobs.transition(done, JobState.SUCCEEDED, from_states={JobState.RUNNING})
     waiting = parked(store)
     time.sleep(0.3)
-    assert store.renew_lease(alive, worker="w1", lease_seconds=30)
-    assert store.expired_leases() == [dead]
+    assert store.leases.renew(alive, worker="w1", lease_seconds=30)
+    assert store.leases.expired() == [dead]
     # Taken over: the new lease is live, so the job is off the list.
-    assert store.claim(dead, worker="w2", lease_seconds=30) is not None
-    assert store.expired_leases() == []
+    assert store.jobs.claim(dead, worker="w2", lease_seconds=30) is not None
+    assert store.leases.expired() == []
     # A resume holds a lease too; it runs out when its worker dies.
-    store.decide(waiting.id, binding=seen(store, waiting.id), approve=True, by="bob")
-    assert store.claim_resume(waiting.id, worker="w3", lease_seconds=0.2) is not None
+    store.approvals.decide(waiting.id, binding=seen(store, waiting.id), approve=True, by="bob")
+    assert store.jobs.claim_resume(waiting.id, worker="w3", lease_seconds=0.2) is not None
     time.sleep(0.3)
-    assert store.expired_leases() == [waiting.id]
+    assert store.leases.expired() == [waiting.id]
 
 
 def test_renew_lease_extends_only_the_holders_lease(store: JobStore) -> None:
-    record = store.create(author())
-    claimed = store.claim(record.id, worker="w1", lease_seconds=1)
+    record = store.jobs.create(author())
+    claimed = store.jobs.claim(record.id, worker="w1", lease_seconds=1)
     assert claimed is not None and claimed.lease_until is not None
-    assert store.renew_lease(record.id, worker="w1", lease_seconds=60)
-    renewed = store.get(record.id)
+    assert store.leases.renew(record.id, worker="w1", lease_seconds=60)
+    renewed = store.jobs.get(record.id)
     assert renewed.lease_until is not None
     assert renewed.lease_until > claimed.lease_until
     assert renewed.version == claimed.version + 1
-    assert not store.renew_lease(record.id, worker="w2", lease_seconds=60)
-    store.transition(record.id, JobState.FAILED, from_states={JobState.RUNNING})
-    assert not store.renew_lease(record.id, worker="w1", lease_seconds=60)
+    assert not store.leases.renew(record.id, worker="w2", lease_seconds=60)
+    store.jobs.transition(record.id, JobState.FAILED, from_states={JobState.RUNNING})
+    assert not store.leases.renew(record.id, worker="w1", lease_seconds=60)
 
 
 def test_claim_resumes_a_parked_job_when_asked_to(store: JobStore) -> None:
     record = parked(store)
-    assert store.claim(record.id, worker="w2", lease_seconds=30) is None  # queued only
-    resumed = store.claim(
+    assert store.jobs.claim(record.id, worker="w2", lease_seconds=30) is None  # queued only
+    resumed = store.jobs.claim(
         record.id, worker="w2", lease_seconds=30, from_states={JobState.AWAITING_APPROVAL}
     )
     assert resumed is not None and resumed.attempt == 2
     with pytest.raises(ValueError):
-        store.claim(record.id, worker="w2", lease_seconds=30, from_states={JobState.FAILED})
+        store.jobs.claim(record.id, worker="w2", lease_seconds=30, from_states={JobState.FAILED})
 
 
 def test_claim_resume_waits_for_a_decision_then_applies_it_once(store: JobStore) -> None:
     record = parked(store)
-    assert store.claim_resume(record.id, worker="w2", lease_seconds=30) is None
-    store.decide(record.id, binding=seen(store, record.id), approve=True, by="bob")
-    claimed = store.claim_resume(record.id, worker="w2", lease_seconds=30)
+    assert store.jobs.claim_resume(record.id, worker="w2", lease_seconds=30) is None
+    store.approvals.decide(record.id, binding=seen(store, record.id), approve=True, by="bob")
+    claimed = store.jobs.claim_resume(record.id, worker="w2", lease_seconds=30)
     assert claimed is not None
     job, approval = claimed
     assert (job.state, job.worker, job.attempt) == (JobState.RUNNING, "w2", 2)
     assert (approval.state, approval.applied) == (ApprovalState.APPROVED, True)
-    assert store.approval(record.id) == approval
-    assert store.claim_resume(record.id, worker="w3", lease_seconds=30) is None
+    assert store.approvals.get(record.id) == approval
+    assert store.jobs.claim_resume(record.id, worker="w3", lease_seconds=30) is None
 
 
 def test_concurrent_resumes_apply_one_decision_exactly_once(store: JobStore) -> None:
     record = parked(store)
-    store.decide(
+    store.approvals.decide(
         record.id, binding=seen(store, record.id), approve=False, by="bob", comment="not this week"
     )
 
     def resume(i: int) -> tuple[JobRecord, Approval] | None:
-        return store.claim_resume(record.id, worker=f"w{i}", lease_seconds=30)
+        return store.jobs.claim_resume(record.id, worker=f"w{i}", lease_seconds=30)
 
     results = race(10, resume)
     winners = [result for result in results if isinstance(result, tuple)]
     assert len(winners) == 1 and results.count(None) == 9
-    assert store.get(record.id).worker == winners[0][0].worker
+    assert store.jobs.get(record.id).worker == winners[0][0].worker

@@ -72,7 +72,7 @@ def test_a_given_up_entry_is_never_due_and_is_kept_a_while(store: JobStore) -> N
     assert store.outbox.due() == 0 and store.outbox.claim(lease_seconds=0) == []
     kept = store.outbox.get(entry.id)
     assert kept is not None and kept.given_up_at is not None and kept.last_error == ERROR
-    ttl = store.client.ttl(store.keys.outbox(entry.id))
+    ttl = store.gateway.client.ttl(store.gateway.keys.outbox(entry.id))
     assert GIVEN_UP_KEPT_SECONDS - 5 < ttl <= GIVEN_UP_KEPT_SECONDS
 
 
@@ -99,6 +99,6 @@ def test_claimants_racing_on_many_entries_each_get_distinct_ones(store: JobStore
 def test_an_entry_whose_document_is_gone_is_dropped_from_the_due_set(store: JobStore) -> None:
     entry = _entry()
     store.outbox.add(entry)
-    store.client.delete(store.keys.outbox(entry.id))
+    store.gateway.client.delete(store.gateway.keys.outbox(entry.id))
     assert store.outbox.claim(lease_seconds=60) == []
     assert store.outbox.due() == 0

@@ -46,7 +46,7 @@ CHILD = textwrap.dedent(
 
     Pipeline._execute_transaction = dying
     store = JobStore.from_url(url, prefix=prefix)
-    parked = store.park(
+    parked = store.jobs.park(
         Approval.model_validate_json(approval),
         owner="w1",
         run_state='{"version": 1}',
@@ -87,8 +87,8 @@ def _approval(record: JobRecord) -> Approval:
 
 def _written(store: JobStore, job_id: str) -> dict[str, bool]:
     """Which parts of a park the store holds for the job."""
-    client, keys = store.client, store.keys
-    record = store.get(job_id)
+    client, keys = store.gateway.client, store.gateway.keys
+    record = store.jobs.get(job_id)
     return {
         "run_state": client.exists(keys.run(job_id)) == 1,
         "snapshot": client.exists(keys.snapshot(job_id)) == 1,
@@ -104,14 +104,23 @@ def _written(store: JobStore, job_id: str) -> dict[str, bool]:
 def test_a_worker_killed_anywhere_in_the_park_leaves_none_or_all_of_it(
     store: JobStore, server: RedisServer
 ) -> None:
-    record = store.claim(store.create(author()).id, worker=WORKER, lease_seconds=60)
+    record = store.jobs.claim(store.jobs.create(author()).id, worker=WORKER, lease_seconds=60)
     assert record is not None
     approval = _approval(record).model_dump_json()
     entry = ENTRY.model_dump_json()
     seen: list[dict[str, bool]] = []
     for cut in range(20):
         child = subprocess.run(
-            [sys.executable, "-c", CHILD, server.url, store.keys.prefix, approval, entry, str(cut)],
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                server.url,
+                store.gateway.keys.prefix,
+                approval,
+                entry,
+                str(cut),
+            ],
             env=os.environ,
             capture_output=True,
             text=True,
@@ -123,16 +132,16 @@ def test_a_worker_killed_anywhere_in_the_park_leaves_none_or_all_of_it(
         if any(written.values()):
             break
         # Nothing of the park: the job is as the worker left it, running on its lease.
-        assert store.get(record.id).version == record.version
+        assert store.jobs.get(record.id).version == record.version
     assert all(seen[-1].values()), seen[-1]
     # The park's writes were cut after each one of them, and after all but the EXEC.
     assert len(seen) >= 9 and not any(any(w.values()) for w in seen[:-1])
 
 
 def test_a_park_of_a_job_the_worker_no_longer_runs_writes_nothing(store: JobStore) -> None:
-    record = store.claim(store.create(author()).id, worker="w2", lease_seconds=60)
+    record = store.jobs.claim(store.jobs.create(author()).id, worker="w2", lease_seconds=60)
     assert record is not None
-    parked = store.park(
+    parked = store.jobs.park(
         _approval(record), owner=WORKER, run_state="{}", snapshot=b"s", result=JobResult()
     )
     assert parked is None
@@ -140,9 +149,9 @@ def test_a_park_of_a_job_the_worker_no_longer_runs_writes_nothing(store: JobStor
 
 
 def test_a_park_with_a_snapshot_over_the_cap_writes_nothing(store: JobStore) -> None:
-    record = store.claim(store.create(author()).id, worker=WORKER, lease_seconds=60)
+    record = store.jobs.claim(store.jobs.create(author()).id, worker=WORKER, lease_seconds=60)
     assert record is not None
     with pytest.raises(JobError) as caught:
-        store.park(_approval(record), owner=WORKER, run_state="{}", snapshot=b"x" * 4097)
+        store.jobs.park(_approval(record), owner=WORKER, run_state="{}", snapshot=b"x" * 4097)
     assert caught.value.code == "BEM-503"
     assert not any(_written(store, record.id).values())

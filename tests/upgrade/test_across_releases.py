@@ -125,7 +125,7 @@ def _with_the_old_release(crossed: Crossing) -> None:
         jobs[role] = _author(previous, stack)
     for role in ("publish", *AUTHORS):
         stack.wait_for(jobs[role], JobState.AWAITING_APPROVAL, timeout=JOB_SECONDS)
-        approval = stack.store.approval(jobs[role])
+        approval = stack.store.approvals.get(jobs[role])
         assert approval is not None and approval.commit_sha is not None
         crossed.approved_sha[role] = approval.commit_sha
 
@@ -140,7 +140,7 @@ def _with_the_old_release(crossed: Crossing) -> None:
     previous.riverbeam(
         stack.config, "jobs", "cancel", jobs["cancelled"], "--wait", "0", codes=(0, 1)
     )
-    cancelled = stack.store.get(jobs["cancelled"])
+    cancelled = stack.store.jobs.get(jobs["cancelled"])
     # Running still, and only the record says cancel: the worker died in the model's pause
     # (a few seconds) and its lease held through the cancel.
     assert cancelled.state is JobState.RUNNING and cancelled.cancel_requested, cancelled
@@ -152,10 +152,10 @@ def _with_the_old_release(crossed: Crossing) -> None:
     _approve_with_the_cli(stack, jobs["handover"], previous=previous, by=OLD_REVIEWER)
     # A job queued while no worker runs.
     jobs["queued"] = _author(previous, stack, "author-nothing-to-change")
-    assert stack.store.get(jobs["queued"]).state is JobState.QUEUED
+    assert stack.store.jobs.get(jobs["queued"]).state is JobState.QUEUED
 
     for job_id in jobs.values():
-        crossed.old_events[job_id] = [e.id for e in stack.store.read_events(job_id, count=10_000)]
+        crossed.old_events[job_id] = [e.id for e in stack.store.events.read(job_id, count=10_000)]
 
 
 def _with_the_new_release(crossed: Crossing) -> None:
@@ -169,12 +169,14 @@ def _with_the_new_release(crossed: Crossing) -> None:
     stack.wait_for(jobs["handover"], JobState.SUCCEEDED, timeout=JOB_SECONDS)
     # A resume (priority 0) goes before a run (6): had the lost one still been queued, it
     # would have run first.
-    assert stack.store.get(jobs["dropped"]).state is JobState.AWAITING_APPROVAL
+    assert stack.store.jobs.get(jobs["dropped"]).state is JobState.AWAITING_APPROVAL
     # The killed worker's job: taken over by the recovery sweep once its lease ran out.
     wait_until(
-        lambda: jobs["cancelled"] in stack.store.expired_leases(),
+        lambda: jobs["cancelled"] in stack.store.leases.expired(),
         LEASE_SECONDS * 2,
-        lambda: f"the killed worker's lease never ran out: {stack.store.get(jobs['cancelled'])}",
+        lambda: (
+            f"the killed worker's lease never ran out: {stack.store.jobs.get(jobs['cancelled'])}"
+        ),
     )
     send_recover(stack.app)
     stack.wait_for(jobs["cancelled"], JobState.CANCELLED, timeout=JOB_SECONDS)
@@ -255,36 +257,36 @@ class KeyReader:
     client: redis.Redis
 
     def job(self, job_id: str) -> str:
-        return self.stack.store.get(job_id).state.value
+        return self.stack.store.jobs.get(job_id).state.value
 
     def run(self, job_id: str) -> str:
-        return f"run of {RunState.load(self.stack.store.load_run_state(job_id)).agent}"
+        return f"run of {RunState.load(self.stack.store.blobs.load_run_state(job_id)).agent}"
 
     def snapshot(self, job_id: str) -> str:
-        data = self.stack.store.load_snapshot(job_id)
+        data = self.stack.store.blobs.load_snapshot(job_id)
         assert data is not None
         cap = self.stack.settings.jobs.snapshot_max_bytes
         return f"snapshot on {read_header(data, max_bytes=cap).base_sha}"
 
     def approval(self, job_id: str) -> str:
-        found = self.stack.store.approval(job_id)
+        found = self.stack.store.approvals.get(job_id)
         assert found is not None
         return found.state.value
 
     def history(self, job_id: str) -> str:
-        return ",".join(a.state.value for a in self.stack.store.approval_history(job_id))
+        return ",".join(a.state.value for a in self.stack.store.approvals.history(job_id))
 
     def events(self, job_id: str) -> str:
-        return f"{len(self.stack.store.read_events(job_id, count=10_000))} events"
+        return f"{len(self.stack.store.events.read(job_id, count=10_000))} events"
 
     def jobs(self, _: str) -> str:
-        return f"{len(self.stack.store.list(limit=100)[0])} jobs"
+        return f"{len(self.stack.store.listing.list(limit=100)[0])} jobs"
 
     def pending(self, _: str) -> str:
-        return ",".join(a.job_id for a in self.stack.store.pending_approvals())
+        return ",".join(a.job_id for a in self.stack.store.approvals.pending())
 
     def summaries(self, _: str) -> str:
-        waiting, shown = self.stack.store.pending_summaries(limit=100, migrate=0)
+        waiting, shown = self.stack.store.approvals.pending_summaries(limit=100, migrate=0)
         return f"{waiting} waiting: {','.join(summary.job_id for summary in shown)}"
 
     def decided(self, _: str) -> str:
@@ -292,10 +294,10 @@ class KeyReader:
         return ",".join(self.job(str(member)) for member in members)
 
     def leases(self, _: str) -> str:
-        return ",".join(self.stack.store.expired_leases())
+        return ",".join(self.stack.store.leases.expired())
 
     def deployment(self, _: str) -> str:
-        return self.stack.store.deployment()
+        return self.stack.store.gateway.deployment()
 
 
 # -- the assertions ---------------------------------------------------------------------
@@ -332,7 +334,7 @@ def test_each_approved_push_landed_once_at_the_approved_commit(crossing: Crossin
 def test_the_deciders_are_in_the_history(crossing: Crossing) -> None:
     store, jobs = crossing.stack.store, crossing.jobs
     decided = {
-        role: [(a.state, a.decided_by) for a in store.approval_history(jobs[role])]
+        role: [(a.state, a.decided_by) for a in store.approvals.history(jobs[role])]
         for role in ("publish", *AUTHORS)
     }
     assert decided == {
@@ -347,20 +349,20 @@ def test_the_deciders_are_in_the_history(crossing: Crossing) -> None:
 
 def test_the_refusal_reaches_the_model(crossing: Crossing) -> None:
     stack, job_id = crossing.stack, crossing.jobs["refused"]
-    done = stack.store.get(job_id)
+    done = stack.store.jobs.get(job_id)
     assert done.result is not None and REFUSAL in done.result.text
     assert stack.upstream_ref(f"riverbeam/{job_id}") is None
 
 
 def test_the_queued_job_ran_on_the_new_worker(crossing: Crossing) -> None:
-    done = crossing.stack.store.get(crossing.jobs["queued"])
+    done = crossing.stack.store.jobs.get(crossing.jobs["queued"])
     assert done.state is JobState.SUCCEEDED
     assert done.worker is not None and done.worker.startswith("new@")
 
 
 def test_the_cancel_the_old_release_wrote_stops_the_job(crossing: Crossing) -> None:
     stack, job_id = crossing.stack, crossing.jobs["cancelled"]
-    done = stack.store.get(job_id)
+    done = stack.store.jobs.get(job_id)
     assert done.state is JobState.CANCELLED
     assert done.worker is not None and done.worker.startswith("new@")
     assert stack.upstream_ref(f"riverbeam/{job_id}") is None
@@ -369,7 +371,7 @@ def test_the_cancel_the_old_release_wrote_stops_the_job(crossing: Crossing) -> N
 def test_event_streams_read_whole_across_the_releases(crossing: Crossing) -> None:
     store = crossing.stack.store
     for role, job_id in crossing.jobs.items():
-        ids = [event.id for event in store.read_events(job_id, count=10_000)]
+        ids = [event.id for event in store.events.read(job_id, count=10_000)]
         old = crossing.old_events[job_id]
         assert ids[: len(old)] == old, role
         assert len(ids) > len(old), f"{role}: the new release added no event"

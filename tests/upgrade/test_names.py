@@ -177,7 +177,7 @@ def test_redis_keys(redis_server: RedisServer) -> None:
     """What the store writes for a job that parks, is decided and streams events: the keys
     of docs/storage.md's table, under the default prefix."""
     store = JobStore.from_url(redis_server.url)
-    record = store.create(
+    record = store.jobs.create(
         JobSpec(kind=JobKind.AUTHOR, repo="docs", request="fix", requested_by="a")
     )
     job = record.id
@@ -187,11 +187,11 @@ def test_redis_keys(redis_server: RedisServer) -> None:
     def look() -> None:
         written.update(key.replace(job, "<id>") for key in client.scan_iter(match="riverbeam:*"))
 
-    store.claim(job, worker="w", lease_seconds=30)
+    store.jobs.claim(job, worker="w", lease_seconds=30)
     look()
-    store.append_event(job, ChunkFrame(text="hello"))
-    store.save_run_state(job, "{}")
-    store.save_snapshot(job, b"snapshot")
+    store.events.append(job, ChunkFrame(text="hello"))
+    store.blobs.save_run_state(job, "{}")
+    store.blobs.save_snapshot(job, b"snapshot")
     approval = Approval(
         id="ap1",
         job_id=job,
@@ -204,13 +204,13 @@ def test_redis_keys(redis_server: RedisServer) -> None:
         target_ref=f"riverbeam/{job}",
         diff_digest="d" * 64,
     )
-    store.open_approval(approval)
+    store.approvals.open(approval)
     look()
-    store.transition(
+    store.jobs.transition(
         job, JobState.AWAITING_APPROVAL, from_states={JobState.RUNNING}, approval_id="ap1"
     )
-    store.decide(job, approve=True, by="b", binding=approval.binding())
-    store.deployment()
+    store.approvals.decide(job, approve=True, by="b", binding=approval.binding())
+    store.gateway.deployment()
     look()
     # A new key may be added (the previous release never reads it); none may go or move.
     assert written >= STORED_KEYS, sorted(STORED_KEYS - written)

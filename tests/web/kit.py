@@ -52,10 +52,10 @@ class Web:
         return self.stack.wait_for(reply.json()["id"], JobState.AWAITING_APPROVAL, timeout=90)
 
     def job_count(self) -> int:
-        return len(self.stack.store.list(limit=1000)[0])
+        return len(self.stack.store.listing.list(limit=1000)[0])
 
     def jobs_of(self, who: str, kind: JobKind | None = None) -> list[JobRecord]:
-        return self.stack.store.list(requested_by=who, kind=kind, limit=1000)[0]
+        return self.stack.store.listing.list(requested_by=who, kind=kind, limit=1000)[0]
 
 
 @contextmanager

@@ -72,7 +72,7 @@ def test_a_reviewer_approves_the_parked_push_and_sees_it_land(
     web: Web, browser: Browser, tmp_path: Path
 ) -> None:
     job = web.park(REQUESTER)
-    approval = web.stack.store.approval(job.id)
+    approval = web.stack.store.approvals.get(job.id)
     assert approval is not None and approval.commit_sha is not None
     branch = f"riverbeam/{job.id}"
 
@@ -139,7 +139,7 @@ def test_a_writer_submits_a_request_and_follows_it_until_it_lands(
     expect(reviewer).to_have_url(re.compile(f"/jobs/{job_id}$"))
 
     done = web.stack.wait_for(job_id, JobState.SUCCEEDED, timeout=JOB_MS / 1000)
-    approval = web.stack.store.approval(job_id)
+    approval = web.stack.store.approvals.get(job_id)
     assert approval is not None and approval.commit_sha is not None
     branch = f"riverbeam/{job_id}"
     expect(writer.locator("#outcome")).to_contain_text(

@@ -156,7 +156,7 @@ def test_a_decision_without_the_right_csrf_token_decides_nothing(
             data["csrf"] = csrf
         reply = client.post(f"/approvals/{parked}", data=data)
     assert reply.status_code == 403 and _code(reply.text) == "BEM-704"
-    approval = web.stack.store.approval(parked)
+    approval = web.stack.store.approvals.get(parked)
     assert approval is not None and approval.state is ApprovalState.PENDING
 
 
@@ -168,7 +168,7 @@ def test_a_submitter_sees_the_queue_read_only_and_cannot_approve(web: Web, parke
         assert "can read this queue; a reviewer or admin decides" in queue
         reply = _decide(client, parked, "approve", _csrf(client))
     assert reply.status_code == 403 and _code(reply.text) == "BEM-702"
-    approval = web.stack.store.approval(parked)
+    approval = web.stack.store.approvals.get(parked)
     assert approval is not None and approval.state is ApprovalState.PENDING
 
 
@@ -180,7 +180,7 @@ def test_a_reviewer_cannot_approve_their_own_job(web: Web) -> None:
         assert "You requested this job, so another reviewer must decide." in card[:6000]
         reply = _decide(client, own, "approve", _csrf(client))
     assert reply.status_code == 403 and _code(reply.text) == "BEM-602"
-    approval = web.stack.store.approval(own)
+    approval = web.stack.store.approvals.get(own)
     assert approval is not None and approval.state is ApprovalState.PENDING
     # Another reviewer refuses it through the same form, and the job page says so.
     with sign_in(web, REVIEWER) as client:
@@ -208,11 +208,11 @@ def test_a_decision_form_left_open_while_the_job_parked_again_decides_nothing(we
         b.post(f"/approvals/{job.id}", data={**form, "decision": "refuse", "comment": "Not yet"})
         wait_until(
             lambda: (
-                web.stack.store.get(job.id).approval_id != stale["approval_id"]
-                and web.stack.store.get(job.id).state is JobState.AWAITING_APPROVAL
+                web.stack.store.jobs.get(job.id).approval_id != stale["approval_id"]
+                and web.stack.store.jobs.get(job.id).state is JobState.AWAITING_APPROVAL
             ),
             90,
-            lambda: str(web.stack.store.get(job.id)),
+            lambda: str(web.stack.store.jobs.get(job.id)),
         )
         for decision in ("approve", "refuse"):
             reply = a.post(f"/approvals/{job.id}", data={**stale, "decision": decision})
@@ -220,7 +220,7 @@ def test_a_decision_form_left_open_while_the_job_parked_again_decides_nothing(we
         garbled = {**stale, "approval_id": "<not an id>", "decision": "approve"}
         assert _code(a.post(f"/approvals/{job.id}", data=garbled).text) == "BEM-604"
         assert web.stack.upstream_ref(f"riverbeam/{job.id}") is None
-        waiting = web.stack.store.approval(job.id)
+        waiting = web.stack.store.approvals.get(job.id)
         assert waiting is not None and waiting.state is ApprovalState.PENDING
 
         fresh = decision_form(a.get(f"/jobs/{job.id}").text, job.id)
@@ -234,7 +234,7 @@ def test_a_decision_made_at_the_cli_shows_the_claimed_name_and_the_os_account(we
     """The CLI takes the reviewer's name on trust and records the OS account beside it; the
     job page, the job's log and the API's documents show both."""
     job = web.park(REQUESTER)
-    current = web.stack.store.approval(job.id)
+    current = web.stack.store.approvals.get(job.id)
     assert current is not None
     web.stack.service.decide(
         Principal.operator("claimed-reviewer"),
@@ -322,11 +322,11 @@ def test_a_double_submit_makes_one_job(web: Web) -> None:
 def hostile(web: Web) -> str:
     """A job whose request and pending diff are hostile HTML. It is stored, never queued."""
     store = web.stack.store
-    record = store.create(
+    record = store.jobs.create(
         JobSpec(kind=JobKind.AUTHOR, repo=REPO, request=HOSTILE, requested_by=REQUESTER)
     )
     diff = f"diff --git a/x.md b/x.md\n--- a/x.md\n+++ b/x.md\n@@ -1 +1 @@\n-old\n+{HOSTILE}\n"
-    store.open_approval(
+    store.approvals.open(
         Approval(
             id=f"{record.id}-approval",
             job_id=record.id,
@@ -450,7 +450,7 @@ def test_the_live_feed_is_the_event_stream_behind_the_session_cookie(web: Web) -
 
 def test_a_post_given_up_for_a_job_is_shown_on_its_page_as_text(web: Web, parked: str) -> None:
     error = ErrorInfo(code="BEM-823", message="gh: <b>docs</b>#1: Not Found; given up")
-    web.stack.store.record_given_up_post(parked, error)
+    web.stack.store.jobs.record_given_up_post(parked, error)
     with sign_in(web, REVIEWER) as client:
         page = client.get(f"/jobs/{parked}").text
     assert "Posts given up" in page and "<code>BEM-823</code>" in page

@@ -60,10 +60,10 @@ REPORT = LinkReport(
 def store_prose_change(web: Web) -> str:
     """A job parked on a prose change: stored, never queued. Its id."""
     store = web.stack.store
-    record = store.create(
+    record = store.jobs.create(
         JobSpec(kind=JobKind.AUTHOR, repo=REPO, request="Fix typos", requested_by=REQUESTER)
     )
-    store.open_approval(
+    store.approvals.open(
         Approval(
             id=f"{record.id}-approval",
             job_id=record.id,
@@ -170,7 +170,7 @@ def test_an_approval_from_the_previous_release_loads_and_says_links_were_not_che
     web: Web,
 ) -> None:
     store = web.stack.store
-    record = store.create(
+    record = store.jobs.create(
         JobSpec(kind=JobKind.AUTHOR, repo=REPO, request="Old", requested_by=REQUESTER)
     )
     approval = Approval(
@@ -183,12 +183,12 @@ def test_an_approval_from_the_previous_release_loads_and_says_links_were_not_che
         arguments={},
         diff=DIFF,
     )
-    store.open_approval(approval)
+    store.approvals.open(approval)
     # The document as the previous release stored it: no "links" field at all.
     document = approval.model_dump(mode="json")
     del document["links"]
-    store.client.set(store.keys.approval(record.id), json.dumps(document))
-    loaded = store.approval(record.id)
+    store.gateway.client.set(store.gateway.keys.approval(record.id), json.dumps(document))
+    loaded = store.approvals.get(record.id)
     assert loaded is not None and loaded.links is None
     with sign_in(web, REVIEWER) as client:
         page = client.get(f"/jobs/{record.id}").text

@@ -189,7 +189,7 @@ class ForgeEventHandler:
     def _decide(self, action: DecideApproval) -> str:
         waiting = [
             approval
-            for approval in self.service.store.pending_approvals(repo=action.repo)
+            for approval in self.service.store.approvals.pending(repo=action.repo)
             if approval.id == action.approval_id
         ]
         if not waiting:

@@ -75,7 +75,7 @@ class WebhookReport(BaseModel):
 class PublishDocsetTool:
     """The ``publish_docset`` host tool of one publish job.
 
-    ``lookup`` finds a job by id (``JobStore.get``); ``workspaces`` locate the repository's
+    ``lookup`` finds a job by id (``store.jobs.get``); ``workspaces`` locate the repository's
     mirror; ``callbacks`` carry the upstream credentials. After a successful call,
     ``outcome`` and ``webhook`` say what happened.
     """

@@ -37,11 +37,11 @@ class Ending:
         changes: dict[str, Any] = {"error": error, **branch_change(self.branch)}
         if result is not None:
             changes["result"] = result
-        ended = self.store.transition(
+        ended = self.store.jobs.transition(
             self.job_id, to, from_states=(JobState.RUNNING,), owner=self.worker, **changes
         )
         if ended is not None:
-            self.store.drop_parked(self.job_id)
+            self.store.blobs.drop_parked(self.job_id)
         return ended
 
 

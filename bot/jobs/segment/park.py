@@ -2,7 +2,7 @@
 
 The push is staged on the host first (a resume may claim the job the moment it is parked),
 the tree captured, then ONE store transaction writes the run state, the snapshot, the
-approval, its announcement and the move to ``awaiting_approval`` (``JobStore.park``), or
+approval, its announcement and the move to ``awaiting_approval`` (``store.jobs.park``), or
 none of them. A cancel asked while it parked lands at once: nobody holds the job now."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def park(
         snapshot = capture(workspace, max_bytes=settings.jobs.snapshot_max_bytes)
     # The announcement is delivered by another task, off this segment.
     announce = repo is not None and repo.approval_webhook is not None
-    parked = store.park(
+    parked = store.jobs.park(
         approval,
         owner=worker,
         run_state=state.model_dump_json(),
@@ -59,5 +59,5 @@ def park(
         **branch_change(tree.own_branch),
     )
     if parked is not None and parked.cancel_requested:
-        return store.request_cancel(job_id)
+        return store.jobs.request_cancel(job_id)
     return parked

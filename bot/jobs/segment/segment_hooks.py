@@ -36,10 +36,10 @@ def segment_hooks(
             if sum(map(len, answer)) < CHUNK_EVENT_CHARS:
                 return
         if answer:
-            store.append_event(job_id, ChunkFrame(text="".join(answer)))
+            store.events.append(job_id, ChunkFrame(text="".join(answer)))
             answer.clear()
         if not isinstance(frame, ChunkFrame):
-            store.append_event(job_id, frame)
+            store.events.append(job_id, frame)
         # A refused call (cancelled or taken over) ends the run at its tool frame; so
         # does a call that found the container's start failed.
         if not isinstance(frame, DoneFrame):

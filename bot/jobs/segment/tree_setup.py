@@ -57,7 +57,7 @@ def open_tree(
     """The job's tree and its container. An approved resume's tree must still hold the
     approved commit (``check_still_bound``). Whatever fails here leaves nothing behind: a
     spare taken and not used is discarded, a container stopped, a workspace released."""
-    settings, deployment = site.settings, site.store.deployment()
+    settings, deployment = site.settings, site.store.gateway.deployment()
     spare = None
     if site.spares is not None and approval is None:
         # Timed on its own: one still starting is waited for.

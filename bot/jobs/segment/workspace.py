@@ -51,7 +51,7 @@ def segment_workspace(
         local = _local_workspace(record.id, settings)
         if local is not None and holds(local, approval):
             return local
-        snapshot = store.load_snapshot(record.id)
+        snapshot = store.blobs.load_snapshot(record.id)
         if snapshot is None:
             raise BeamError(
                 "BEM-502",

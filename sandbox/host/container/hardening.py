@@ -81,7 +81,7 @@ class SandboxJob:
     # The commit git_diff and git_log start from, and its name; the tool server checks both.
     compare_to: str | None = None
     compare_label: str | None = None
-    # The starting deployment's identity (``JobStore.deployment``); None: unlabelled.
+    # The starting deployment's identity (``RedisGateway.deployment``); None: unlabelled.
     deployment: str | None = None
 
     def __post_init__(self) -> None:

@@ -125,7 +125,7 @@ def store(tmp_path: Path) -> Iterator[JobStore]:
     with redis_server(tmp_path) as url:
         jobs = JobStore.from_url(url, prefix="rbtest-replies")
         yield jobs
-        jobs.client.close()
+        jobs.gateway.client.close()
 
 
 @pytest.fixture

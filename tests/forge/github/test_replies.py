@@ -44,13 +44,13 @@ def _handle(settings: Settings, store: JobStore, body: str, delivery: str) -> An
         settings, store, TaskQueues(Celery(set_as_current=False)), TokenRegistry(())
     )
     lookup = FakeLookup(permissions={"Codertocat": ForgePermission.READ})
-    handler = ForgeEventHandler(settings, service, Deliveries(store), lambda _n, _c: lookup)
+    handler = ForgeEventHandler(settings, service, Deliveries(store.gateway), lambda _n, _c: lookup)
     return handler.handle(FORGE_EVENT.dump_python(event, mode="json"))
 
 
 def _make_due(store: JobStore) -> None:
-    for entry_id in store.client.zrange(store.keys.outbox_due, 0, -1):
-        store.client.zadd(store.keys.outbox_due, {entry_id: 0})
+    for entry_id in store.gateway.client.zrange(store.gateway.keys.outbox_due, 0, -1):
+        store.gateway.client.zadd(store.gateway.keys.outbox_due, {entry_id: 0})
 
 
 def test_a_commenter_below_the_minimum_gets_one_reply_posted_once(
@@ -133,7 +133,7 @@ def _forge_job(store: JobStore) -> JobRecord:
         requested_by="gh:Codertocat",
         metadata={"forge": origin},
     )
-    return store.create(spec)
+    return store.jobs.create(spec)
 
 
 def _approved(record: JobRecord) -> Approval:
@@ -172,7 +172,7 @@ def test_a_landed_push_opens_its_pull_request_once_and_updates_it_after(
 
 
 def test_a_push_of_a_job_from_elsewhere_opens_nothing(settings: Settings, store: JobStore) -> None:
-    record = store.create(JobSpec(kind=JobKind.AUTHOR, repo="docs", request="Fix it"))
+    record = store.jobs.create(JobSpec(kind=JobKind.AUTHOR, repo="docs", request="Fix it"))
     assert landed_pull_request(settings, record, _approved(record), "d" * 40) is None
 
 
@@ -180,19 +180,19 @@ def test_the_pull_request_is_queued_with_the_landed_push_and_only_then(
     settings: Settings, store: JobStore
 ) -> None:
     record = _forge_job(store)
-    claimed = store.claim(record.id, worker="w1", lease_seconds=60)
+    claimed = store.jobs.claim(record.id, worker="w1", lease_seconds=60)
     assert claimed is not None
     entry = landed_pull_request(settings, record, _approved(record), "d" * 40)
     assert entry is not None
     failed = ErrorInfo(code="BEM-340", message="rejected")
     # The job's status comment is one entry, however often the job moves.
     assert store.outbox.due() == 1
-    store.begin_push(record.id, worker="w1", sha="d" * 40, ref=f"riverbeam/{record.id}")
-    store.end_push(record.id, worker="w1", error=failed, deliveries=[entry])
+    store.jobs.begin_push(record.id, worker="w1", sha="d" * 40, ref=f"riverbeam/{record.id}")
+    store.jobs.end_push(record.id, worker="w1", error=failed, deliveries=[entry])
     assert store.outbox.due() == 1, "a failed push queues no pull request"
-    store.begin_push(record.id, worker="w1", sha="d" * 40, ref=f"riverbeam/{record.id}")
-    store.end_push(record.id, worker="w1", deliveries=[entry])
-    assert store.outbox.due() == 2 and store.get(record.id).pushes[-1].state.value == "landed"
+    store.jobs.begin_push(record.id, worker="w1", sha="d" * 40, ref=f"riverbeam/{record.id}")
+    store.jobs.end_push(record.id, worker="w1", deliveries=[entry])
+    assert store.outbox.due() == 2 and store.jobs.get(record.id).pushes[-1].state.value == "landed"
 
 
 def test_posts_link_the_job_page_under_the_configured_address_and_only_there(

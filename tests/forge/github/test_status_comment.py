@@ -46,7 +46,7 @@ def _job(store: JobStore, kind: JobKind = JobKind.AUTHOR, **origin: Any) -> JobR
         metadata={"forge": forge},
         branch=None if kind is JobKind.AUTHOR else "docs-fix",
     )
-    return store.create(spec)
+    return store.jobs.create(spec)
 
 
 def _pending(record: JobRecord, diff_stat: str = " docs/install.md | 2 +-\n") -> Approval:
@@ -58,8 +58,8 @@ def _delivered(store: JobStore, settings: Settings) -> list[str]:
 
 
 def _park(store: JobStore, record: JobRecord, approval: Approval) -> None:
-    assert store.claim(record.id, worker="w1", lease_seconds=60) is not None
-    assert store.park(approval, owner="w1", run_state="{}", snapshot=None) is not None
+    assert store.jobs.claim(record.id, worker="w1", lease_seconds=60) is not None
+    assert store.jobs.park(approval, owner="w1", run_state="{}", snapshot=None) is not None
 
 
 def test_one_comment_follows_the_job_from_queued_to_landed(
@@ -80,13 +80,13 @@ def test_one_comment_follows_the_job_from_queued_to_landed(
     assert f"/riverbeam approve {APPROVAL_ID}" in parked
     assert "{+installer+}" in parked and "[-installr-]" in parked, "the word-diff excerpt"
     binding = DecisionBinding(approval_id=APPROVAL_ID, commit_sha="d" * 40, diff_digest="")
-    store.decide(record.id, approve=True, by="gh:ada", binding=binding)
+    store.approvals.decide(record.id, approve=True, by="gh:ada", binding=binding)
     assert "Approved by gh:ada" in step()
-    assert store.claim_resume(record.id, worker="w2", lease_seconds=60) is not None
-    store.begin_push(record.id, worker="w2", sha="e" * 40, ref=f"riverbeam/{record.id}")
+    assert store.jobs.claim_resume(record.id, worker="w2", lease_seconds=60) is not None
+    store.jobs.begin_push(record.id, worker="w2", sha="e" * 40, ref=f"riverbeam/{record.id}")
     assert "**pushing**" in step()
-    store.end_push(record.id, worker="w2")
-    store.transition(record.id, JobState.SUCCEEDED, from_states=[JobState.RUNNING])
+    store.jobs.end_push(record.id, worker="w2")
+    store.jobs.transition(record.id, JobState.SUCCEEDED, from_states=[JobState.RUNNING])
     done = step()
     assert "**done**" in done and f"Landed commit `eeeeeeeeeeee` on `riverbeam/{record.id}`" in done
     # Every move edited the one comment: created once, then PATCHed.
@@ -102,7 +102,7 @@ def test_a_move_while_its_comment_is_being_posted_is_posted_after(
     [entry] = store.outbox.claim(lease_seconds=60)
     # The job moves while a worker holds the entry: the move keeps the lease and the newer
     # revision, and the delivery of the older one leaves it due.
-    assert store.claim(record.id, worker="w1", lease_seconds=60) is not None
+    assert store.jobs.claim(record.id, worker="w1", lease_seconds=60) is not None
     store.outbox.delivered(entry)
     assert store.outbox.due() == 1 and store.outbox.next_due_in() == 0
     assert _delivered(store, settings) == ["forge_status:delivered"]
@@ -116,7 +116,7 @@ def test_a_deleted_status_comment_is_posted_again(
     record = _job(store)
     _delivered(store, settings)
     thread.comments.clear()
-    store.claim(record.id, worker="w1", lease_seconds=60)
+    store.jobs.claim(record.id, worker="w1", lease_seconds=60)
     assert _delivered(store, settings) == ["forge_status:delivered"]
     [comment] = thread.comments.values()
     assert "**running**" in comment.body
@@ -132,7 +132,7 @@ def test_a_failed_job_shows_its_code_and_hostile_text_stays_inert(
     # Every fence is Riverbeam's: the hostile path holds no backtick any more.
     assert comment.body.count("```") == 4 and "@everyone" not in comment.body
     error = ErrorInfo(code="BEM-340", message="the upstream refused `main` @admins")
-    store.transition(
+    store.jobs.transition(
         record.id, JobState.FAILED, from_states=[JobState.AWAITING_APPROVAL], error=error
     )
     _delivered(store, settings)
@@ -174,8 +174,8 @@ def test_a_review_job_posts_its_review_once_and_its_verdict_as_a_status(
     assert [(s["state"], s["context"]) for s in thread.statuses] == [
         ("pending", "riverbeam/review")
     ]
-    store.claim(record.id, worker="w1", lease_seconds=60)
-    store.transition(
+    store.jobs.claim(record.id, worker="w1", lease_seconds=60)
+    store.jobs.transition(
         record.id,
         JobState.SUCCEEDED,
         from_states=[JobState.RUNNING],
@@ -202,9 +202,9 @@ def test_a_review_that_ended_without_a_verdict_never_passes(
     settings: Settings, store: JobStore, thread: Repository, github: FakeGitHub
 ) -> None:
     record = _review_job(store, thread, github)
-    store.claim(record.id, worker="w1", lease_seconds=60)
+    store.jobs.claim(record.id, worker="w1", lease_seconds=60)
     error = ErrorInfo(code="BEM-521", message="no verdict")
-    store.transition(record.id, JobState.FAILED, from_states=[JobState.RUNNING], error=error)
+    store.jobs.transition(record.id, JobState.FAILED, from_states=[JobState.RUNNING], error=error)
     _delivered(store, settings)
     assert thread.reviews == []
     assert (
@@ -219,9 +219,9 @@ def test_commit_notes_jobs_of_one_pull_request_keep_one_comment(
     pull = github.add_pull(thread, head="docs-fix", files=["docs/install.md"])
     for subject in ("Fix the installer's name", "Fix the installer's name and path"):
         record = _job(store, JobKind.COMMIT_NOTES, number=pull.number, thread="pull_request")
-        store.claim(record.id, worker="w1", lease_seconds=60)
+        store.jobs.claim(record.id, worker="w1", lease_seconds=60)
         outcome = CommitNotesOutcome(range="main..docs-fix", subject=subject)
-        store.transition(
+        store.jobs.transition(
             record.id,
             JobState.SUCCEEDED,
             from_states=[JobState.RUNNING],
@@ -237,7 +237,7 @@ def test_a_push_that_addressed_a_review_moves_the_pull_request_and_says_so(
 ) -> None:
     pull = github.add_pull(thread, head="riverbeam/3f9c2a71b0de", files=["docs/install.md"])
     record = _job(store, number=pull.number, thread="pull_request")
-    record = store.create(record.spec.model_copy(update={"branch": pull.head}))
+    record = store.jobs.create(record.spec.model_copy(update={"branch": pull.head}))
     approved = push_approval(record.id, "gh:Codertocat", target_ref=pull.head, decided_by="gh:ada")
     entry = landed_pull_request(settings, record, approved, "e" * 40)
     assert entry is not None and entry.channel == "forge_comment"
@@ -258,7 +258,7 @@ def test_a_status_the_forge_refuses_is_given_up_and_shown_on_the_job(
     github.add_repository(GITHUB_REPO)  # no issue 1 there: 404
     record = _job(store)
     assert _delivered(store, settings) == ["forge_status:given_up"]
-    [error] = store.get(record.id).posts_given_up
+    [error] = store.jobs.get(record.id).posts_given_up
     assert error.code == "BEM-823" and "given up" in error.message
     # The job itself goes on: the post's failure is not the job's.
-    assert store.get(record.id).state is JobState.QUEUED
+    assert store.jobs.get(record.id).state is JobState.QUEUED

@@ -50,7 +50,7 @@ def store(tmp_path: Path) -> Iterator[JobStore]:
     with redis_server(tmp_path) as url:
         jobs = JobStore.from_url(url, prefix="rbtest-gitlab-outbox")
         yield jobs
-        jobs.client.close()
+        jobs.gateway.client.close()
 
 
 def _spec(thread: str) -> JobSpec:
@@ -74,12 +74,12 @@ def test_the_status_comment_is_one_note_on_the_merge_request_it_came_from(
     project = gitlab.add_project(PROJECT)
     gitlab.add_issue(project, "Issue one")
     gitlab.add_merge(project, source_branch="docs")
-    record = store.create(_spec("pull_request"))
+    record = store.jobs.create(_spec("pull_request"))
     [attempt] = deliver_due(store, settings)
     assert attempt.outcome == "delivered", attempt.error
     pending = _approval(record.id).model_copy(update={"state": ApprovalState.PENDING})
-    assert store.claim(record.id, worker="w1", lease_seconds=60) is not None
-    assert store.park(pending, owner="w1", run_state="{}", snapshot=None) is not None
+    assert store.jobs.claim(record.id, worker="w1", lease_seconds=60) is not None
+    assert store.jobs.park(pending, owner="w1", run_state="{}", snapshot=None) is not None
     [attempt] = deliver_due(store, settings)
     assert attempt.outcome == "delivered", attempt.error
     [note] = project.notes.values()
@@ -101,8 +101,8 @@ def test_a_review_job_s_findings_become_diff_notes_on_the_lines_the_diff_shows(
         requested_by="gl:ada",
         metadata={"forge": {**origin, "head_sha": merge.sha}},
     )
-    record = store.create(spec)
-    store.claim(record.id, worker="w1", lease_seconds=60)
+    record = store.jobs.create(spec)
+    store.jobs.claim(record.id, worker="w1", lease_seconds=60)
     findings = [
         Finding(path="docs/install.md", line=5, note="Typo"),
         Finding(path="docs/install.md", line=90, note="Not in the diff"),
@@ -110,7 +110,7 @@ def test_a_review_job_s_findings_become_diff_notes_on_the_lines_the_diff_shows(
     outcome = ReviewOutcome(
         branch="docs", commit_sha=merge.sha, verdict="approve_with_suggestions", findings=findings
     )
-    store.transition(
+    store.jobs.transition(
         record.id,
         JobState.SUCCEEDED,
         from_states=[JobState.RUNNING],
@@ -129,7 +129,7 @@ def test_a_landed_push_opens_one_merge_request_and_updates_it(
 ) -> None:
     project = gitlab.add_project(PROJECT)
     gitlab.add_issue(project, "Issue one")
-    record = store.create(_spec("issue"))
+    record = store.jobs.create(_spec("issue"))
     [status] = deliver_due(store, settings)
     assert status.entry.channel == "forge_status"
     for _ in range(2):

@@ -51,9 +51,9 @@ from celery.exceptions import SoftTimeLimitExceeded
 from bot.agents.memory import MemoryStore
 from bot.agents.redis_memory import RedisMemoryStore
 from bot.clients.base import CompletionClient
-from bot.config import RepositoryConfig, SandboxLimits, Settings
+from bot.config import SandboxLimits, Settings
 from bot.core.errors import BeamError
-from bot.core.frames import ErrorInfo, Frame, ResultStatus
+from bot.core.frames import Frame, ResultStatus
 from bot.core.input import AgentContext, AgentInput
 from bot.jobs.forge_posts import landed_pull_request
 from bot.jobs.host_tools.publish import PublishDocsetTool
@@ -68,12 +68,14 @@ from bot.jobs.parking import (
     approved_commit,
     check_publish_still_bound,
 )
-from bot.jobs.plans import Baseline, Tree, TreePlan
+from bot.jobs.plans import TreePlan
 from bot.jobs.relayed_push import PushGuard, Relay, RelayedPush, recorded_pushes
 from bot.jobs.segment.finish import Ending, final_state, finish
+from bot.jobs.segment.ground import Ground, SegmentStart
+from bot.jobs.segment.held import HeldResources
 from bot.jobs.segment.park import ParkedTree, park
 from bot.jobs.segment.segment_hooks import segment_hooks
-from bot.jobs.segment.tree_setup import TreeSite, open_tree
+from bot.jobs.segment.tree_setup import OpenedTree, TreeSite, open_tree
 from bot.jobs.spares import SparePool
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolbox import Toolbox, servers_for
@@ -88,14 +90,12 @@ from bot.store.models import (
     JobState,
 )
 from bot.store.store import JobStore
-from sandbox.host.container.deferred import DeferredSandbox
 from sandbox.host.image.build import check_image
 from sandbox.host.relay import RelayResult, relay_push
-from sandbox.host.upstream.credentials import UpstreamCallbacks, upstream_callbacks
+from sandbox.host.upstream.credentials import upstream_callbacks
 from sandbox.host.upstream.mirror import sync_mirror
 from sandbox.host.workspace.prepare import (
     Workspace,
-    release_workspace,
 )
 from sandbox.inside.jail import SandboxRoot
 from skills.loader import skill_by_name
@@ -126,28 +126,6 @@ class ImageCheck:
             ref = check_image(client, settings).ref
             self._refs[settings.sandbox] = ref
         return ref
-
-
-@dataclass
-class _Segment:
-    """What one segment holds while it runs; the executor's cleanup reads it."""
-
-    record: JobRecord
-    kind: Kind
-    timings: SegmentTimings
-    repo: RepositoryConfig | None = None
-    # Built once when the segment starts (reading the repository's secret, BEM-343), then
-    # shared by the mirror sync, the workspace and the push relay.
-    callbacks: UpstreamCallbacks | None = None
-    plan: TreePlan | None = None
-    workspace: Workspace | None = None
-    compare: Baseline | None = None
-    base_sha: str = ""
-    sandbox: DeferredSandbox | None = None
-    approval: Approval | None = None
-    publish: PublishTarget | None = None
-    toolbox: Toolbox | None = None
-    parked: bool = False
 
 
 @dataclass(frozen=True)
@@ -184,7 +162,7 @@ class Executor:
         """Run the next segment of ``record``, which this worker has just claimed: the first
         one, or a resume when the job has an approval. Returns the job as the segment left
         it, or None when the job was no longer this worker's to change."""
-        segment = _Segment(record, kind_of(record.spec), SegmentTimings(record.id))
+        held = HeldResources(record.id, kind_of(record.spec), SegmentTimings(record.id))
         lease = LeaseKeeper(
             self._store,
             record.id,
@@ -194,29 +172,29 @@ class Executor:
         with lease:
             stop = StopCheck(self._store, record.id, lease)
             try:
-                return self._run(segment, stop)
+                return self._run(record, held, stop)
             except SoftTimeLimitExceeded:
-                _stop_container(segment)
+                held.stop_container()
                 limit = self._settings.jobs.soft_time_limit_seconds
                 error = BeamError(
                     "BEM-505", f"the job segment ran past {limit} s (jobs.soft_time_limit_seconds)"
                 )
-                return self._end(segment, JobState.FAILED, error=error)
+                return self._ending(record, held).end(JobState.FAILED, error=error)
             except BeamError as error:
-                _stop_container(segment)
-                return self._end(segment, final_state(error.code), error=error)
+                held.stop_container()
+                return self._ending(record, held).end(final_state(error.code), error=error)
             except Exception as error:
-                _stop_container(segment)
+                held.stop_container()
                 log.exception("job %s failed unexpectedly", record.id)
                 unexpected = BeamError(
                     "BEM-509",
                     f"the worker failed while running the job ({type(error).__name__}: "
                     f"{error}); see the worker's log",
                 )
-                return self._end(segment, JobState.FAILED, error=unexpected)
+                return self._ending(record, held).end(JobState.FAILED, error=unexpected)
             finally:
-                self._clean_up(segment)
-                segment.timings.log(self._store_state(record.id))
+                held.give_back(self._settings.workspaces)
+                held.timings.log(self._store_state(record.id))
 
     # -- the segment --------------------------------------------------------------------
 
@@ -227,40 +205,44 @@ class Executor:
         except BeamError:
             return "unknown"
 
-    def _run(self, segment: _Segment, stop: StopCheck) -> JobRecord | None:
-        settings, record, timings = self._settings, segment.record, segment.timings
+    def _run(self, record: JobRecord, held: HeldResources, stop: StopCheck) -> JobRecord | None:
+        settings, timings = self._settings, held.timings
         with timings.phase("image"):
             image = self._images.current(self._docker, settings)
         with timings.phase("model"):
             client = model_client_for(settings, record)
-        segment.repo = settings.repository(record.spec.repo)
+        start = self._start(record, held.kind)
         # The skill's MCP tools resolve before anything starts (BEM-725).
         wanted = servers_for(settings.mcp, skill_by_name(record.spec.kind.skill))
-        segment.toolbox = Toolbox(settings.mcp, wanted)
-        if record.approval_id is not None:
-            segment.approval = self._decided_approval(record)
-        segment.plan = segment.kind.plan(record.spec, segment.repo)
-        # Every kind reaches the upstream: a tree's workspace and relay, or a publish's mirror.
-        segment.callbacks = upstream_callbacks(record.spec.repo, segment.repo, settings.workspaces)
-        if segment.plan is not None:
-            self._open_tree(segment, segment.plan, segment.repo, segment.callbacks, image)
-        if segment.kind.publishes:
-            segment.publish = self._publish_target(segment, segment.repo, segment.callbacks)
+        held.toolbox = toolbox = Toolbox(settings.mcp, wanted)
+        opened = None
+        if start.plan is not None:
+            opened = self._open_tree(start, start.plan, image, timings)
+            held.hold_tree(opened)
+        publish = self._publish_target(start) if start.kind.publishes else None
+        ground = Ground(start, toolbox, opened, publish)
         with timings.phase("agent"):
-            driven = asyncio.run(self._drive(segment, client, stop))
+            driven = asyncio.run(self._drive(ground, client, stop))
         # Gone before the job moves: a parked or finished job never has a container.
-        sandbox = segment.sandbox
         with timings.phase("stop"):
-            _stop_container(segment)
+            sandbox = held.stop_container()
         if sandbox is not None:
             # A start that failed fails the segment as it did when it ran in line, whatever
             # the run made of it meanwhile (it stopped at its next frame or model call).
             sandbox.raise_if_failed()
         if driven.approval is not None:
             with timings.phase("park"):
-                return self._park(segment, driven.state, driven.approval)
+                return self._park(ground, held, driven.state, driven.approval)
         with timings.phase("finish"):
-            return self._finish(segment, driven)
+            return self._finish(ground, held, driven)
+
+    def _start(self, record: JobRecord, kind: Kind) -> SegmentStart:
+        repo = self._settings.repository(record.spec.repo)
+        approval = self._decided_approval(record) if record.approval_id is not None else None
+        plan = kind.plan(record.spec, repo)
+        # Every kind reaches the upstream: a tree's workspace and relay, or a publish's mirror.
+        callbacks = upstream_callbacks(record.spec.repo, repo, self._settings.workspaces)
+        return SegmentStart(record, kind, repo, callbacks, plan, approval)
 
     def _decided_approval(self, record: JobRecord) -> Approval:
         """The decision this resume applies; the claim already marked it applied."""
@@ -272,31 +254,22 @@ class Executor:
         return current
 
     def _open_tree(
-        self,
-        segment: _Segment,
-        plan: TreePlan,
-        repo: RepositoryConfig,
-        callbacks: UpstreamCallbacks,
-        image: str,
-    ) -> None:
-        opened = open_tree(
+        self, start: SegmentStart, plan: TreePlan, image: str, timings: SegmentTimings
+    ) -> OpenedTree:
+        return open_tree(
             TreeSite(self._store, self._settings, self._docker, self._spares, image),
-            segment.record,
+            start.record,
             plan,
-            repo,
-            callbacks,
-            segment.approval,
-            segment.timings,
+            start.repo,
+            start.callbacks,
+            start.approval,
+            timings,
         )
-        segment.workspace, segment.compare = opened.workspace, opened.compare
-        segment.base_sha, segment.sandbox = opened.base_sha, opened.sandbox
 
-    def _publish_target(
-        self, segment: _Segment, repo: RepositoryConfig, callbacks: UpstreamCallbacks
-    ) -> PublishTarget:
+    def _publish_target(self, start: SegmentStart) -> PublishTarget:
         """The publish tool, checked before the model runs: a review that does not approve
         (BEM-360) or a publish ref that cannot be moved (BEM-361) fails the job at once."""
-        record, settings = segment.record, self._settings
+        record, settings, callbacks = start.record, self._settings, start.callbacks
         tool = PublishDocsetTool.for_job(
             record,
             settings,
@@ -305,35 +278,34 @@ class Executor:
             guard=self._guard(record),
         )
         plan = tool.plan()
-        approval = segment.approval
+        approval = start.approval
         if approval is not None and approval.state is ApprovalState.APPROVED:
             check_publish_still_bound(approval, plan)
-        mirror = sync_mirror(record.spec.repo, repo, settings.workspaces, callbacks)
+        mirror = sync_mirror(record.spec.repo, start.repo, settings.workspaces, callbacks)
         return PublishTarget(
             tool=tool, plan=plan, mirror=mirror, diff_max_chars=settings.jobs.diff_max_chars
         )
 
-    async def _drive(self, segment: _Segment, client: CompletionClient, stop: StopCheck) -> Driven:
+    async def _drive(self, ground: Ground, client: CompletionClient, stop: StopCheck) -> Driven:
         """Run the agent until it ends or parks on a call a person must decide, with the
         segment's MCP servers started for it and stopped after, whatever happens."""
-        assert segment.toolbox is not None  # made when the segment started
         try:
-            async with segment.toolbox:
-                return await self._drive_agent(segment, client, stop)
+            async with ground.toolbox:
+                return await self._drive_agent(ground, client, stop)
         except RunAborted as abort:
             raise abort.error from None
 
     async def _drive_agent(
-        self, segment: _Segment, client: CompletionClient, stop: StopCheck
+        self, ground: Ground, client: CompletionClient, stop: StopCheck
     ) -> Driven:
-        record = segment.record
+        record = ground.start.record
         # The store's own client: no connection of the segment's own to open and close.
         memory = RedisMemoryStore(self._store.gateway.client, key=self._store.gateway.keys.memory)
-        tools = self._tools(segment, memory)
-        agent = await self._agent(segment, client, memory, stop, tools)
+        tools = self._tools(ground, memory)
+        agent = await self._agent(ground, client, memory, stop, tools)
         # A resume of an approved push arms the job's relayed git_push here, with the commit
         # the person approved, right before the decision reaches the agent.
-        frames, state = self._first_frames(segment, agent, tools.push)
+        frames, state = self._first_frames(ground.start, agent, tools.push)
         while True:
             async with aclosing(frames) as running:
                 async for _ in running:
@@ -341,20 +313,20 @@ class Executor:
             pending = state.pending
             if state.status is not ResultStatus.INTERRUPTED or pending is None:
                 return Driven(state, None, tools)
-            verdict = approval_for(record, pending, self._push_target(segment))
+            verdict = approval_for(record, pending, self._push_target(ground))
             if isinstance(verdict, Approval):
                 return Driven(state, verdict, tools)
             frames = agent.resume(state, verdict)
 
     def _first_frames(
-        self, segment: _Segment, agent: ToolLoopAgent, push: RelayedPush | None
+        self, start: SegmentStart, agent: ToolLoopAgent, push: RelayedPush | None
     ) -> tuple[AsyncGenerator[Frame, None], RunState]:
-        approval = segment.approval
+        approval = start.approval
         if approval is None:
-            text = request_text(segment.record.spec, segment.plan)
+            text = request_text(start.record.spec, start.plan)
             state = agent.start(AgentInput.of_text(text), AgentContext())
             return agent.run(state), state
-        state = RunState.load(self._store.blobs.load_run_state(segment.record.id))
+        state = RunState.load(self._store.blobs.load_run_state(start.record.id))
         approved = approval.state is ApprovalState.APPROVED
         commit = approved_commit(approval)
         if approved and push is not None and commit is not None:
@@ -367,69 +339,60 @@ class Executor:
         )
         return agent.resume(state, decision), state
 
-    def _tools(self, segment: _Segment, memory: MemoryStore) -> JobTools:
-        record, repo, callbacks = segment.record, segment.repo, segment.callbacks
-        assert repo is not None and callbacks is not None  # set before the tree is opened
-        spec, workspace = record.spec, segment.workspace
+    def _tools(self, ground: Ground, memory: MemoryStore) -> JobTools:
+        start, opened = ground.start, ground.opened
         tree = (
-            SandboxRoot(workspace.tree, max_read_bytes=self._settings.sandbox.max_read_bytes)
-            if workspace is not None
+            SandboxRoot(opened.workspace.tree, max_read_bytes=self._settings.sandbox.max_read_bytes)
+            if opened is not None
             else None
         )
-        publish = segment.publish.tool if segment.publish is not None else None
+        publish = ground.publish.tool if ground.publish is not None else None
         return job_tools(
-            segment.kind,
-            ToolKit(memory=memory, scope=spec.repo, tree=tree, publish=publish),
-            sandbox=segment.sandbox,
-            relay=(
-                self._relay(segment, workspace, repo, callbacks) if workspace is not None else None
-            ),
-            outbox=workspace.outbox if workspace is not None else None,
-            mcp=segment.toolbox.tools if segment.toolbox is not None else (),
+            start.kind,
+            ToolKit(memory=memory, scope=start.record.spec.repo, tree=tree, publish=publish),
+            sandbox=opened.sandbox if opened is not None else None,
+            relay=self._relay(start, opened.workspace) if opened is not None else None,
+            outbox=opened.workspace.outbox if opened is not None else None,
+            mcp=ground.toolbox.tools,
         )
 
     async def _agent(
         self,
-        segment: _Segment,
+        ground: Ground,
         client: CompletionClient,
         memory: MemoryStore,
         stop: StopCheck,
         tools: JobTools,
     ) -> ToolLoopAgent:
-        record, spec = segment.record, segment.record.spec
+        record, spec = ground.start.record, ground.start.record.spec
         notes = await memory.recall(spec.repo, STYLE_NOTES)
+        sandbox = ground.opened.sandbox if ground.opened is not None else None
         return ToolLoopAgent.for_skill(
             spec.kind.skill,
             client,
             tools.tools,
             granted=self._settings.mcp.skills.get(spec.kind.skill, ()),
-            hooks=segment_hooks(self._store, record.id, stop, segment.sandbox),
-            prompt_values=self._prompt_values(segment, [note.text for note in notes]),
+            hooks=segment_hooks(self._store, record.id, stop, sandbox),
+            prompt_values=self._prompt_values(ground, [note.text for note in notes]),
             # Streamed: a long generation is no read timeout, and its text reaches the live
             # job page as it arrives.
             stream_tokens=True,
             budget=context_budget_for(self._settings),
         )
 
-    def _prompt_values(self, segment: _Segment, notes: list[str]) -> dict[str, Any]:
-        spec, repo = segment.record.spec, segment.repo
-        assert repo is not None
+    def _prompt_values(self, ground: Ground, notes: list[str]) -> dict[str, Any]:
+        spec, repo = ground.start.record.spec, ground.start.repo
         values: dict[str, Any] = {
             "repository": spec.repo,
             "protected_refs": list(repo.protected_refs),
             "style_notes": notes,
             "publish_ref": repo.publish_ref or "",
         }
-        return {**values, **segment.kind.prompt_values(_tree(segment), segment.publish)}
+        return {**values, **ground.start.kind.prompt_values(ground.tree, ground.publish)}
 
-    def _relay(
-        self,
-        segment: _Segment,
-        workspace: Workspace,
-        repo: RepositoryConfig,
-        callbacks: UpstreamCallbacks,
-    ) -> Relay:
-        record, approval = segment.record, segment.approval
+    def _relay(self, start: SegmentStart, workspace: Workspace) -> Relay:
+        record, approval = start.record, start.approval
+        repo, callbacks = start.repo, start.callbacks
         guard = recorded_pushes(
             self._store,
             record.id,
@@ -448,80 +411,41 @@ class Executor:
     def _guard(self, record: JobRecord) -> PushGuard:
         return recorded_pushes(self._store, record.id, self._worker)
 
-    def _push_target(self, segment: _Segment) -> PushTarget | PublishTarget | None:
-        if segment.publish is not None:
-            return segment.publish
-        if segment.workspace is None or segment.repo is None:
+    def _push_target(self, ground: Ground) -> PushTarget | PublishTarget | None:
+        if ground.publish is not None:
+            return ground.publish
+        if ground.opened is None:
             return None
         return PushTarget(
-            workspace=segment.workspace,
-            base_sha=segment.base_sha,
-            protected_refs=segment.repo.protected_refs,
+            workspace=ground.opened.workspace,
+            base_sha=ground.opened.base_sha,
+            protected_refs=ground.start.repo.protected_refs,
             diff_max_chars=self._settings.jobs.diff_max_chars,
         )
 
     # -- park and finish ----------------------------------------------------------------
 
-    def _park(self, segment: _Segment, state: RunState, approval: Approval) -> JobRecord | None:
-        tree = ParkedTree(segment.workspace, segment.repo, _own_branch(segment))
-        parked = park(
-            self._store, self._settings, self._worker, segment.record.id, tree, state, approval
-        )
+    def _park(
+        self, ground: Ground, held: HeldResources, state: RunState, approval: Approval
+    ) -> JobRecord | None:
+        workspace = ground.opened.workspace if ground.opened is not None else None
+        tree = ParkedTree(workspace, ground.start.repo, held.own_branch())
+        job_id = ground.start.record.id
+        parked = park(self._store, self._settings, self._worker, job_id, tree, state, approval)
         # Parked (or cancelled as it parked): the workspace stays, for the resume.
-        segment.parked = parked is not None
+        held.parked = parked is not None
         return parked
 
-    def _finish(self, segment: _Segment, driven: Driven) -> JobRecord | None:
+    def _finish(self, ground: Ground, held: HeldResources, driven: Driven) -> JobRecord | None:
         ended = Ended(
-            spec=segment.record.spec,
+            spec=ground.start.record.spec,
             state=driven.state,
-            tree=_tree(segment),
-            publish=segment.publish,
+            tree=ground.tree,
+            publish=ground.publish,
             tools=driven.tools.tools,
             diff_max_chars=self._settings.jobs.diff_max_chars,
         )
-        return finish(self._ending(segment), segment.kind, ended)
+        return finish(self._ending(ground.start.record, held), ground.start.kind, ended)
 
-    def _end(
-        self,
-        segment: _Segment,
-        to: JobState,
-        *,
-        error: BeamError | ErrorInfo | None = None,
-    ) -> JobRecord | None:
-        return self._ending(segment).end(to, error=error)
-
-    def _ending(self, segment: _Segment) -> Ending:
-        return Ending(self._store, self._worker, segment.record.id, _own_branch(segment))
-
-    def _clean_up(self, segment: _Segment) -> None:
-        _stop_container(segment)
-        # A time limit can cut the toolbox's own stop short: its servers die here at last.
-        if segment.toolbox is not None:
-            segment.toolbox.kill_leftovers()
-        if segment.workspace is not None and not segment.parked:
-            with segment.timings.phase("clean_up"):
-                release_workspace(segment.record.id, self._settings.workspaces)
-
-
-def _own_branch(segment: _Segment) -> str | None:
-    """The record's ``branch`` change: an author job's own branch, once its tree exists."""
-    if segment.workspace is None or not segment.kind.owns_branch:
-        return None
-    return segment.workspace.branch
-
-
-def _tree(segment: _Segment) -> Tree | None:
-    if segment.plan is None or segment.workspace is None:
-        return None
-    return Tree(segment.plan, segment.workspace, segment.compare, segment.base_sha)
-
-
-def _stop_container(segment: _Segment) -> None:
-    sandbox, segment.sandbox = segment.sandbox, None
-    if sandbox is not None:
-        sandbox.stop()
-        # ``container``: the start, wherever it ran; ``container_wait``: what of it the
-        # segment waited for (all of it when in line, none when the start was all overlapped).
-        segment.timings.add("container", sandbox.start_seconds)
-        segment.timings.add("container_wait", sandbox.wait_seconds)
+    def _ending(self, record: JobRecord, held: HeldResources) -> Ending:
+        return Ending(self._store, self._worker, record.id, held.own_branch())

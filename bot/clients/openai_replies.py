@@ -3,7 +3,8 @@ reply (``parse_completion``) or a server-sent event stream folded chunk by chunk
 (``read_event_stream``).
 
 A reply that is not a chat completion is BEM-063 (``malformed_reply``): the same request
-would get the same reply. A stream that ends before its last chunk is a ``RetryableFailure``.
+would get the same reply. A stream that ends before its last chunk is a ``RetryableFailure``;
+one that breaks after a choice's ``finish_reason`` keeps its answer, with no usage.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Protocol
 import httpx
 
 from bot.clients.base import Completion, TextDelta, ToolCall
-from bot.clients.retry import RetryableFailure
+from bot.clients.retry import RETRYABLE_TRANSPORT_ERRORS, RetryableFailure
 from bot.clients.sse import aiter_events
 from bot.core import jsonlimits
 from bot.core.errors import BeamError
@@ -211,6 +212,11 @@ class _StreamedReply:
         self._calls: dict[int, _PartialCall] = {}
         self._usage: Usage | None = None
 
+    @property
+    def finished(self) -> bool:
+        """Whether a choice carried its finish_reason: the answer is complete."""
+        return self._finish_reason is not None
+
     def absorb(self, chunk: Any) -> str:
         """Take one chunk; return the answer text it carries ("" when none)."""
         if not isinstance(chunk, dict):
@@ -282,14 +288,20 @@ async def read_event_stream(
     reply: httpx.Response, fallback_model: str, quote: Quote, progress: Progress
 ) -> AsyncGenerator[TextDelta | Completion, None]:
     streamed = _StreamedReply(fallback_model, quote, progress)
-    async with contextlib.aclosing(aiter_events(reply.aiter_bytes())) as events:
-        async for event in events:
-            if event.data.strip() == "[DONE]":
-                streamed.ended = True
-                break
-            text = streamed.absorb(_event_json(event.data, quote))
-            if text:
-                yield TextDelta(text=text)
+    try:
+        async with contextlib.aclosing(aiter_events(reply.aiter_bytes())) as events:
+            async for event in events:
+                if event.data.strip() == "[DONE]":
+                    streamed.ended = True
+                    break
+                text = streamed.absorb(_event_json(event.data, quote))
+                if text:
+                    yield TextDelta(text=text)
+    except RETRYABLE_TRANSPORT_ERRORS:
+        # After its finish_reason the answer is whole: only the usage chunk and [DONE] were
+        # still to come. Asking again would pay for the answer twice; its usage is unknown.
+        if not streamed.finished:
+            raise
     # A finish_reason also ends the answer: only the usage chunk and [DONE] can follow it.
     if not streamed.ended:
         raise RetryableFailure("BEM-060", "the stream ended before its last chunk")

@@ -6,7 +6,7 @@ what to do next. The tree groups codes by the part of the system that raises the
     BeamError
     ├── RoutingError          BEM-02x, BEM-04x   picking an agent for a request
     ├── AgentContractError    BEM-086, BEM-087   an agent's frames break the contract
-    ├── ModelError            BEM-06x, BEM-081   talking to the language model
+    ├── ModelError            BEM-06x, 07x, 081  talking to the language model
     ├── ToolLoopError         BEM-088..099       the tool loop and resumable runs
     ├── ToolError             BEM-10x            a tool refused or failed
     ├── SkillError            BEM-11x            skill files and lookups
@@ -191,6 +191,7 @@ _TABLE = [
     Code("BEM-068", ModelError, "the model's reply ended for a reason Riverbeam does not know"),
     Code("BEM-069", ModelError, "no reply within the read timeout; not repeated"),
     Code("BEM-070", ModelError, "the next request does not fit the context budget"),
+    Code("BEM-071", ModelError, "the model replied with nothing: no text and no tool calls"),
     Code("BEM-081", ModelError, "scripted client has no steps left"),
     Code("BEM-086", AgentContractError, "an agent's stream ended without a done frame"),
     Code("BEM-087", AgentContractError, "an agent's stream produced an error frame"),

@@ -19,6 +19,11 @@ class Usage(BaseModel):
     # Parts of the two counts above, when the provider details them (0 when it does not).
     cached_tokens: int = Field(default=0, description="prompt tokens served from its cache")
     reasoning_tokens: int = Field(default=0, description="completion tokens spent reasoning")
+    unreported_requests: int = Field(
+        default=0,
+        description="requests whose usage the endpoint did not report (the counts above miss"
+        " them): a provider that sends none, or a stream that broke after its answer",
+    )
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -27,6 +32,7 @@ class Usage(BaseModel):
             total_tokens=self.total_tokens + other.total_tokens,
             cached_tokens=self.cached_tokens + other.cached_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            unreported_requests=self.unreported_requests + other.unreported_requests,
         )
 
 

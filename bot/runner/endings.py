@@ -30,13 +30,15 @@ OUTPUT_LIMIT_SETTING: Final = "model.max_output_tokens (RIVERBEAM_MODEL__MAX_OUT
 
 def check_ending(completion: Completion, output_limit: str | None = None) -> None:
     """Raise when the turn must not be acted on: BEM-066 for a content filter, BEM-067 for
-    the output-token limit, BEM-068 for a reason nobody here knows.
+    the output-token limit, BEM-068 for a reason nobody here knows, BEM-071 for a reply of
+    nothing.
 
     ``output_limit`` names the limit in force (``max_completion_tokens=4096``), for the
     message.
     """
     reason = (completion.finish_reason or "").strip().lower()
     if not reason or reason in NATURAL_ENDS:
+        _check_not_empty(completion, reason)
         return
     calls = _unrun(completion.tool_calls)
     if reason in LENGTH_ENDS:
@@ -58,6 +60,21 @@ def check_ending(completion: Completion, output_limit: str | None = None) -> Non
         "BEM-068",
         f"the model ended its reply with finish_reason {reason[:80]!r}, which Riverbeam does"
         f" not know{calls}; the reply may be incomplete, so it was not acted on",
+    )
+
+
+def _check_not_empty(completion: Completion, reason: str) -> None:
+    """An answer of nothing is no answer (fail closed): BEM-071, streamed or not, whatever
+    the finish reason says (``stop`` with null content, ``tool_calls`` with no calls, a
+    stream that sent no choice at all)."""
+    if completion.tool_calls or (completion.text or "").strip():
+        return
+    said = f"finish_reason {reason[:80]!r}" if reason else "no finish_reason"
+    raise BeamError(
+        "BEM-071",
+        f"the model replied with nothing: no text and no tool calls ({said}); the run is not"
+        " taken as answered. Run the job again; if it keeps happening, check the model and"
+        " its server (a chat template that drops the reply, a proxy that strips it)",
     )
 
 

@@ -34,6 +34,7 @@ from bot.core.frames import (
     ThinkingFrame,
     ToolCallRecord,
     ToolFrame,
+    Usage,
 )
 from bot.core.input import AgentContext, AgentInput
 from bot.core.tools import Tool, ToolSpec, allowlist_name
@@ -473,7 +474,9 @@ def _park(state: RunState, checked: CheckedCall) -> None:
 def _count_usage(state: RunState, completion: Completion, sent_chars: int) -> None:
     """Tokens are paid for whether or not the turn can be acted on; the prompt's count also
     calibrates the budget's estimate (``sent_chars`` 0: no budget to calibrate)."""
-    if completion.usage is not None:
+    if completion.usage is None:
+        state.usage = state.usage + Usage(unreported_requests=1)
+    else:
         state.usage = state.usage + completion.usage
         ratio = calibrated(sent_chars, completion.usage.prompt_tokens)
         if ratio is not None:

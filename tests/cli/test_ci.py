@@ -252,7 +252,7 @@ def test_review_prints_the_verdict_and_findings(api: ApiServer, fixed: str) -> N
     ("kind", "target", "playbook", "code"),
     [
         ("review", ("--branch", FIXED_BRANCH), "review-no-verdict", "BEM-521"),
-        ("summarize", ("--branch", FIXED_BRANCH), "summarize-empty", "BEM-522"),
+        ("summarize", ("--branch", FIXED_BRANCH), "summarize-empty", "BEM-071"),
         ("commit-notes", ("--range", FIXED_RANGE), "commit-notes-no-subject", "BEM-523"),
         ("commit-notes", ("--range", FIXED_RANGE), "commit-notes-unknown-tools", "BEM-520"),
     ],

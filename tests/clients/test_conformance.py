@@ -235,6 +235,63 @@ async def test_content_filter_and_length_end_the_run_and_run_nothing(
     assert (result.tool_calls, len(stub.requests)) == ([], 1)
 
 
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize(
+    "reply",
+    [
+        chat_completion(None, finish_reason="stop"),
+        chat_completion(None, finish_reason="tool_calls"),
+        chat_completion("  \n", finish_reason="stop"),
+    ],
+    ids=["stop with null content", "tool_calls with no calls", "stop with only whitespace"],
+)
+async def test_a_reply_of_nothing_fails_closed(
+    stub: StubModel, stream: bool, reply: dict[str, Any]
+) -> None:
+    serve(stub, stream, reply)
+
+    result = result_of(await frames_of(agent(stub, stream)))
+
+    assert result.status is ResultStatus.FAILED and result.error is not None
+    assert result.error.code == "BEM-071"
+    assert (result.text, len(stub.requests)) == ("", 1)
+
+
+async def test_a_stream_that_sends_no_choice_fails_closed(stub: StubModel) -> None:
+    stub.enqueue(Stream([chunk(usage=(12, 0))]))
+
+    result = result_of(await frames_of(agent(stub, True)))
+
+    assert result.status is ResultStatus.FAILED and result.error is not None
+    assert result.error.code == "BEM-071"
+
+
+@pytest.mark.parametrize("ending", ["cut", "clean"])
+async def test_a_stream_that_ends_after_its_finish_reason_keeps_the_answer(
+    stub: StubModel, ending: str
+) -> None:
+    # The whole answer and its finish_reason, then the connection resets (or ends) before
+    # the usage chunk and [DONE]: nothing of the answer was lost, so it is not asked again.
+    events = [chunk(content="The page "), chunk(content="is fine."), chunk(finish_reason="stop")]
+    stub.enqueue(Stream(events, done=False, ending=ending))  # type: ignore[arg-type]
+
+    result = result_of(await frames_of(agent(stub, True)))
+
+    assert (result.status, result.text) == (ResultStatus.COMPLETED, "The page is fine.")
+    assert result.usage is not None and result.usage.unreported_requests == 1
+    assert len(stub.requests) == 1
+
+
+async def test_a_stream_cut_before_its_finish_reason_fails_the_turn(stub: StubModel) -> None:
+    # Cut mid-answer: the turn is lost, and not asked again (it would be paid for twice).
+    stub.enqueue(Stream([chunk(content="The page")], done=False, ending="cut"))
+
+    result = result_of(await frames_of(agent(stub, True, sleep=Sleeps())))
+
+    assert result.status is ResultStatus.FAILED and result.error is not None
+    assert (result.error.code, len(stub.requests)) == ("BEM-060", 1)
+
+
 # -- errors and retries ------------------------------------------------------------------
 
 

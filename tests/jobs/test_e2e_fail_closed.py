@@ -54,10 +54,12 @@ def test_a_review_without_a_verdict_fails_with_bem_521(stack: Stack) -> None:
     assert isinstance(outcome, ReviewOutcome) and outcome.verdict is None
 
 
-def test_an_empty_summary_fails_with_bem_522(stack: Stack) -> None:
-    done = _failed(stack, JobKind.SUMMARIZE, "summarize-empty", "BEM-522", branch=BRANCH)
+def test_an_empty_summary_fails_closed(stack: Stack) -> None:
+    # The model's reply of nothing fails the run itself (BEM-071), before the kind's own rule
+    # (BEM-522, tests/jobs/test_kinds.py) is asked; no summary is reported.
+    done = _failed(stack, JobKind.SUMMARIZE, "summarize-empty", "BEM-071", branch=BRANCH)
     outcome = done.result.outcome if done.result else None
-    assert isinstance(outcome, SummaryOutcome) and outcome.summary == ""
+    assert not (isinstance(outcome, SummaryOutcome) and outcome.summary)
 
 
 def test_commit_notes_without_a_subject_fail_with_bem_523(stack: Stack) -> None:
@@ -107,7 +109,7 @@ def test_an_author_edit_that_was_never_committed_fails_with_bem_524(stack: Stack
 
 
 def test_an_author_job_that_changes_nothing_must_say_why(stack: Stack) -> None:
-    _failed(stack, JobKind.AUTHOR, "author-nothing-silent", "BEM-526", request=AUTHOR_REQUEST)
+    _failed(stack, JobKind.AUTHOR, "author-nothing-silent", "BEM-071", request=AUTHOR_REQUEST)
 
     said = stack.submit(JobKind.AUTHOR, "author-nothing-to-change", request=AUTHOR_REQUEST)
     done = stack.wait_for(said.id, JobState.SUCCEEDED)

@@ -82,6 +82,7 @@ async def test_the_whole_result_of_a_tool_run() -> None:
             "total_tokens": 16,
             "cached_tokens": 0,
             "reasoning_tokens": 0,
+            "unreported_requests": 0,
         },
         "model_used": "m-2",
         "pending": None,
@@ -129,14 +130,16 @@ async def test_usage_is_summed_and_the_last_model_is_reported() -> None:
     client = ScriptedClient(
         [
             calls(call("echo", "c1", text="a"), tokens=100, model="m-1"),
-            calls(call("echo", "c2", text="b")),  # no usage reported: adds nothing
+            calls(call("echo", "c2", text="b")),  # no usage reported: counted as such
             Completion.of_text("done", usage=Usage(prompt_tokens=7, total_tokens=9), model="m-2"),
         ]
     )
     frames = await frames_of(ToolLoopAgent("helper", client, [echo_tool()]))
     result = result_of(frames)
 
-    assert result.usage == Usage(prompt_tokens=107, completion_tokens=1, total_tokens=110)
+    assert result.usage == Usage(
+        prompt_tokens=107, completion_tokens=1, total_tokens=110, unreported_requests=1
+    )
     assert result.model_used == "m-2"
 
 
@@ -247,9 +250,10 @@ def test_a_bad_agent_name_fails_at_construction() -> None:
         ToolLoopAgent("no spaces allowed", ScriptedClient([]), [])
 
 
-async def test_an_empty_answer_completes_without_a_chunk() -> None:
+async def test_an_empty_answer_fails_closed_without_a_chunk() -> None:
     frames = await frames_of(ToolLoopAgent("helper", ScriptedClient([Completion()]), []))
     result = result_of(frames)
 
     assert kinds(frames) == ["placeholder", "thinking", "done"]
-    assert (result.status, result.text) == (ResultStatus.COMPLETED, "")
+    assert result.status is ResultStatus.FAILED and result.error is not None
+    assert (result.error.code, result.text) == ("BEM-071", "")

@@ -106,6 +106,7 @@ class OpenAiCompatible:
         model: str,
         *,
         max_tokens: int = profiles.DEFAULT_MAX_OUTPUT_TOKENS,
+        context_window: int | None = None,
         token_parameter: TokenParameter = "max_tokens",
         temperature: float | None = None,
         top_p: float | None = None,
@@ -132,6 +133,7 @@ class OpenAiCompatible:
         self._model = model.strip()
         self._options: dict[str, Any] = {
             "max_tokens": max_tokens,
+            "context_window": context_window,
             "token_parameter": token_parameter,
             "temperature": temperature,
             "top_p": top_p,
@@ -153,6 +155,7 @@ class OpenAiCompatible:
             "rng": rng,
         }
         self._max_tokens = max_tokens
+        self._context_window = context_window
         self._token_parameter = token_parameter
         self._extra_body: dict[str, Any] = self._options["extra_body"]
         self._max_retries = max_retries
@@ -194,6 +197,7 @@ class OpenAiCompatible:
             base_url = f"{base_url}{joiner}api-version={resolved.api_version}"
         settings: dict[str, Any] = {
             "max_tokens": resolved.max_output_tokens,
+            "context_window": resolved.context_window,
             "token_parameter": resolved.output_tokens_parameter,
             "temperature": resolved.temperature,
             "top_p": resolved.top_p,
@@ -229,6 +233,12 @@ class OpenAiCompatible:
     @property
     def max_tokens(self) -> int:
         return self._max_tokens
+
+    @property
+    def context_window(self) -> int | None:
+        """The model's window in tokens when configured (the profile's or
+        ``model.context_window``); what a ``ToolLoopAgent``'s default budget keeps to."""
+        return self._context_window
 
     @property
     def endpoint(self) -> str:
@@ -448,6 +458,13 @@ class OpenAiCompatible:
             if wait is not None:
                 wait = min(wait, self._retry_after_cap)
             raise RetryableFailure("BEM-062", f"status {status}", detail, wait)
+        if _over_window(status, response):
+            raise BeamError(
+                "BEM-072",
+                f"the model endpoint {self._where} refused the request as longer than the"
+                f" model's context window: {detail}; set model.context_window to the model's"
+                " real window so the context budget keeps every request under it",
+            )
         hint = _HINTS.get(status, "another attempt will not help; check the request")
         raise BeamError(
             "BEM-061",
@@ -545,6 +562,31 @@ _OPTIONAL_PARAMETERS: Final = (
     "reasoning_effort",
     "tool_choice",
 )
+
+
+# How providers say a request is over the window: OpenAI's and Azure's error code, and the
+# message vLLM, llama.cpp and most OpenAI-compatible servers send with a plain 400.
+_OVER_WINDOW_CODES: Final = frozenset({"context_length_exceeded", "string_above_max_length"})
+_OVER_WINDOW_WORDS: Final = (
+    "context length",
+    "context window",
+    "maximum context",
+    "too many tokens",
+)
+
+
+def _over_window(status: int, response: httpx.Response) -> bool:
+    if status not in (400, 413, 422):
+        return False
+    try:
+        payload = jsonlimits.loads(response.content, what="the error body")
+    except ValueError:
+        payload = None
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict) and error.get("code") in _OVER_WINDOW_CODES:
+        return True
+    said = (provider_message(response.text) or "").lower()
+    return any(words in said for words in _OVER_WINDOW_WORDS)
 
 
 def _endpoint(base_url: str) -> httpx.URL:

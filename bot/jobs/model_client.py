@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import cast
+from typing import Literal, cast
 
 from bot.clients.base import CompletionClient
 from bot.clients.openai_compatible import OpenAiCompatible
@@ -19,7 +19,7 @@ from bot.clients.profiles import DEFAULT_MAX_OUTPUT_TOKENS, context_window
 from bot.config import Settings
 from bot.core.errors import BeamError
 from bot.core.factories import load_factory
-from bot.runner.budget import ContextBudget
+from bot.runner.budget import NO_BUDGET, ContextBudget
 from bot.store.models import JobRecord
 
 ModelFactory = Callable[[JobRecord], CompletionClient]
@@ -51,12 +51,12 @@ def model_client_for(settings: Settings, job: JobRecord) -> CompletionClient:
     return live
 
 
-def context_budget_for(settings: Settings) -> ContextBudget | None:
-    """The budget of a job's run: the ``[model]`` limits and the provider's window; None
-    when ``model.context_budget`` is off."""
+def context_budget_for(settings: Settings) -> ContextBudget | Literal["off"]:
+    """The budget of a job's run: the ``[model]`` limits and the provider's window;
+    ``NO_BUDGET`` only when ``model.context_budget`` is turned off."""
     model = settings.model
     if not model.context_budget:
-        return None
+        return NO_BUDGET
     return ContextBudget(
         context_window=context_window(model, os.environ),
         max_output_tokens=model.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,

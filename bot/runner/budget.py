@@ -29,8 +29,15 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from bot.clients.base import Message, ToolCall
+from bot.clients.profiles import DEFAULT_MAX_OUTPUT_TOKENS, PROFILES
 from bot.core.errors import BeamError
 
+DEFAULT_CONTEXT_WINDOW: Final = min(profile.context_window for profile in PROFILES.values())
+"""The window of an agent whose client does not say its own: the smallest of the providers'
+profiles, so a default never lets a request outgrow a model."""
+NO_BUDGET: Final = "off"
+"""``ToolLoopAgent(budget=NO_BUDGET)``: no budget at all, asked for explicitly (the
+workers' ``model.context_budget = false``)."""
 DEFAULT_CHARS_PER_TOKEN: Final = 3.0
 """Before the first usage report: JSON and code run about 3 characters a token, prose 4."""
 _CALIBRATION_BOUNDS: Final = (1.0, 4.0)
@@ -57,6 +64,24 @@ class ContextBudget(BaseModel):
     def input_tokens(self) -> int:
         """Tokens a request may carry, the reply's share kept aside."""
         return max(self.context_window - self.max_output_tokens, 256)
+
+    @classmethod
+    def for_client(cls, client: object) -> ContextBudget:
+        """The default budget of an agent on ``client``: its ``context_window`` and
+        ``max_tokens`` when it has them, else ``DEFAULT_CONTEXT_WINDOW`` and
+        ``DEFAULT_MAX_OUTPUT_TOKENS``; the other limits at their defaults."""
+        window = getattr(client, "context_window", None)
+        output = getattr(client, "max_tokens", None)
+        window = window if isinstance(window, int) and window >= 1024 else DEFAULT_CONTEXT_WINDOW
+        output = output if isinstance(output, int) and output >= 1 else DEFAULT_MAX_OUTPUT_TOKENS
+        return cls(context_window=window, max_output_tokens=min(output, window // 2))
+
+
+def recalibrated(sent_chars: int, budget: ContextBudget, chars_per_token: float) -> float:
+    """Characters per token after the model refused a request of ``sent_chars`` as over its
+    window: at most what would have put that request exactly at the limit, less a tenth."""
+    refused_at = sent_chars / max(budget.input_tokens, 1)
+    return max(0.5, min(chars_per_token, refused_at * 0.9))
 
 
 class Compaction(BaseModel):

@@ -12,7 +12,7 @@ import copy
 import json
 from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
 from contextlib import aclosing
-from typing import Any, TypedDict, Unpack
+from typing import Any, Literal, TypedDict, Unpack
 
 from bot.clients.base import (
     Completion,
@@ -39,12 +39,14 @@ from bot.core.frames import (
 from bot.core.input import AgentContext, AgentInput
 from bot.core.tools import Tool, ToolSpec, allowlist_name
 from bot.runner.budget import (
+    NO_BUDGET,
     ContextBudget,
     calibrated,
     cap_result,
     fit,
     over_cap_message,
     over_cap_note,
+    recalibrated,
 )
 from bot.runner.calls import (
     CheckedCall,
@@ -72,7 +74,7 @@ class LoopOptions(TypedDict, total=False):
     stream_tokens: bool
     prompt_values: Mapping[str, Any] | None
     description: str
-    budget: ContextBudget | None
+    budget: ContextBudget | Literal["off"] | None
 
 
 class ToolLoopAgent:
@@ -91,7 +93,7 @@ class ToolLoopAgent:
         stream_tokens: bool = False,
         prompt_values: Mapping[str, Any] | None = None,
         description: str = "",
-        budget: ContextBudget | None = None,
+        budget: ContextBudget | Literal["off"] | None = None,
     ) -> None:
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be at least 1, not {max_rounds}")
@@ -102,7 +104,11 @@ class ToolLoopAgent:
         self._tools, self._specs = _index(tools)
         self._digest = specs_digest(self._specs.values())
         self._accepted = accepted_digests(self._specs.values(), EARLIER_SPECS)
-        self._budget = budget
+        # Always on unless asked off: a request never outgrows the model, however the agent
+        # was built (the workers, the Python API, the consume skill).
+        if budget is None:
+            budget = ContextBudget.for_client(client)
+        self._budget = None if budget == NO_BUDGET else budget
         # Every request carries the tool specs; the budget counts them once.
         self._specs_chars = len(json.dumps([spec.openai_format() for spec in self.tools]))
         self._max_rounds = max_rounds
@@ -344,22 +350,10 @@ class ToolLoopAgent:
                 "the request",
             )
         state.rounds += 1
-        sent_chars = 0
-        if state.budget is not None:
-            sent_chars = fit(
-                state.messages,
-                state.budget,
-                chars_per_token=state.chars_per_token,
-                fixed_chars=self._specs_chars,
-                compacted=state.compacted,
-            )
-        # Hooks edit copies: what they add reaches this one request, never the history.
-        messages = copy.deepcopy(state.messages)
-        specs = self.tools
-        await self._hooks.run_before_completion(state, messages, specs)
         streamed = False
         completion: Completion | None = None
-        async with aclosing(self._ask(messages, specs)) as items:
+        sent: list[int] = []  # the size of each request sent, the last one answered
+        async with aclosing(self._fitted_reply(state, sent)) as items:
             async for item in items:
                 if isinstance(item, TextDelta):
                     streamed = True
@@ -369,7 +363,7 @@ class ToolLoopAgent:
         if completion is None:
             raise BeamError("BEM-063", "the model stream ended without a completion")
         completion = await self._hooks.run_after_completion(state, completion)
-        _count_usage(state, completion, sent_chars)
+        _count_usage(state, completion, sent[-1])
         if completion.refusal:
             # A declined request is an answer of its own kind, not a failure to retry.
             state.status = ResultStatus.REFUSED
@@ -394,6 +388,45 @@ class ToolLoopAgent:
             state.text = completion.text or ""
             if state.text and not streamed:
                 yield ChunkFrame(text=state.text)
+
+    async def _fitted_reply(
+        self, state: RunState, sent: list[int]
+    ) -> AsyncGenerator[TextDelta | Completion, None]:
+        """The model's reply to the history, fitted to the run's budget first. A request the
+        model refuses as over its window (BEM-072) means the estimate was too generous: it
+        is recalibrated from the refused size, the next fit compacts, and the request goes
+        once more (a refusal comes before any delta, so nothing was yielded)."""
+        for attempt in (1, 2):
+            sent_chars = self._fit(state)
+            sent.append(sent_chars)
+            # Hooks edit copies: what they add reaches this one request, never the history.
+            messages = copy.deepcopy(state.messages)
+            specs = self.tools
+            await self._hooks.run_before_completion(state, messages, specs)
+            try:
+                async with aclosing(self._ask(messages, specs)) as items:
+                    async for item in items:
+                        yield item
+                return
+            except BeamError as error:
+                if error.code != "BEM-072" or attempt == 2 or state.budget is None:
+                    raise
+                state.chars_per_token = recalibrated(
+                    sent_chars, state.budget, state.chars_per_token
+                )
+
+    def _fit(self, state: RunState) -> int:
+        """Compact the history until the next request fits the run's budget; its size in
+        characters (0 without a budget)."""
+        if state.budget is None:
+            return 0
+        return fit(
+            state.messages,
+            state.budget,
+            chars_per_token=state.chars_per_token,
+            fixed_chars=self._specs_chars,
+            compacted=state.compacted,
+        )
 
     async def _ask(
         self, messages: list[Message], specs: list[ToolSpec]

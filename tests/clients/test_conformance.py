@@ -322,6 +322,48 @@ async def test_an_openai_error_body_is_quoted_and_not_retried(
     assert len(stub.requests) == 1
 
 
+def over_window() -> Reply:
+    message = "This model's maximum context length is 32768 tokens. However, you requested 40000"
+    body = {
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    }
+    return Reply(body, status=400)
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+async def test_a_request_over_the_window_is_compacted_and_sent_once_more(
+    stub: StubModel, stream: bool
+) -> None:
+    stub.enqueue(Reply(chat_completion(tool_calls=[("call_a", "read_file", '{"path": "a"}')])))
+    stub.enqueue(over_window())
+    serve(stub, stream, chat_completion("The page is fine."))
+    helper = ToolLoopAgent("helper", client(stub), [lookup_tool(30_000)], stream_tokens=stream)
+
+    result = result_of(await frames_of(helper))
+
+    assert (result.status, result.text) == (ResultStatus.COMPLETED, "The page is fine.")
+    refused, retried = stub.requests[1].json["messages"], stub.requests[2].json["messages"]
+    assert len(json.dumps(retried)) < len(json.dumps(refused)) // 4
+    assert "compacted" in retried[-1]["content"]
+
+
+async def test_a_request_refused_twice_as_over_the_window_is_bem_072(stub: StubModel) -> None:
+    stub.enqueue(Reply(chat_completion(tool_calls=[("call_a", "read_file", '{"path": "a"}')])))
+    stub.enqueue(over_window(), over_window())
+    helper = ToolLoopAgent("helper", client(stub), [lookup_tool(30_000)])
+
+    result = result_of(await frames_of(helper))
+
+    assert result.status is ResultStatus.FAILED and result.error is not None
+    assert result.error.code == "BEM-072" and "model.context_window" in result.error.message
+    assert len(stub.requests) == 3
+
+
 @pytest.mark.parametrize(
     ("headers", "waited"),
     [

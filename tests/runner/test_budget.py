@@ -11,11 +11,13 @@ import pytest
 from pydantic import JsonValue
 
 from bot.clients.base import Completion, Message
+from bot.clients.profiles import DEFAULT_MAX_OUTPUT_TOKENS
 from bot.clients.scripted import ScriptedClient
 from bot.core.frames import ResultStatus, Usage
+from bot.core.input import AgentContext
 from bot.core.tools import ToolSpec
 from bot.runner import CallDecision, RunState, ToolLoopAgent
-from bot.runner.budget import ContextBudget, chars_of
+from bot.runner.budget import DEFAULT_CONTEXT_WINDOW, NO_BUDGET, ContextBudget, chars_of
 from bot.runner.state import specs_digest
 from sandbox.inside.tool_specs import EARLIER_SPECS, TOOL_SPECS
 from tests.runner.kit import (
@@ -130,6 +132,40 @@ async def test_a_hostile_burst_of_calls_never_makes_an_oversized_request() -> No
     assert sent_tokens(client.requests[-1]) <= limit.input_tokens
     assert sum(record.ok for record in result.tool_calls) == limit.max_calls_per_reply
     assert len(result.tool_calls) == 500
+
+
+async def test_an_agent_built_with_defaults_keeps_a_hostile_burst_under_the_window() -> None:
+    # Built from Python with no budget= at all: 500 parallel reads, then an answer.
+    client = ScriptedClient([reads(*(f"big{n}" for n in range(500))), "done"])
+    agent = ToolLoopAgent("helper", client, [pages_tool()])
+
+    result = result_of(await frames_of(agent))
+
+    assert result.status is ResultStatus.COMPLETED and len(client.requests) == 2
+    largest = max(sent_tokens(request) for request in client.requests)
+    assert largest <= DEFAULT_CONTEXT_WINDOW - DEFAULT_MAX_OUTPUT_TOKENS
+
+
+async def test_the_budget_is_off_only_when_asked() -> None:
+    client = ScriptedClient([reads(*(f"big{n}" for n in range(40))), "done"])
+    agent = ToolLoopAgent("helper", client, [pages_tool()], budget=NO_BUDGET)
+    state = agent.start(request(), AgentContext())
+
+    await collect(agent.run(state))
+
+    assert state.budget is None and len(state.records) == 40
+    assert sent_tokens(client.requests[-1]) > DEFAULT_CONTEXT_WINDOW
+
+
+def test_the_default_budget_takes_the_clients_window_and_output_limit() -> None:
+    class Sized(ScriptedClient):
+        context_window = 200_000
+        max_tokens = 8_000
+
+    assert ContextBudget.for_client(Sized([])).context_window == 200_000
+    assert ContextBudget.for_client(Sized([])).max_output_tokens == 8_000
+    unsized = ContextBudget.for_client(ScriptedClient([]))
+    assert (unsized.context_window, unsized.max_output_tokens) == (32_768, 4_096)
 
 
 async def test_a_request_that_cannot_fit_fails_with_bem_070_and_is_not_sent() -> None:

@@ -17,6 +17,7 @@ from bot.core.errors import BeamError
 from bot.core.frames import AgentResult, ResultStatus, ToolFrame, frame_adapter
 from bot.core.tools import Tool, ToolSpec
 from bot.runner import ToolLoopAgent
+from bot.runner.budget import NO_BUDGET
 from bot.runner.calls import MAX_RECORDED_TEXT
 from tests.runner.kit import (
     FnTool,
@@ -30,7 +31,7 @@ from tests.runner.kit import (
 )
 
 
-async def run(client: ScriptedClient, tools: list[Tool], **options: int) -> AgentResult:
+async def run(client: ScriptedClient, tools: list[Tool], **options: Any) -> AgentResult:
     agent = ToolLoopAgent("helper", client, tools, **options)  # type: ignore[arg-type]
     return result_of(await frames_of(agent))
 
@@ -248,7 +249,8 @@ async def test_arguments_nested_too_deep_are_bem_090_and_their_frame_reads_back(
 async def test_arguments_over_the_size_limit_are_bem_090() -> None:
     huge = json.dumps({"text": "x" * (jsonlimits.MAX_BYTES + 1)})
     client = ScriptedClient([calls(ToolCall(id="c1", name="echo", arguments=huge)), "Done."])
-    result = await run(client, [echo_tool()])
+    # No budget: with one, the next request (which carries the call) would never be sent.
+    result = await run(client, [echo_tool()], budget=NO_BUDGET)
 
     assert error_code(client, 1, "c1") == "BEM-090"
     assert len(str(result.tool_calls[0].arguments)) <= MAX_RECORDED_TEXT

@@ -274,6 +274,15 @@ class ModelSettings(BaseModel):
     context_budget: bool = Field(
         default=True, description="off: no result cap, call cap, compaction or size check"
     )
+    max_requests: int | None = Field(
+        default=100, ge=1, description="requests to the model in one run (None: no limit)"
+    )
+    max_tool_calls: int | None = Field(
+        default=500, ge=1, description="tool calls run in one run (None: no limit)"
+    )
+    max_total_tokens: int | None = Field(
+        default=None, ge=1, description="tokens reported for one run (None: no limit)"
+    )
 
     @model_validator(mode="before")
     @classmethod

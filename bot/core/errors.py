@@ -193,6 +193,7 @@ _TABLE = [
     Code("BEM-070", ModelError, "the next request does not fit the context budget"),
     Code("BEM-071", ModelError, "the model replied with nothing: no text and no tool calls"),
     Code("BEM-072", ModelError, "the model refused the request as over its context window"),
+    Code("BEM-073", ModelError, "the run reached a run limit (requests, tool calls or tokens)"),
     Code("BEM-081", ModelError, "scripted client has no steps left"),
     Code("BEM-086", AgentContractError, "an agent's stream ended without a done frame"),
     Code("BEM-087", AgentContractError, "an agent's stream produced an error frame"),

@@ -60,7 +60,7 @@ from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.kinds import kind_of, request_text
 from bot.jobs.kinds.kind import Ended, Kind, ToolKit
 from bot.jobs.lease import LeaseKeeper, StopCheck
-from bot.jobs.model_client import context_budget_for, model_client_for
+from bot.jobs.model_client import context_budget_for, model_client_for, run_limits_for
 from bot.jobs.parking import (
     PublishTarget,
     PushTarget,
@@ -378,6 +378,7 @@ class Executor:
             # job page as it arrives.
             stream_tokens=True,
             budget=context_budget_for(self._settings),
+            limits=run_limits_for(self._settings),
         )
 
     def _prompt_values(self, ground: Ground, notes: list[str]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from bot.config import Settings
 from bot.core.errors import BeamError
 from bot.core.factories import load_factory
 from bot.runner.budget import NO_BUDGET, ContextBudget
+from bot.runner.run_limits import RunLimits
 from bot.store.models import JobRecord
 
 ModelFactory = Callable[[JobRecord], CompletionClient]
@@ -63,4 +64,14 @@ def context_budget_for(settings: Settings) -> ContextBudget | Literal["off"]:
         max_result_chars=model.max_result_chars,
         max_calls_per_reply=model.max_calls_per_reply,
         compaction=model.compaction,
+    )
+
+
+def run_limits_for(settings: Settings) -> RunLimits:
+    """The run limits of a job's run, from ``[model]``."""
+    model = settings.model
+    return RunLimits(
+        max_requests=model.max_requests,
+        max_tool_calls=model.max_tool_calls,
+        max_total_tokens=model.max_total_tokens,
     )

@@ -60,6 +60,7 @@ from bot.runner.calls import (
 from bot.runner.endings import check_ending, unique_call_ids
 from bot.runner.hooks import Hooks
 from bot.runner.interrupts import INTERRUPTS
+from bot.runner.run_limits import RunLimits
 from bot.runner.state import CallDecision, RunState, accepted_digests, specs_digest
 from sandbox.inside.tool_specs import EARLIER_SPECS
 from skills.loader import Skill, skill_by_name
@@ -75,6 +76,7 @@ class LoopOptions(TypedDict, total=False):
     prompt_values: Mapping[str, Any] | None
     description: str
     budget: ContextBudget | Literal["off"] | None
+    limits: RunLimits
 
 
 class ToolLoopAgent:
@@ -94,6 +96,7 @@ class ToolLoopAgent:
         prompt_values: Mapping[str, Any] | None = None,
         description: str = "",
         budget: ContextBudget | Literal["off"] | None = None,
+        limits: RunLimits | None = None,
     ) -> None:
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be at least 1, not {max_rounds}")
@@ -109,6 +112,7 @@ class ToolLoopAgent:
         if budget is None:
             budget = ContextBudget.for_client(client)
         self._budget = None if budget == NO_BUDGET else budget
+        self._limits = limits or RunLimits()
         # Every request carries the tool specs; the budget counts them once.
         self._specs_chars = len(json.dumps([spec.openai_format() for spec in self.tools]))
         self._max_rounds = max_rounds
@@ -301,6 +305,7 @@ class ToolLoopAgent:
             if self._needs_person(checked.spec) and not approved:
                 _park(state, checked)
                 return
+            self._limits.check_tool_call(len(state.records))
             record = await invoke(checked, state, self._hooks)
         message = tool_message(record)
         if state.budget is not None:
@@ -397,8 +402,10 @@ class ToolLoopAgent:
         is recalibrated from the refused size, the next fit compacts, and the request goes
         once more (a refusal comes before any delta, so nothing was yielded)."""
         for attempt in (1, 2):
+            self._limits.check_request(state.requests, state.usage.total_tokens)
             sent_chars = self._fit(state)
             sent.append(sent_chars)
+            state.requests += 1
             # Hooks edit copies: what they add reaches this one request, never the history.
             messages = copy.deepcopy(state.messages)
             specs = self.tools

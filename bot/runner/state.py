@@ -57,6 +57,9 @@ class RunState(BaseModel):
     queue: list[ToolCall] = Field(default_factory=list)
     pending: PendingCall | None = None
     rounds: int = 0
+    # Requests sent to the model over the whole run (``rounds`` is per segment); a state saved
+    # before run limits counts from its resume.
+    requests: int = 0
     failures: dict[str, int] = Field(default_factory=dict)
     records: list[ToolCallRecord] = Field(default_factory=list)
     decisions: list[CallDecision] = Field(default_factory=list)

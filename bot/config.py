@@ -258,7 +258,14 @@ class ModelSettings(BaseModel):
     top_p: float | None = Field(default=None, gt=0, le=1)
     seed: int | None = None
     parallel_tool_calls: bool | None = None
-    reasoning_effort: str | None = None
+    reasoning_effort: str | None = Field(
+        default=None, description="checked against the values the provider documents"
+    )
+    reasoning: bool | None = Field(
+        default=None,
+        description="a reasoning model (no temperature or top_p, max_completion_tokens);"
+        " default: from the model name (o1, o3, o4-mini, gpt-5 ...)",
+    )
     tool_choice: Literal["auto", "required", "none"] | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
     context_window: int | None = Field(

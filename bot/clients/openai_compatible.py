@@ -328,6 +328,10 @@ class OpenAiCompatible:
                 "temperature and top_p must be finite",
                 all(math.isfinite(value) for value in sampling if value is not None),
             ),
+            (
+                "reasoning_effort must be one of " + ", ".join(profiles.OPENAI_REASONING_EFFORTS),
+                options["reasoning_effort"] in (None, *profiles.OPENAI_REASONING_EFFORTS),
+            ),
         ]
         failed = [message for message, ok in problems if not ok]
         if failed:

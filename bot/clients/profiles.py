@@ -12,6 +12,7 @@ needs, ``azure-openai`` authenticates with an ``api-key`` header and an ``api-ve
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,37 @@ DEFAULT_MAX_RETRIES: Final = 2
 DEFAULT_MAX_OUTPUT_TOKENS: Final = 4096
 
 Auth = Literal["bearer", "api-key"]
+
+# Reasoning models, by name, on top of the provider's profile: OpenAI's o-series and gpt-5
+# (not gpt-5-chat), also behind a proxy that prefixes a vendor ("openai/o3-mini"). They
+# refuse temperature and top_p, and take max_completion_tokens, not max_tokens.
+REASONING_MODEL: Final = re.compile(r"^(?:[\w.-]+/)*(?:o\d|gpt-5)(?![\w.]*-chat)", re.IGNORECASE)
+
+# reasoning_effort as each provider documents it: the OpenAI API's values (those of the
+# official SDK's ReasoningEffort type), Azure OpenAI's, NVIDIA's endpoints'.
+OPENAI_REASONING_EFFORTS: Final = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+REASONING_EFFORTS: Final[Mapping[Provider, tuple[str, ...]]] = {
+    "openai": OPENAI_REASONING_EFFORTS,
+    "azure-openai": ("minimal", "low", "medium", "high"),
+    "nvidia": ("low", "medium", "high"),
+    "openai-compatible": OPENAI_REASONING_EFFORTS,
+}
+
+
+def is_reasoning_model(model: str) -> bool:
+    """Whether ``model`` is, by its name, a reasoning model (see ``REASONING_MODEL``)."""
+    return REASONING_MODEL.match(model.strip()) is not None
+
+
+def check_reasoning_effort(effort: str | None, provider: Provider) -> None:
+    """BEM-900 for a ``reasoning_effort`` the provider does not document."""
+    allowed = REASONING_EFFORTS[provider]
+    if effort is not None and effort not in allowed:
+        raise BeamError(
+            "BEM-900",
+            f"model.reasoning_effort {effort[:40]!r} is not one the {provider} provider"
+            f" documents: {', '.join(allowed)}",
+        )
 
 
 @dataclass(frozen=True)
@@ -116,6 +148,7 @@ class ResolvedModel(BaseModel):
     max_retries: int
     max_output_tokens: int
     output_tokens_parameter: TokenParameter
+    reasoning: bool
     temperature: float | None
     top_p: float | None
     seed: int | None
@@ -155,6 +188,25 @@ def resolve(settings: ModelSettings, environ: Mapping[str, str]) -> ResolvedMode
         )
     picker.sources["api_key"] = key_source or "none"
     explicit = picker.explicit
+    reasoning = explicit("reasoning")
+    if reasoning is None:
+        reasoning = is_reasoning_model(model)
+        picker.sources["reasoning"] = "inferred from the model name"
+    effort = explicit("reasoning_effort")
+    check_reasoning_effort(effort, provider)
+    token_parameter = explicit("output_tokens_parameter")
+    if token_parameter is None:
+        token_parameter = "max_completion_tokens" if reasoning else profile.token_parameter
+        picker.sources["output_tokens_parameter"] = (
+            "the model is a reasoning model" if reasoning else "provider default"
+        )
+    temperature, top_p = explicit("temperature"), explicit("top_p")
+    if reasoning:
+        # Refused by reasoning models: dropped, and the sources say so.
+        for name in ("temperature", "top_p"):
+            if picker.sources.pop(name, None) is not None:
+                picker.sources[name] = "dropped: the model is a reasoning model"
+        temperature = top_p = None
     return ResolvedModel(
         provider=provider,
         base_url=base_url,
@@ -169,12 +221,13 @@ def resolve(settings: ModelSettings, environ: Mapping[str, str]) -> ResolvedMode
         read_timeout=picker.setting("read_timeout", DEFAULT_READ_TIMEOUT),
         max_retries=picker.setting("max_retries", DEFAULT_MAX_RETRIES),
         max_output_tokens=picker.setting("max_output_tokens", DEFAULT_MAX_OUTPUT_TOKENS),
-        output_tokens_parameter=picker.setting("output_tokens_parameter", profile.token_parameter),
-        temperature=explicit("temperature"),
-        top_p=explicit("top_p"),
+        output_tokens_parameter=token_parameter,
+        reasoning=reasoning,
+        temperature=temperature,
+        top_p=top_p,
         seed=explicit("seed"),
         parallel_tool_calls=explicit("parallel_tool_calls"),
-        reasoning_effort=explicit("reasoning_effort"),
+        reasoning_effort=effort,
         tool_choice=explicit("tool_choice"),
         extra_body={**profile.extra_body, **settings.extra_body},
         context_window=picker.setting("context_window", profile.context_window),

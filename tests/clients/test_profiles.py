@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bot.clients import OpenAiCompatible
-from bot.clients.profiles import resolve
+from bot.clients.profiles import OPENAI_REASONING_EFFORTS, is_reasoning_model, resolve
 from bot.config import ModelSettings, load_settings
 from bot.core.errors import ConfigError
 from harness.stub_model import StubModel, completion
@@ -187,3 +188,91 @@ def test_a_provider_without_a_model_name_is_a_configuration_error(provider: Any)
     settings = ModelSettings(provider=provider, base_url="http://127.0.0.1:9/v1")
     with pytest.raises(ConfigError, match="model"):
         resolve(settings, {"OPENAI_API_KEY": KEY})
+
+
+# -- per-model profiles --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "reasoning"),
+    [
+        ("o1", True),
+        ("o3-mini", True),
+        ("o4-mini-2025-04-16", True),
+        ("gpt-5", True),
+        ("gpt-5-mini", True),
+        ("openai/gpt-5-nano", True),
+        ("gpt-5-chat-latest", False),
+        ("gpt-4o", False),
+        ("llama-3.1-8b-instruct", False),
+        ("smollm2-135m", False),
+    ],
+)
+def test_reasoning_models_are_told_by_name(model: str, reasoning: bool) -> None:
+    assert is_reasoning_model(model) is reasoning
+
+
+async def test_a_reasoning_model_behind_a_proxy_drops_sampling_and_uses_max_completion_tokens(
+    stub_model: StubModel,
+) -> None:
+    settings = ModelSettings(
+        provider="openai-compatible",
+        base_url=stub_model.base_url,
+        model="openai/o3-mini",
+        temperature=0.2,
+        top_p=0.9,
+    )
+    request = await sent(stub_model, settings, {"OPENAI_API_KEY": KEY})
+
+    body = request.json
+    assert body["max_completion_tokens"] == 4096 and "max_tokens" not in body
+    assert "temperature" not in body and "top_p" not in body
+    resolved = resolve(settings, {"OPENAI_API_KEY": KEY})
+    assert resolved is not None and resolved.reasoning
+    assert resolved.sources["temperature"] == "dropped: the model is a reasoning model"
+
+
+async def test_the_reasoning_setting_overrides_the_name(stub_model: StubModel) -> None:
+    settings = ModelSettings(
+        provider="openai-compatible",
+        base_url=stub_model.base_url,
+        model="my-o3-finetune-deployment",
+        reasoning=True,
+        temperature=0.2,
+    )
+    body = (await sent(stub_model, settings, {})).json
+    assert "max_completion_tokens" in body and "temperature" not in body
+
+    plain = settings.model_copy(update={"model": "o3", "reasoning": False})
+    plain_body = (await sent(stub_model, plain, {})).json
+    assert plain_body["temperature"] == 0.2 and plain_body["max_tokens"] == 4096
+
+
+def test_the_openai_reasoning_efforts_are_the_official_sdks() -> None:
+    from openai.types.shared.reasoning_effort import ReasoningEffort
+
+    (literal, _none) = typing.get_args(ReasoningEffort)
+    assert set(typing.get_args(literal)) == set(OPENAI_REASONING_EFFORTS)
+
+
+@pytest.mark.parametrize(
+    ("provider", "effort"),
+    [("openai", "extreme"), ("azure-openai", "max"), ("nvidia", "minimal")],
+)
+def test_a_reasoning_effort_the_provider_does_not_document_is_bem_900(
+    provider: str, effort: str
+) -> None:
+    settings = ModelSettings(
+        provider=provider,  # type: ignore[arg-type]
+        base_url="http://127.0.0.1:9/v1",
+        model="o3",
+        reasoning_effort=effort,
+    )
+    with pytest.raises(ConfigError) as refused:
+        resolve(settings, {"OPENAI_API_KEY": KEY})
+    assert refused.value.code == "BEM-900" and repr(effort) in refused.value.message
+
+
+def test_the_client_refuses_an_unknown_reasoning_effort() -> None:
+    with pytest.raises(ConfigError, match="reasoning_effort must be one of"):
+        OpenAiCompatible("http://127.0.0.1:9/v1", KEY, "o3", reasoning_effort="extreme")

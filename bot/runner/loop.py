@@ -388,6 +388,11 @@ class ToolLoopAgent:
             for call in declined:
                 record = failed_record(call, BeamError("BEM-099", over_cap_message(limit)))
                 yield await self._record(state, record, None)
+        if completion.tool_calls and streamed:
+            # The text said before the calls is a paragraph of its own: whatever reads the
+            # chunks as one text (the job page, `riverbeam follow`) must not glue the next
+            # round's words onto it.
+            yield ChunkFrame(text="\n\n")
         if not completion.tool_calls:
             state.status = ResultStatus.COMPLETED
             state.text = completion.text or ""

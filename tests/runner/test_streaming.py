@@ -16,7 +16,7 @@ from bot.core.tools import ToolSpec
 from bot.runner import ToolLoopAgent
 from tests.runner.kit import call, calls, echo_tool, frames_of, kinds, result_of
 
-Reply = list[str] | Completion
+Reply = list[str] | Completion | tuple[list[str], Completion]
 
 
 class StreamingClient:
@@ -33,6 +33,8 @@ class StreamingClient:
     async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
         self.completed += 1
         reply = self._replies.pop(0)
+        if isinstance(reply, tuple):
+            return reply[1]
         return reply if isinstance(reply, Completion) else Completion(text="".join(reply))
 
     async def stream(
@@ -40,6 +42,12 @@ class StreamingClient:
     ) -> AsyncIterator[TextDelta | Completion]:
         self.streamed += 1
         reply = self._replies.pop(0)
+        if isinstance(reply, tuple):
+            pieces, completion = reply
+            for piece in pieces:
+                yield TextDelta(text=piece)
+            yield completion
+            return
         if isinstance(reply, Completion):
             yield reply
             return
@@ -72,6 +80,18 @@ async def test_a_tool_round_then_a_streamed_answer() -> None:
 
     assert kinds(frames) == ["placeholder", "thinking", "tool", "chunk", "chunk", "done"]
     assert result_of(frames).text == "Done."
+
+
+async def test_text_before_a_tool_call_is_not_glued_onto_the_next_rounds() -> None:
+    said = Completion(
+        text="Let me check.", tool_calls=calls(call("echo", "c1", text="x")).tool_calls
+    )
+    client = StreamingClient([(["Let me ", "check."], said), ["The page ", "is fine."]])
+    frames = await frames_of(ToolLoopAgent("helper", client, [echo_tool()], stream_tokens=True))
+
+    text = "".join(frame.text for frame in frames if isinstance(frame, ChunkFrame))
+    assert text == "Let me check.\n\nThe page is fine."
+    assert result_of(frames).text == "The page is fine."
 
 
 async def test_without_stream_tokens_the_answer_is_one_chunk() -> None:

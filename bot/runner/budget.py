@@ -2,8 +2,9 @@
 
 Four rules, applied by the loop:
 
-1. A tool result longer than ``max_result_chars`` goes back cut, with a note that says how
-   to get the rest (``cap_result``).
+1. A tool result longer than ``max_result_chars`` goes back cut, by its structure where it
+   has one (``bot.runner.result_fit``), else as text with a note that says how to get the
+   rest (``cap_result``).
 2. At most ``max_calls_per_reply`` tool calls of one reply run; the rest are recorded as
    BEM-099 and named in one note on the last run call's result (``over_cap_note``).
 3. Before each request the loop estimates its size. Past ``compact_at`` of the input budget

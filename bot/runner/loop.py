@@ -42,7 +42,6 @@ from bot.runner.budget import (
     NO_BUDGET,
     ContextBudget,
     calibrated,
-    cap_result,
     fit,
     over_cap_message,
     over_cap_note,
@@ -60,6 +59,7 @@ from bot.runner.calls import (
 from bot.runner.endings import check_ending, unique_call_ids
 from bot.runner.hooks import Hooks
 from bot.runner.interrupts import INTERRUPTS
+from bot.runner.result_fit import fitted_result
 from bot.runner.run_limits import RunLimits
 from bot.runner.state import CallDecision, RunState, accepted_digests, specs_digest
 from sandbox.inside.tool_specs import EARLIER_SPECS
@@ -310,7 +310,7 @@ class ToolLoopAgent:
         message = tool_message(record)
         if state.budget is not None:
             limit = state.budget.max_result_chars
-            message["content"] = cap_result(message["content"], record.name, limit)
+            message["content"] = fitted_result(message["content"], record.name, limit)
         if call.note:
             message["content"] += f"\n{call.note}"
         yield await self._record(state, record, message)

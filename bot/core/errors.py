@@ -248,6 +248,7 @@ _TABLE = [
     Code("BEM-346", WorkspaceError, "the known_hosts file cannot be read or written"),
     Code("BEM-347", WorkspaceError, "the SSH upstream's host key cannot be checked"),
     Code("BEM-348", WorkspaceError, "`repos trust` cannot pin the upstream's host key"),
+    Code("BEM-349", WorkspaceError, "the upstream is damaged: an object it needs is missing"),
     Code("BEM-350", RelayError, "the approved commit is not in the job's outbox"),
     Code("BEM-351", RelayError, "the upstream branch moved since approval (not a fast-forward)"),
     Code("BEM-352", RelayError, "the outbox branch does not point at the approved commit"),

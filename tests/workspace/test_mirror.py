@@ -126,3 +126,20 @@ def test_concurrent_prepares_in_separate_processes_share_one_sound_mirror(
     assert sorted(os.listdir(settings.root)) == jobs
     for result in results:
         assert (result.tree / "docs" / "install.md").read_text() == "Install it with pip.\n"
+
+
+def test_an_upstream_missing_a_blob_is_bem_349_not_a_network_problem(
+    upstream: Path, repo_config: RepositoryConfig, settings: WorkspaceSettings
+) -> None:
+    upstream_push(upstream, "main", {"docs/damaged.md": "a page whose blob goes missing\n"}, "main")
+    blob = git("-C", str(upstream), "rev-parse", "main:docs/damaged.md")
+    loose = upstream / "objects" / blob[:2] / blob[2:]
+    assert loose.is_file()  # pushed as a loose object, so it can be taken away
+    loose.unlink()
+
+    with pytest.raises(BeamError) as failed:
+        _sync(repo_config, settings)
+
+    assert failed.value.code == "BEM-349"
+    assert blob in failed.value.message and "git fsck" in failed.value.message
+    assert "Check the upstream URL" not in failed.value.message

@@ -85,13 +85,40 @@ def sync_mirror(
         try:
             remote.fetch([MIRROR_REFSPEC], callbacks=callbacks, prune=FetchPrune.PRUNE)
         except pygit2.GitError as error:
+            said = callbacks.redact(str(error))
+            where = f"{public_url(repo_config.upstream)} into the mirror of {repo_name!r}"
+            if _damaged(said):
+                raise BeamError(
+                    "BEM-349",
+                    f"fetching {where} failed because an object the upstream's branches need"
+                    f" cannot be read: {said}. The upstream repository is likely damaged (git"
+                    " says: possible repository corruption on the remote side): run git fsck"
+                    " on it and restore the missing objects from a good clone. It is not the"
+                    " network or the credentials.",
+                ) from None
             raise BeamError(
                 "BEM-340",
-                f"fetching {public_url(repo_config.upstream)} into the mirror of {repo_name!r} "
-                f"failed: {callbacks.redact(str(error))}. Check the upstream URL, the network "
+                f"fetching {where} failed: {said}. Check the upstream URL, the network "
                 "and the repository's credentials.",
             ) from None
     return mirror
+
+
+# What libgit2 and git's upload-pack say when the upstream's refs name objects it cannot
+# serve: a missing or corrupt object, not a transport problem.
+_DAMAGE_WORDS = (
+    "object not found",
+    "cannot read header",
+    "corrupt",
+    "missing blob",
+    "missing tree",
+    "bad object",
+)
+
+
+def _damaged(said: str) -> bool:
+    lowered = said.lower()
+    return any(words in lowered for words in _DAMAGE_WORDS)
 
 
 def open_mirror(mirror: Path) -> pygit2.Repository:

@@ -7,6 +7,10 @@ host: committing in a job's tree and pushing into its outbox, which is what the 
 
 from __future__ import annotations
 
+# Imported before as_sandbox forks: the tools import it lazily (a large tree's status scans
+# in threads), and a child running as the sandbox uid cannot import it from an interpreter
+# under a directory only the worker may read (a venv under /root).
+import concurrent.futures.thread  # noqa: F401
 import os
 import pickle
 import shutil

@@ -143,6 +143,10 @@ class Credentials(BaseModel):
         return self
 
 
+Site = Literal["mdbook", "mkdocs", "sphinx", "plain"]
+"""How a repository's pages become a site, and so what a relative link in them names."""
+
+
 class RepositoryConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -160,6 +164,11 @@ class RepositoryConfig(BaseModel):
     summary_schedule: str | None = Field(default=None, description="cron expression")
     summary_webhook: HttpUrl | None = Field(default=None, description="where summaries are posted")
     allow_self_approval: bool = False
+    site: Site | None = Field(
+        default=None,
+        description="how the pages become a site, for the link check (default: detected from"
+        " book.toml, mkdocs.yml or conf.py)",
+    )
     known_hosts: Path | None = Field(
         default=None,
         description="OpenSSH known_hosts file pinning an ssh:// upstream's host key "

@@ -17,6 +17,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import DeltaStatus, DiffStatsFormat, SortMode
 
+from bot.config import Site
 from bot.core.errors import BeamError
 from bot.review.links import LinkReport, check_links, is_markdown
 from bot.review.preview import PageSource, page_sources
@@ -86,7 +87,9 @@ class ChangedPages:
     sources: list[PageSource]
 
 
-def read_pages(objects: Path, base_sha: str, head_sha: str) -> ChangedPages:
+def read_pages(
+    objects: Path, base_sha: str, head_sha: str, site: Site | None = None
+) -> ChangedPages:
     _, base, head = _open(objects, base_sha, head_sha)
     diff = base.tree.diff_to_tree(head.tree)
     pages = [
@@ -95,7 +98,7 @@ def read_pages(objects: Path, base_sha: str, head_sha: str) -> ChangedPages:
         if delta.status != DeltaStatus.DELETED and is_markdown(delta.new_file.path)
     ]
     return ChangedPages(
-        links=check_links(head.tree, pages), sources=page_sources(base.tree, head.tree, pages)
+        links=check_links(head.tree, pages, site), sources=page_sources(base.tree, head.tree, pages)
     )
 
 

@@ -283,7 +283,11 @@ class Executor:
             check_publish_still_bound(approval, plan)
         mirror = sync_mirror(record.spec.repo, start.repo, settings.workspaces, callbacks)
         return PublishTarget(
-            tool=tool, plan=plan, mirror=mirror, diff_max_chars=settings.jobs.diff_max_chars
+            tool=tool,
+            plan=plan,
+            mirror=mirror,
+            diff_max_chars=settings.jobs.diff_max_chars,
+            site=start.repo.site,
         )
 
     async def _drive(self, ground: Ground, client: CompletionClient, stop: StopCheck) -> Driven:
@@ -422,6 +426,7 @@ class Executor:
             base_sha=ground.opened.base_sha,
             protected_refs=ground.start.repo.protected_refs,
             diff_max_chars=self._settings.jobs.diff_max_chars,
+            site=ground.start.repo.site,
         )
 
     # -- park and finish ----------------------------------------------------------------

@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from bot.config import Site
 from bot.core.errors import BeamError
 from bot.core.frames import PendingCall
 from bot.jobs.branch_change import (
@@ -47,6 +48,7 @@ class PushTarget:
     base_sha: str
     protected_refs: tuple[str, ...]
     diff_max_chars: int
+    site: Site | None = None  # how the pages' links resolve (None: detected from the tree)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class PublishTarget:
     plan: PublishPlan
     mirror: Path
     diff_max_chars: int
+    site: Site | None = None
 
 
 def approval_for(
@@ -107,12 +110,13 @@ def _bind_push(approval: Approval, pending: PendingCall, target: PushTarget) -> 
             f"{name!r} has no commit beyond {workspace.base}; commit the change, then push",
         )
     change = read_change(workspace.tree, target.base_sha, tip, max_chars=target.diff_max_chars)
+    objects = workspace.tree / ".git" / "objects"
     return approval.model_copy(
         update={
             "commit_sha": tip,
             "target_ref": name,
             "base_sha": target.base_sha,
-            **_pages(read_pages(workspace.tree / ".git" / "objects", target.base_sha, tip)),
+            **_pages(read_pages(objects, target.base_sha, tip, target.site)),
             **_shown(change, target.diff_max_chars),
         }
     )
@@ -130,7 +134,7 @@ def _bind_publish(approval: Approval, target: PublishTarget) -> Approval:
     change = read_objects_change(
         target.mirror / "objects", current, plan.sha, max_chars=target.diff_max_chars
     )
-    pages = _pages(read_pages(target.mirror / "objects", current, plan.sha))
+    pages = _pages(read_pages(target.mirror / "objects", current, plan.sha, target.site))
     return bound.model_copy(update={**pages, **_shown(change, target.diff_max_chars)})
 
 

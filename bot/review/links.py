@@ -32,11 +32,15 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from pydantic import BaseModel, Field
 
+from bot.config import Site
+
 MAX_PAGE_BYTES = 1_048_576
 MAX_PARSED_BYTES = 8_388_608
 MAX_PAGES = 100
 MAX_LISTED = 200
 MARKDOWN_SUFFIXES = (".md", ".markdown")
+LINK_MODE = 0o120000
+MAX_LINK_HOPS = 8
 
 _EXTERNAL = ("http", "https", "mailto")
 _HTML_ID = re.compile(r"""\b(?:id|name)\s*=\s*["']([^"']+)["']""", re.IGNORECASE)
@@ -79,9 +83,10 @@ def parser() -> MarkdownIt:
     return MarkdownIt("commonmark").enable("table")
 
 
-def check_links(tree: pygit2.Tree, pages: list[str]) -> LinkReport:
-    """The links of ``pages`` (paths in ``tree``) checked against ``tree``."""
-    checker = _Checker(tree)
+def check_links(tree: pygit2.Tree, pages: list[str], site: Site | None = None) -> LinkReport:
+    """The links of ``pages`` (paths in ``tree``) checked against ``tree``, resolved as
+    ``site`` builds them (None: as ``detect_site`` finds in the tree)."""
+    checker = _Checker(tree, site or detect_site(tree))
     report = LinkReport()
     for index, page in enumerate(sorted(set(pages))):
         source = checker.text(page) if index < MAX_PAGES else None
@@ -92,6 +97,71 @@ def check_links(tree: pygit2.Tree, pages: list[str]) -> LinkReport:
         for line, target, image in links_of(source):
             checker.classify(report, page, line, target, image=image)
     return report
+
+
+# The site's own configuration, where it says which generator builds the pages.
+_SITE_FILES: tuple[tuple[str, Site], ...] = (
+    ("book.toml", "mdbook"),
+    ("mkdocs.yml", "mkdocs"),
+    ("mkdocs.yaml", "mkdocs"),
+    ("conf.py", "sphinx"),
+    ("docs/conf.py", "sphinx"),
+    ("docs/source/conf.py", "sphinx"),
+    ("source/conf.py", "sphinx"),
+)
+_SPHINX_SOURCES = (".rst", ".md", ".txt")
+
+
+def detect_site(tree: pygit2.Tree) -> Site:
+    """``mdbook`` with a ``book.toml``, ``mkdocs`` with an ``mkdocs.yml``, ``sphinx`` with a
+    ``conf.py`` where Sphinx looks, else ``plain`` (links name the files themselves)."""
+    for name, site in _SITE_FILES:
+        try:
+            if isinstance(tree[name], pygit2.Blob):
+                return site
+        except KeyError:
+            continue
+    return "plain"
+
+
+def site_sources(site: Site, path: str, *, folder_url: bool) -> list[str]:
+    """The sources ``site`` builds the URL ``path`` from, most likely first: mdBook's
+    ``x.html`` from ``x.md`` (and ``index.html`` from ``README.md``), MkDocs' directory URL
+    ``x/`` from ``x.md`` or ``x/index.md``, Sphinx's ``x.html`` from ``x.rst`` or ``x.md``."""
+    stem, suffix = posixpath.splitext(path)
+    folder = path if folder_url or not suffix else None
+    found: list[str] = []
+    if site == "mdbook":
+        if suffix == ".html":
+            found.append(f"{stem}.md")
+            if posixpath.basename(stem) == "index":
+                found.append(posixpath.join(posixpath.dirname(stem), "README.md"))
+        if folder is not None:
+            found += [posixpath.join(folder, "index.md"), posixpath.join(folder, "README.md")]
+    elif site == "mkdocs":
+        if suffix == ".html":
+            found.append(f"{stem}.md")
+        if folder is not None:
+            found += [f"{folder}.md", posixpath.join(folder, "index.md")]
+            found.append(posixpath.join(folder, "README.md"))
+    elif site == "sphinx":
+        if suffix == ".html":
+            found += [f"{stem}{source}" for source in _SPHINX_SOURCES]
+        if folder is not None:
+            found += [posixpath.join(folder, f"index{source}") for source in _SPHINX_SOURCES]
+    return [candidate.lstrip("/") for candidate in found]
+
+
+def url_folder(site: Site, page: str, link: str) -> str:
+    """The folder a relative ``link`` on ``page`` starts from: the page's own, except for a
+    URL-style link (``../setup/``) on an MkDocs page, which is served one folder deeper
+    (``docs/start.md`` at ``start/``) unless it is its folder's index."""
+    folder = posixpath.dirname(page)
+    url_style = link.endswith("/") or not posixpath.splitext(link)[1]
+    index = posixpath.basename(page).lower() in ("index.md", "readme.md")
+    if site == "mkdocs" and url_style and not index:
+        return posixpath.splitext(page)[0]
+    return folder
 
 
 def links_of(source: str) -> list[tuple[int, str, bool]]:
@@ -144,14 +214,43 @@ def _plain(inline: Token) -> str:
 
 
 class _Checker:
-    def __init__(self, tree: pygit2.Tree) -> None:
+    def __init__(self, tree: pygit2.Tree, site: Site) -> None:
         self._tree = tree
+        self._site = site
         self._anchors: dict[str, set[str] | None] = {}
         self._budget = MAX_PARSED_BYTES
 
     def entry(self, path: str) -> pygit2.Object | None:
+        """The object at ``path``, through symlinked folders of the tree (as the site
+        generator reads the checkout); None when absent or leading outside."""
         try:
             return self._tree[path] if path else self._tree
+        except (KeyError, ValueError):
+            return self._through_links(path)
+
+    def _through_links(self, path: str) -> pygit2.Object | None:
+        pending = [part for part in path.split("/") if part]
+        reached, hops = "", 0
+        while pending:
+            part = pending.pop(0)
+            step = f"{reached}/{part}" if reached else part
+            found = self._lookup(step)
+            if found is None:
+                return None
+            if isinstance(found, pygit2.Blob) and found.filemode == LINK_MODE:
+                hops += 1
+                link = found.data.decode("utf-8", errors="replace")
+                target = posixpath.normpath(posixpath.join(posixpath.dirname(step), link))
+                if hops > MAX_LINK_HOPS or target == ".." or target.startswith(("../", "/")):
+                    return None
+                reached = "" if target == "." else target
+                continue
+            reached = step
+        return self._lookup(reached)
+
+    def _lookup(self, path: str) -> pygit2.Object | None:
+        try:
+            return self._tree[path] if path and path != "." else self._tree
         except (KeyError, ValueError):
             return None
 
@@ -204,20 +303,30 @@ class _Checker:
         joined = (
             path.lstrip("/")
             if path.startswith("/")
-            else posixpath.join(posixpath.dirname(page), path)
+            else posixpath.join(url_folder(self._site, page, path), path)
         )
         resolved = posixpath.normpath(joined)
         if resolved == ".":
             resolved = ""
         if resolved == ".." or resolved.startswith("../"):
             return "leads outside the repository"
-        entry = self.entry(resolved)
-        if entry is None:
+        found = self._source_of(resolved, folder_url=path.endswith("/"))
+        if found is None:
             return f"{resolved or '/'} is not in the commit"
+        resolved, entry = found
         if image and not isinstance(entry, pygit2.Blob):
             return f"{resolved or '/'} is a folder, not an image"
         if parts.fragment and isinstance(entry, pygit2.Blob) and is_markdown(resolved):
             return self._anchor_problem(resolved, parts.fragment)
+        return None
+
+    def _source_of(self, path: str, *, folder_url: bool) -> tuple[str, pygit2.Object] | None:
+        """The file or folder a link's ``path`` names as the site generator reads it: the
+        path itself, else the source the site builds that URL from (``site_sources``)."""
+        for candidate in (path, *site_sources(self._site, path, folder_url=folder_url)):
+            entry = self.entry(candidate)
+            if entry is not None and not (candidate != path and isinstance(entry, pygit2.Tree)):
+                return candidate, entry
         return None
 
     def _anchor_problem(self, path: str, fragment: str) -> str | None:

@@ -153,3 +153,79 @@ def test_the_bytes_parsed_in_all_are_bounded(tmp_path: Path) -> None:
     report = read_pages(objects, base, head).links
     assert report.pages == [f"p{i}.md" for i in range(8)]
     assert report.skipped == ["p8.md"]
+
+
+# -- links the way the site generator reads them --------------------------------------------
+
+BOOK_CHAPTER = """# Ownership
+
+See [the previous chapter](ch03-00-common-concepts.html), [its variables
+section](ch03-01-variables.html#shadowing), [the start](index.html) and
+[the appendix](appendix/index.html). Broken: [gone](ch99-missing.html).
+"""
+
+
+def test_mdbook_html_links_resolve_to_their_markdown_sources(tmp_path: Path) -> None:
+    files: dict[str, str | bytes] = {
+        "book.toml": '[book]\ntitle = "A book"\n',
+        "src/README.md": "# Intro\n",
+        "src/ch03-00-common-concepts.md": "# Common concepts\n",
+        "src/ch03-01-variables.md": "# Variables\n\n## Shadowing\n",
+        "src/appendix/index.md": "# Appendix\n",
+        "src/ch04-01-what-is-ownership.md": BOOK_CHAPTER,
+    }
+    objects, base, head = repo_with_change(tmp_path, files)
+
+    links = read_pages(objects, base, head).links
+
+    broken = {(link.page, link.target) for link in links.broken}
+    assert broken == {("src/ch04-01-what-is-ownership.md", "ch99-missing.html")}
+
+
+def test_the_site_setting_overrides_what_the_tree_says(tmp_path: Path) -> None:
+    files: dict[str, str | bytes] = {
+        "src/ch01.md": "# One\n",
+        "src/ch02.md": "# Two\n\nBack to [one](ch01.html).\n",
+    }
+    objects, base, head = repo_with_change(tmp_path, files)
+
+    assert [link.target for link in read_pages(objects, base, head).links.broken] == ["ch01.html"]
+    assert read_pages(objects, base, head, "mdbook").links.broken == []
+
+
+def test_mkdocs_directory_urls_and_sphinx_html_links(tmp_path: Path) -> None:
+    mkdocs: dict[str, str | bytes] = {
+        "mkdocs.yml": "site_name: Docs\n",
+        "docs/setup.md": "# Setup\n",
+        "docs/api/index.md": "# API\n",
+        "docs/start.md": "[setup](../setup/), [api](../api/) and [nothing](../nothing/).\n",
+    }
+    objects, base, head = repo_with_change(tmp_path / "mkdocs", mkdocs)
+    broken = [link.target for link in read_pages(objects, base, head).links.broken]
+    assert broken == ["../nothing/"]
+
+    sphinx: dict[str, str | bytes] = {
+        "docs/conf.py": "project = 'Docs'\n",
+        "docs/usage.rst": "Usage\n=====\n",
+        "docs/start.md": "[usage](usage.html) and [nothing](nothing.html).\n",
+    }
+    objects, base, head = repo_with_change(tmp_path / "sphinx", sphinx)
+    assert [link.target for link in read_pages(objects, base, head).links.broken] == [
+        "nothing.html"
+    ]
+
+
+def test_a_link_through_a_symlinked_folder_is_in_the_commit(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    git("init", "-q", "--initial-branch=main", str(work))
+    write_files(work, {"pages/common/tar.md": "# tar\n"})
+    (work / "pages.en").symlink_to("pages")
+    (work / "escape").symlink_to("../outside")
+    base = commit_all(work, "base")
+    links = "[tar](../../pages.en/common/tar.md) and [out](../../escape/x.md)\n"
+    write_files(work, {"pages/common/ls.md": f"# ls\n\n{links}"})
+    head = commit_all(work, "change")
+
+    report = read_pages(work / ".git" / "objects", base, head).links
+
+    assert [link.target for link in report.broken] == ["../../escape/x.md"]

@@ -86,7 +86,9 @@ def test_the_image_is_found_once_and_then_never_asked_for(
 def test_an_image_removed_after_the_first_check_fails_the_next_start_with_bem_401(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    with job_stack() as stack:
+    # No spare: one made from the tag before it is removed would serve the second job, which
+    # then never starts a container from the removed tag (and rightly parks).
+    with job_stack(more_config={"jobs": {"spare_containers": 0}}) as stack:
         worker = stack.worker("w")
         client = worker.docker
         # The worker's image under a tag of this test's own, which it then removes.

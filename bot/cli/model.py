@@ -108,15 +108,11 @@ def _check_factory(settings: Settings) -> int:
 
 
 async def _first_reply(settings: Settings, kind: JobKind) -> ModelCheck:
+    from bot.jobs.kinds import REGISTRY
     from bot.jobs.model_client import model_client_for
 
     # A stand-in job, never stored or run: each kind with the fields it requires.
-    if kind is JobKind.AUTHOR:
-        spec = JobSpec(kind=kind, repo="check", request="Check the model")
-    elif kind is JobKind.PUBLISH:
-        spec = JobSpec(kind=kind, repo="check", review_job="model-check-review")
-    else:
-        spec = JobSpec(kind=kind, repo="check", branch="main")
+    spec = JobSpec.model_validate({"kind": kind, "repo": "check", **REGISTRY[kind].stand_in_fields})
     job = JobRecord(id="model-check", spec=spec)
     client = model_client_for(settings, job)
     name = getattr(client, "model", None) or type(client).__name__

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from bot.agents.memory import RememberTool
 from bot.config import RepositoryConfig
@@ -31,6 +31,7 @@ from sandbox.host.workspace.prepare import Workspace
 class AuthorJob(Kind):
     job_kind = JobKind.AUTHOR
     owns_branch = True
+    stand_in_fields: ClassVar[dict[str, str]] = {"request": "Check the model"}
 
     def plan(self, spec: JobSpec, repo: RepositoryConfig) -> TreePlan:
         if spec.branch:

@@ -55,6 +55,9 @@ class Kind(ABC):
 
     job_kind: ClassVar[JobKind]
     default_request: ClassVar[str] = ""
+    stand_in_fields: ClassVar[dict[str, str]] = {"branch": "main"}
+    """The fields a stand-in job of the kind needs (``riverbeam model check`` builds one for
+    each kind's client; it is never stored or run)."""
     publishes: ClassVar[bool] = False
     owns_branch: ClassVar[bool] = False
 

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from bot.config import RepositoryConfig
 from bot.core.tools import Tool
@@ -25,6 +25,7 @@ class PublishJob(Kind):
     job_kind = JobKind.PUBLISH
     default_request = "Publish the reviewed docs."
     publishes = True
+    stand_in_fields: ClassVar[dict[str, str]] = {"review_job": "model-check-review"}
 
     def plan(self, spec: JobSpec, repo: RepositoryConfig) -> TreePlan | None:
         return None

@@ -316,11 +316,13 @@ class Stack:
         )
         return out or None
 
-    def push_branch(self, branch: str, files: Mapping[str, str], message: str) -> str:
-        """Someone pushes ``branch`` upstream: ``main`` plus one commit changing ``files``
+    def push_branch(
+        self, branch: str, files: Mapping[str, str], message: str, *, onto: str = "main"
+    ) -> str:
+        """Someone pushes ``branch`` upstream: ``onto`` plus one commit changing ``files``
         (what review, summarize and commit-notes jobs read). Returns the commit id."""
         work = self.base / f"push-{branch.replace('/', '-')}"
-        git("clone", "-q", "--branch", "main", str(self.upstream), str(work))
+        git("clone", "-q", "--branch", onto, str(self.upstream), str(work))
         write_files(work, files)
         sha = commit_all(work, message)
         git("-C", str(work), "push", "-q", "origin", f"HEAD:refs/heads/{branch}")

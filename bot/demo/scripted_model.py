@@ -103,6 +103,8 @@ def _report(messages: Sequence[Message]) -> str:
 # -- review ----------------------------------------------------------------------------------
 
 MAX_REVIEW_FILES = 20
+# Link targets looked up per review; a link past them is judged from the listings alone.
+MAX_LOOKUPS = 40
 _Read = TypeVar("_Read")
 
 
@@ -118,13 +120,14 @@ def _review_steps() -> list[PlaybookStep]:
     return [
         Completion.of_calls(ToolCall.of("git_log", {}), ToolCall.of("git_diff", {})),
         _read_changed_files,
+        _look_up_links,
         _deliver_review,
         _report_review,
     ]
 
 
 def _read_changed_files(messages: Sequence[Message]) -> Completion:
-    """The tree (for the links) and every text file the diff adds or changes."""
+    """Every text file the diff adds or changes."""
     diff = _read(messages, "git_diff", DiffReport)
     changed = [
         item.path
@@ -132,7 +135,66 @@ def _read_changed_files(messages: Sequence[Message]) -> Completion:
         if item.status != "deleted" and not item.binary
     ]
     reads = [ToolCall.of("read_file", {"path": path}) for path in changed[:MAX_REVIEW_FILES]]
-    return Completion.of_calls(ToolCall.of("list_tree", {}), *reads)
+    return Completion.of_calls(*reads) if reads else _calls("list_tree", {})
+
+
+def _pages_read(messages: Sequence[Message]) -> dict[str, str]:
+    """The changed pages as read whole (a look-up reads one line and is not one)."""
+    return {
+        str(arguments["path"]): str(result["content"])
+        for arguments, result in tool_results(messages, "read_file")
+        if isinstance(arguments, dict)
+        and "limit" not in arguments
+        and isinstance(result, dict)
+        and isinstance(result.get("content"), str)
+    }
+
+
+def _link_targets(pages: Mapping[str, str]) -> list[str]:
+    """The files the pages' relative links name, from the tree's root, first seen first."""
+    targets: dict[str, None] = {}
+    for path, text in pages.items():
+        for match in LINK.finditer(text):
+            target = match.group("target")
+            if "://" in target or target.startswith(("/", "mailto:")):
+                continue
+            named = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+            if named != ".." and not named.startswith("../"):
+                targets[named] = None
+    return list(targets)
+
+
+def _look_up_links(messages: Sequence[Message]) -> Completion | str:
+    """A listing of each read page's folder (its first page: the neighbours a broken link
+    is pointed at) and a one-line read of each link target: however large the tree, each
+    target is looked up, never searched for in a listing cut to a page."""
+    pages = _pages_read(messages)
+    if not pages:
+        return _deliver_review(messages)
+    folders = dict.fromkeys(posixpath.dirname(path) for path in pages)
+    listings = [ToolCall.of("list_tree", {"path": folder}) for folder in folders]
+    targets = _link_targets(pages)[:MAX_LOOKUPS]
+    lookups = [ToolCall.of("read_file", {"path": target, "limit": 1}) for target in targets]
+    return Completion.of_calls(*listings, *lookups)
+
+
+def _deliver_review(messages: Sequence[Message]) -> Completion | str:
+    """The review, from the pages read, the files listed and the link targets found."""
+    listings = tool_results(messages, "list_tree")
+    listed: list[str] = []
+    for _, result in listings:
+        names = result.get("files") if isinstance(result, dict) else None
+        listed += map(str, names) if isinstance(names, list) else []
+    if not listed:
+        shown = listings[-1][1] if listings else None
+        return f"I could not list the tree ({shown}), so I cannot check the links; no review."
+    found = [
+        str(arguments["path"])
+        for arguments, result in tool_results(messages, "read_file")
+        if isinstance(arguments, dict) and isinstance(result, dict) and "content" in result
+    ]
+    review = review_pages(_pages_read(messages), sorted({*listed, *found}))
+    return _calls("review_change", review.model_dump(mode="json"))
 
 
 def review_pages(pages: Mapping[str, str], files: Sequence[str]) -> SubmittedReview:
@@ -172,22 +234,6 @@ def review_pages(pages: Mapping[str, str], files: Sequence[str]) -> SubmittedRev
     checked = ", ".join(pages) or "no page (the change adds or changes no text file)"
     summary = f"Checked {checked} for misspellings and relative links: {why}."
     return SubmittedReview(verdict=verdict, summary=summary, findings=findings)
-
-
-def _deliver_review(messages: Sequence[Message]) -> Completion | str:
-    tree = last_tool_result(messages, "list_tree")
-    names = tree.get("files") if isinstance(tree, dict) else None
-    if not isinstance(names, list):
-        return f"I could not list the tree ({tree}), so I cannot check the links; no review."
-    pages = {
-        str(arguments["path"]): str(result["content"])
-        for arguments, result in tool_results(messages, "read_file")
-        if isinstance(arguments, dict)
-        and isinstance(result, dict)
-        and isinstance(result.get("content"), str)
-    }
-    review = review_pages(pages, [str(name) for name in names])
-    return _calls("review_change", review.model_dump(mode="json"))
 
 
 def _report_review(messages: Sequence[Message]) -> str:

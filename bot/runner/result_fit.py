@@ -7,6 +7,8 @@ structure first, and stays a JSON object that fits:
 
 - ``read_file``: whole lines from the start of its ``content``, with ``end_line``,
   ``truncated`` and a ``note`` saying where to continue, all true of what is shown;
+- ``list_tree``: its ``directories`` whole and the start of its page of ``files``, with the
+  ``next_offset`` the rest of the page starts at;
 - any other object: its longest list (``list_tree``'s ``files``, ``git_log``'s commits)
   shortened from the end, everything else kept, and a ``note`` saying how many are shown.
 
@@ -33,6 +35,7 @@ def fitted_result(content: str, tool: str, limit: int) -> str:
         value = None
     if isinstance(value, dict):
         fitted = _read_window(value, limit) if tool == "read_file" else None
+        fitted = fitted or (_list_page(value, limit) if tool == "list_tree" else None)
         fitted = fitted or _shorter_list(value, limit)
         if fitted is not None:
             return fitted
@@ -62,6 +65,28 @@ def _read_window(value: dict[str, Any], limit: int) -> str | None:
         }
 
     return _largest_fit(len(lines) - 1, shown, limit, least=1)
+
+
+def _list_page(value: dict[str, Any], limit: int) -> str | None:
+    files, offset, total = value.get("files"), value.get("offset"), value.get("total_files")
+    if not isinstance(files, list) or not isinstance(offset, int) or not isinstance(total, int):
+        return None
+
+    def shown(count: int) -> dict[str, Any]:
+        following = offset + count
+        return {
+            **value,
+            "files": files[:count],
+            "next_offset": following,
+            "truncated": True,
+            "note": (
+                f"files {offset + 1}-{following} of {total} are shown (the result cap,"
+                f" model.max_result_chars={limit}); call list_tree with offset={following}"
+                " for the next page, or narrow with path=<a directory>"
+            ),
+        }
+
+    return _largest_fit(len(files) - 1, shown, limit, least=1)
 
 
 def _shorter_list(value: dict[str, Any], limit: int) -> str | None:

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = ["call_tool", "decode_text"]
 MAX_DIRECTORY_SUMMARY = 200
+# The names one list_tree page holds at most: with its directories it stays under the loop's
+# default cap on a tool result (model.max_result_chars, 24,000).
+LIST_PAGE_CHARS = 16_000
 # git's own test for binary content: a NUL byte in the first 8000 bytes.
 _BINARY_PROBE = 8000
 
@@ -68,25 +71,45 @@ def _list_tree(tree: WorkingTree, args: dict[str, Any]) -> Result:
     root = tree.root
     path = root.normalize(args.get("path", ""))
     files = list(root.walk(path))
-    truncated = len(files) > MAX_LIST_ENTRIES
+    offset = min(args.get("offset", 0), len(files))
+    page = _page(files, offset)
+    following = offset + len(page)
+    more = following < len(files)
     return {
         "path": path,
-        "files": list(files[:MAX_LIST_ENTRIES]),
+        # First, so that the structure survives any cut of what follows. The files are
+        # named where they are: under the folder a symlinked path leads to.
+        "directories": _directory_summary(root.resolve(path), files),
+        "files": page,
         "total_files": len(files),
-        "truncated": truncated,
-        # The files are named where they are: under the folder a symlinked path leads to.
-        "directories": _directory_summary(root.resolve(path), files) if truncated else [],
+        "offset": offset,
+        "next_offset": following if more else None,
+        "truncated": more,
         "note": (
-            f"showing the first {MAX_LIST_ENTRIES} of {len(files)} files; "
-            "narrow with path=<one of 'directories'>"
-            if truncated
+            f"files {offset + 1}-{following} of {len(files)} are shown; call again with "
+            f"offset={following} for the next page, or narrow with path=<a directory>"
+            if more
             else None
         ),
     }
 
 
+def _page(files: list[str], offset: int) -> list[JsonValue]:
+    """The files from ``offset``: at most ``MAX_LIST_ENTRIES``, and no more than
+    ``LIST_PAGE_CHARS`` of names, so that a page fits the loop's default result cap."""
+    page: list[JsonValue] = []
+    size = 0
+    for name in files[offset : offset + MAX_LIST_ENTRIES]:
+        size += len(name) + 4  # its quotes, comma and space in the JSON
+        if page and size > LIST_PAGE_CHARS:
+            break
+        page.append(name)
+    return page
+
+
 def _directory_summary(path: str, files: list[str]) -> list[JsonValue]:
-    """Files per immediate subdirectory of ``path``, largest first.
+    """Files per immediate subdirectory of ``path``, largest first, at most
+    ``MAX_DIRECTORY_SUMMARY`` of them.
 
     ``files`` is sorted, so each subdirectory's files are one contiguous run: a binary search
     finds its end instead of a pass over every path.

@@ -13,6 +13,7 @@ from typing import Any
 from bot.core.arguments import check_arguments, json_params, supported_schema
 
 __all__ = [
+    "LIST_TREE_BEFORE_PAGES",
     "MAX_LIST_ENTRIES",
     "MAX_LOG_LIMIT",
     "MAX_READ_CHARS",
@@ -39,11 +40,24 @@ READ_FILE_BEFORE_LIMIT = json_params(
     },
     ["path"],
 )
-"""read_file's arguments as the previous release offered them (``tool_specs.EARLIER_SPECS``)."""
+"""read_file's arguments before its ``limit`` (``tool_specs.EARLIER_SPECS``)."""
+
+LIST_TREE_BEFORE_PAGES = json_params(
+    {"path": {**_PATH, "description": "Directory to list; '' (default) is the root."}}, []
+)
+"""list_tree's arguments before it was paged (``tool_specs.EARLIER_SPECS``)."""
 
 TOOL_PARAMETERS: dict[str, dict[str, Any]] = {
     "list_tree": json_params(
-        {"path": {**_PATH, "description": "Directory to list; '' (default) is the root."}},
+        {
+            **LIST_TREE_BEFORE_PAGES["properties"],
+            "offset": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Where the page of files starts: a 'next_offset' returned"
+                " before; default 0.",
+            },
+        },
         [],
     ),
     "read_file": json_params(

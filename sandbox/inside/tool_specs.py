@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bot.core.tools import ToolSpec
 from sandbox.inside.tool_schemas import (
+    LIST_TREE_BEFORE_PAGES,
     MAX_LIST_ENTRIES,
     MAX_LOG_LIMIT,
     MAX_READ_CHARS,
@@ -27,8 +28,35 @@ _PATH_RULES = (
     "they stay inside the working tree."
 )
 
-# read_file as the previous release offered it; a run it parked still resumes (see
-# EARLIER_SPECS).
+# list_tree before its pages (see EARLIER_SPECS).
+_LIST_TREE_BEFORE_PAGES = ToolSpec(
+    name="list_tree",
+    description=(
+        "List the files under a directory of the working tree, recursively, sorted, "
+        "skipping .git. Use it first to find the pages to read or edit. Returns "
+        f"'files' (at most {MAX_LIST_ENTRIES}) and 'total_files'; when 'truncated' is "
+        "true, 'directories' counts the files per subdirectory: call again with "
+        f"path=<subdirectory> to narrow. {_PATH_RULES} "
+        "Errors: BEM-305 when the path is a file; BEM-100 when it does not exist."
+    ),
+    parameters=LIST_TREE_BEFORE_PAGES,
+)
+
+_LIST_TREE = ToolSpec(
+    name="list_tree",
+    description=(
+        "List the files under a directory of the working tree, recursively, sorted, "
+        "skipping .git. Use it first to find the pages to read or edit. Returns "
+        "'directories' first (the files per immediate subdirectory, largest first), then "
+        f"one page of 'files' (at most {MAX_LIST_ENTRIES}) from 'offset', and "
+        "'total_files'; when 'truncated' is true, call again with offset=<next_offset> "
+        f"for the next page, or with path=<a directory> to narrow. {_PATH_RULES} "
+        "Errors: BEM-305 when the path is a file; BEM-100 when it does not exist."
+    ),
+    parameters=TOOL_PARAMETERS["list_tree"],
+)
+
+# read_file before its limit (see EARLIER_SPECS).
 _READ_FILE_BEFORE_LIMIT = ToolSpec(
     name="read_file",
     description=(
@@ -51,23 +79,17 @@ _READ_FILE = ToolSpec(
     parameters=TOOL_PARAMETERS["read_file"],
 )
 
-EARLIER_SPECS: dict[str, tuple[ToolSpec, ...]] = {"read_file": (_READ_FILE_BEFORE_LIMIT,)}
-"""Earlier versions of a tool's spec that a parked run may have been saved with. A change
-that only adds an optional argument keeps what such a run did valid, so it may resume."""
+EARLIER_SPECS: dict[str, tuple[ToolSpec, ...]] = {
+    "read_file": (_READ_FILE, _READ_FILE_BEFORE_LIMIT),
+    "list_tree": (_LIST_TREE_BEFORE_PAGES, _LIST_TREE_BEFORE_PAGES),
+}
+"""The specs a parked run may have been saved with, one release back per position: the
+release before this one offered the first of each tool's versions, the one before it the
+second. A change that only adds an optional argument keeps what such a run did valid, so
+it may resume."""
 
 _SPECS = [
-    ToolSpec(
-        name="list_tree",
-        description=(
-            "List the files under a directory of the working tree, recursively, sorted, "
-            "skipping .git. Use it first to find the pages to read or edit. Returns "
-            f"'files' (at most {MAX_LIST_ENTRIES}) and 'total_files'; when 'truncated' is "
-            "true, 'directories' counts the files per subdirectory: call again with "
-            f"path=<subdirectory> to narrow. {_PATH_RULES} "
-            "Errors: BEM-305 when the path is a file; BEM-100 when it does not exist."
-        ),
-        parameters=TOOL_PARAMETERS["list_tree"],
-    ),
+    _LIST_TREE,
     _READ_FILE,
     ToolSpec(
         name="write_file",

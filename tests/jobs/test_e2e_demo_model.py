@@ -103,8 +103,41 @@ def test_a_review_flags_the_misspellings_and_broken_links_it_reads(stack: Stack)
     ]
     assert outcome.summary.startswith(f"Checked {FAQ} for misspellings and relative links: 1 ")
     assert done.result is not None and done.result.text.startswith("Verdict: request_changes.")
-    # What it judged, it read: the diff, the tree and the changed page.
-    assert [call.arguments for call in stack.tool_calls(done.id, "read_file")] == [{"path": FAQ}]
+    # What it judged, it read: the diff, the changed page, its folder and its link target.
+    assert [call.arguments for call in stack.tool_calls(done.id, "read_file")] == [
+        {"path": FAQ},
+        {"path": "docs/instal.md", "limit": 1},
+    ]
+
+
+def test_a_review_in_a_folder_of_thousands_pages_through_its_listing_to_a_verdict(
+    stack: Stack,
+) -> None:
+    # tldr's shape: one folder holding far more pages than a listing page. The link to the
+    # last page of it is valid; only the link to a page that does not exist is broken.
+    pages = {f"pages/common/tool-{n:04d}.md": f"# tool {n}\n" for n in range(3_000)}
+    new_page = "# zsh\n\nSee [the last tool](tool-2999.md) and [a missing one](tool-9999.md).\n"
+    stack.push_branch("docs/large-base", pages, "Add 3,000 pages")
+    stack.push_branch(
+        "docs/large", {"pages/common/zsh.md": new_page}, "Add zsh", onto="docs/large-base"
+    )
+    review = _submit(stack, JobKind.REVIEW, branch="docs/large", base="docs/large-base")
+    done = _done(stack, review)
+
+    outcome = done.result.outcome if done.result else None
+    assert isinstance(outcome, ReviewOutcome) and outcome.verdict == "request_changes"
+    assert [finding.note for finding in outcome.findings] == [
+        "The link to 'tool-9999.md' points at a file that does not exist."
+    ]
+    # The folder's listing is one page of it; the targets were looked up, not searched for.
+    (listing,) = stack.tool_calls(done.id, "list_tree")
+    assert listing.arguments == {"path": "pages/common"}
+    assert isinstance(listing.result, dict) and listing.result["truncated"] is True
+    assert "pages/common/tool-2999.md" not in listing.result["files"]
+    assert [call.arguments for call in stack.tool_calls(done.id, "read_file")][1:] == [
+        {"path": "pages/common/tool-2999.md", "limit": 1},
+        {"path": "pages/common/tool-9999.md", "limit": 1},
+    ]
 
 
 def test_a_review_of_a_clean_change_approves_it(stack: Stack) -> None:

@@ -247,7 +247,7 @@ async def test_a_state_saved_before_budgets_and_read_file_limit_still_resumes(
     document = json.loads(state.model_dump_json())
     for new_field in ("budget", "chars_per_token", "compacted", "refusal"):
         del document[new_field]
-    earlier = [EARLIER_SPECS["read_file"][0], tools[1].spec()]
+    earlier = [EARLIER_SPECS["read_file"][-1], tools[1].spec()]
     document["tools_digest"] = specs_digest(earlier)
 
     loaded = RunState.load(json.dumps(document))

@@ -4,10 +4,12 @@ next (``bot.runner.result_fit``): read_file's continuation, list_tree's director
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from bot.runner.result_fit import fitted_result
-from sandbox.inside.sandbox_tools import _lines
+from sandbox.inside.sandbox_tools import _lines, call_tool
+from tests.sandbox.git_kit import build_git_env
 
 LIMIT = 24_000
 
@@ -43,31 +45,26 @@ def test_a_long_read_file_result_is_whole_lines_with_a_true_continuation() -> No
     assert following["content"].startswith(f"Line {end + 1}:")
 
 
-def test_a_large_listing_keeps_its_directories_and_note() -> None:
-    files = [
-        f"pages/{section}/page-{n}.md" for section in ("common", "linux", "osx") for n in range(700)
-    ]
-    result = {
-        "path": "",
-        "files": files[:2_000],
-        "total_files": len(files),
-        "truncated": True,
-        "directories": [
-            {"path": "pages/common", "files": 700},
-            {"path": "pages/linux", "files": 700},
-        ],
-        "note": "showing the first 2000 of 2100 files; narrow with path=<one of 'directories'>",
-    }
+def test_a_listing_page_cut_to_the_cap_keeps_its_directories_and_goes_on_where_it_stopped(
+    tmp_path: Path,
+) -> None:
+    env = build_git_env(tmp_path)
+    for section in ("common", "linux", "osx"):
+        for n in range(300):
+            env.write(f"pages/{section}/a-page-with-a-long-descriptive-name-{n:04d}.md", "")
+    result = call_tool(env.tree, "list_tree", {})
+    limit = 6_000  # an operator's smaller model.max_result_chars
 
-    fitted = json.loads(fitted_result(json.dumps(result), "list_tree", LIMIT))
+    fitted = json.loads(fitted_result(json.dumps(result), "list_tree", limit))
 
-    assert len(json.dumps(fitted)) <= LIMIT
-    assert fitted["directories"] == result["directories"] and fitted["total_files"] == 2_100
+    assert len(json.dumps(fitted)) <= limit
+    assert fitted["directories"] == result["directories"] and fitted["total_files"] == 902
     shown = len(fitted["files"])
-    assert 0 < shown < 2_000 and fitted["files"] == files[:shown]
-    assert (
-        fitted["note"].startswith("showing the first 2000") and f"{shown} of 2000" in fitted["note"]
-    )
+    assert 0 < shown < len(result["files"]) and fitted["files"] == result["files"][:shown]
+    assert fitted["next_offset"] == shown and fitted["truncated"] is True
+    assert f"offset={shown}" in fitted["note"] and "max_result_chars=6000" in fitted["note"]
+    following = call_tool(env.tree, "list_tree", {"offset": fitted["next_offset"]})
+    assert following["files"][0] == result["files"][shown]
 
 
 def test_what_has_no_structure_to_cut_is_cut_as_text() -> None:

@@ -13,8 +13,13 @@ from hypothesis import strategies as st
 from bot.core.arguments import check_arguments, supported_schema
 from bot.core.errors import BeamError
 from bot.core.tools import ToolSpec, validate_arguments
+from bot.runner.state import accepted_digests, specs_digest
 from sandbox.inside.sandbox_tools import call_tool
-from sandbox.inside.tool_schemas import READ_FILE_BEFORE_LIMIT, TOOL_PARAMETERS
+from sandbox.inside.tool_schemas import (
+    LIST_TREE_BEFORE_PAGES,
+    READ_FILE_BEFORE_LIMIT,
+    TOOL_PARAMETERS,
+)
 from sandbox.inside.tool_specs import EARLIER_SPECS, TOOL_SPECS
 
 SCHEMAS = {**TOOL_PARAMETERS, "read_file (earlier)": READ_FILE_BEFORE_LIMIT}
@@ -47,7 +52,22 @@ def by_check(name: str, args: Any) -> tuple[str, str] | dict[str, Any]:
 
 def test_every_tool_is_checked_against_the_schema_the_model_reads() -> None:
     assert {name: spec.parameters for name, spec in TOOL_SPECS.items()} == TOOL_PARAMETERS
-    assert [spec.parameters for spec in EARLIER_SPECS["read_file"]] == [READ_FILE_BEFORE_LIMIT]
+    assert [spec.parameters for spec in EARLIER_SPECS["read_file"]] == [
+        TOOL_PARAMETERS["read_file"],
+        READ_FILE_BEFORE_LIMIT,
+    ]
+    assert [spec.parameters for spec in EARLIER_SPECS["list_tree"]] == [LIST_TREE_BEFORE_PAGES] * 2
+
+
+# The nine tools' digest as the release before this one (and the pre-restructure release,
+# dad8858) offered them: a run either parked is resumed by this one.
+PREVIOUS_RELEASE_DIGEST = "cec6db7efd14e029925ec8777880012af6aa3dcc53b56f0e293fa9e4058613eb"
+
+
+def test_a_run_parked_with_the_previous_releases_tools_is_accepted() -> None:
+    accepted = accepted_digests(TOOL_SPECS.values(), EARLIER_SPECS)
+    assert PREVIOUS_RELEASE_DIGEST in accepted
+    assert specs_digest(TOOL_SPECS.values()) != PREVIOUS_RELEASE_DIGEST
 
 
 @pytest.mark.parametrize("name", SCHEMAS)

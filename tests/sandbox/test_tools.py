@@ -64,7 +64,7 @@ def test_sandbox_tools_are_the_nine_in_order(env: GitEnv) -> None:
 @pytest.mark.parametrize(
     ("name", "required", "optional"),
     [
-        ("list_tree", [], ["path"]),
+        ("list_tree", [], ["path", "offset"]),
         ("read_file", ["path"], ["start_line", "limit"]),
         ("write_file", ["path", "body"], []),
         ("git_status", [], []),
@@ -188,13 +188,15 @@ def test_an_integer_argument_written_as_a_float_is_that_integer(
     assert call(env, name, **args, **{arg: 2.0}) == call(env, name, **args, **{arg: 2})
 
 
-@pytest.mark.parametrize("bad", [2.5, True, float("nan"), float("inf"), 0.0])
+@pytest.mark.parametrize("bad", [2.5, True, float("nan"), float("inf"), "below its minimum"])
 @pytest.mark.parametrize(("name", "arg"), _INTEGERS)
 def test_an_integer_argument_that_is_no_integer_is_bem_090(
     env: GitEnv, name: str, arg: str, bad: object
 ) -> None:
-    required = TOOL_SPECS[name].parameters["required"]
-    args = {key: _VALID[key] for key in required} | {arg: bad}
+    schema = TOOL_SPECS[name].parameters
+    if bad == "below its minimum":
+        bad = float(schema["properties"][arg]["minimum"] - 1)
+    args = {key: _VALID[key] for key in schema["required"]} | {arg: bad}
     assert refused(env, name, **args).code == "BEM-090"
 
 
@@ -235,25 +237,38 @@ def test_list_tree_is_sorted_and_skips_git(env: GitEnv) -> None:
     env.write("a.md", "a")
     assert call(env, "list_tree") == {
         "path": "",
+        "directories": [{"path": "b", "files": 1}, {"path": "docs", "files": 1}],
         "files": ["README.md", "a.md", "b/z.md", "docs/index.md"],
         "total_files": 4,
+        "offset": 0,
+        "next_offset": None,
         "truncated": False,
-        "directories": [],
         "note": None,
     }
     assert call(env, "list_tree", path="docs")["files"] == ["docs/index.md"]
 
 
-def test_list_tree_caps_entries_and_offers_directories(env: GitEnv) -> None:
+def test_list_tree_pages_its_files_and_gives_the_directories_first(env: GitEnv) -> None:
     for number in range(MAX_LIST_ENTRIES + 50):
         env.write(f"big/part-{number % 3}/{number:05d}.md", "")
-    result = call(env, "list_tree")
-    assert result["truncated"] is True
-    assert len(result["files"]) == MAX_LIST_ENTRIES
-    assert result["total_files"] == MAX_LIST_ENTRIES + 52
-    assert "narrow with path" in result["note"]
-    assert result["directories"][0] == {"path": "big", "files": MAX_LIST_ENTRIES + 50}
-    assert result["directories"][1] == {"path": "docs", "files": 1}
+    first = call(env, "list_tree")
+    assert list(first)[:2] == ["path", "directories"]
+    assert first["directories"] == [
+        {"path": "big", "files": MAX_LIST_ENTRIES + 50},
+        {"path": "docs", "files": 1},
+    ]
+    assert first["truncated"] is True and first["total_files"] == MAX_LIST_ENTRIES + 52
+    # A page fits the loop's default result cap, directories and note included.
+    assert len(json.dumps(first)) < 24_000
+    assert f"offset={first['next_offset']}" in first["note"]
+    seen, result = list(first["files"]), first
+    while result["next_offset"] is not None:
+        result = call(env, "list_tree", offset=result["next_offset"])
+        assert result["offset"] == len(seen) and result["directories"] == first["directories"]
+        seen += result["files"]
+    assert result["truncated"] is False and result["note"] is None
+    assert seen == sorted(seen) and len(set(seen)) == MAX_LIST_ENTRIES + 52
+    assert call(env, "list_tree", offset=10**6)["files"] == []
     narrowed = call(env, "list_tree", path="big")
     assert sorted(d["path"] for d in narrowed["directories"]) == [
         "big/part-0",
@@ -280,6 +295,7 @@ def test_a_capped_listing_through_a_symlinked_folder_ends_and_offers_its_directo
 
     assert not listing.is_alive(), "list_tree through a symlinked folder did not return"
     assert outcome["truncated"] is True and outcome["total_files"] == MAX_LIST_ENTRIES + 10
+    assert outcome["files"][0].startswith("pages/part-")
     assert sorted(d["path"] for d in outcome["directories"]) == ["pages/part-0", "pages/part-1"]
 
 

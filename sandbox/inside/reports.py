@@ -97,12 +97,15 @@ class LogEntry(_Report):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LogReport(_Report):
-    """``since``: the compare point whose history is left out (``git log <since>..HEAD``)."""
+    """``since``: the compare point whose history is left out (``git log <since>..HEAD``);
+    ``path``: the file or directory the commits are limited to (``git log -- <path>``)."""
 
     branch: str | None
     since: ComparePoint | None
     commits: list[LogEntry]
     more: bool
+    # Last, with a default: a result saved by a release before it still reads as a report.
+    path: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -231,7 +231,7 @@ def _git_diff(tree: WorkingTree, args: dict[str, Any]) -> Result:
 
 
 def _git_log(tree: WorkingTree, args: dict[str, Any]) -> Result:
-    return tree.log(args.get("limit", 20)).as_json()
+    return tree.log(args.get("limit", 20), args.get("path", "")).as_json()
 
 
 def _git_add(tree: WorkingTree, args: dict[str, Any]) -> Result:

@@ -13,6 +13,7 @@ from typing import Any
 from bot.core.arguments import check_arguments, json_params, supported_schema
 
 __all__ = [
+    "GIT_LOG_BEFORE_PATH",
     "LIST_TREE_BEFORE_PAGES",
     "MAX_LIST_ENTRIES",
     "MAX_LOG_LIMIT",
@@ -46,6 +47,20 @@ LIST_TREE_BEFORE_PAGES = json_params(
     {"path": {**_PATH, "description": "Directory to list; '' (default) is the root."}}, []
 )
 """list_tree's arguments before it was paged (``tool_specs.EARLIER_SPECS``)."""
+
+GIT_LOG_BEFORE_PATH = json_params(
+    {
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_LOG_LIMIT,
+            "default": 20,
+            "description": "How many commits to return.",
+        }
+    },
+    [],
+)
+"""git_log's arguments before its ``path`` (``tool_specs.EARLIER_SPECS``)."""
 
 TOOL_PARAMETERS: dict[str, dict[str, Any]] = {
     "list_tree": json_params(
@@ -85,13 +100,12 @@ TOOL_PARAMETERS: dict[str, dict[str, Any]] = {
     ),
     "git_log": json_params(
         {
-            "limit": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": MAX_LOG_LIMIT,
-                "default": 20,
-                "description": "How many commits to return.",
-            }
+            **GIT_LOG_BEFORE_PATH["properties"],
+            "path": {
+                **_PATH,
+                "description": "Only commits that changed this file or directory (it need"
+                " not exist any more).",
+            },
         },
         [],
     ),

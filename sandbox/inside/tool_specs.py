@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bot.core.tools import ToolSpec
 from sandbox.inside.tool_schemas import (
+    GIT_LOG_BEFORE_PATH,
     LIST_TREE_BEFORE_PAGES,
     MAX_LIST_ENTRIES,
     MAX_LOG_LIMIT,
@@ -79,9 +80,33 @@ _READ_FILE = ToolSpec(
     parameters=TOOL_PARAMETERS["read_file"],
 )
 
+# git_log before its path (see EARLIER_SPECS).
+_GIT_LOG_BEFORE_PATH = ToolSpec(
+    name="git_log",
+    description=(
+        "List the newest commits reachable from HEAD, newest first, with sha, author, "
+        "date (ISO 8601), subject and body. When the job set a compare point, only the "
+        "commits made since it are listed (git log <point>..HEAD) and 'since' names it "
+        "({sha, label}); otherwise 'since' is null and the list runs back through the "
+        "whole history. 'more' is true when more of those commits exist: raise limit to "
+        "see them. Use it to see what a change consists of, recent history, or house "
+        f"style for messages. limit: 1 to {MAX_LOG_LIMIT}, default 20."
+    ),
+    parameters=GIT_LOG_BEFORE_PATH,
+)
+
+_GIT_LOG = ToolSpec(
+    name="git_log",
+    description=_GIT_LOG_BEFORE_PATH.description
+    + " Pass 'path' for the commits that changed one page or folder (git log -- <path>):"
+    " what changed on this page, and when.",
+    parameters=TOOL_PARAMETERS["git_log"],
+)
+
 EARLIER_SPECS: dict[str, tuple[ToolSpec, ...]] = {
     "read_file": (_READ_FILE, _READ_FILE_BEFORE_LIMIT),
     "list_tree": (_LIST_TREE_BEFORE_PAGES, _LIST_TREE_BEFORE_PAGES),
+    "git_log": (_GIT_LOG_BEFORE_PATH, _GIT_LOG_BEFORE_PATH),
 }
 """The specs a parked run may have been saved with, one release back per position: the
 release before this one offered the first of each tool's versions, the one before it the
@@ -129,19 +154,7 @@ _SPECS = [
         ),
         parameters=TOOL_PARAMETERS["git_diff"],
     ),
-    ToolSpec(
-        name="git_log",
-        description=(
-            "List the newest commits reachable from HEAD, newest first, with sha, author, "
-            "date (ISO 8601), subject and body. When the job set a compare point, only the "
-            "commits made since it are listed (git log <point>..HEAD) and 'since' names it "
-            "({sha, label}); otherwise 'since' is null and the list runs back through the "
-            "whole history. 'more' is true when more of those commits exist: raise limit to "
-            "see them. Use it to see what a change consists of, recent history, or house "
-            f"style for messages. limit: 1 to {MAX_LOG_LIMIT}, default 20."
-        ),
-        parameters=TOOL_PARAMETERS["git_log"],
-    ),
+    _GIT_LOG,
     ToolSpec(
         name="git_add",
         description=(

@@ -285,19 +285,50 @@ def _diff_note(total: int, listed: int, cut: bool, max_chars: int) -> str:
 
 
 def log_report(
-    repo: pygit2.Repository, branch: str | None, limit: int, since: ComparePoint | None = None
+    repo: pygit2.Repository,
+    branch: str | None,
+    limit: int,
+    since: ComparePoint | None = None,
+    path: str = "",
 ) -> LogReport:
-    """The newest ``limit`` commits reachable from HEAD and not from ``since``, newest first."""
+    """The newest ``limit`` commits reachable from HEAD and not from ``since``, newest first;
+    with ``path``, only those that changed what is at it."""
+    shown_path = path or None
     if repo.head_is_unborn:
-        return LogReport(branch=branch, since=since, commits=[], more=False)
+        return LogReport(branch=branch, since=since, path=shown_path, commits=[], more=False)
     # SortMode.NONE is libgit2's git-log order and walks incrementally: 20 commits of a long
     # history cost 20 commit reads, where time sorting would visit them all first. With a
     # hidden commit libgit2 first marks the range, as git does for A..B; still newest first.
     walker = repo.walk(repo.head.target, SortMode.NONE)
     if since is not None:
         walker.hide(pygit2.Oid(hex=since.sha))
-    commits = [_commit_info(commit) for commit in itertools.islice(walker, limit + 1)]
-    return LogReport(branch=branch, since=since, commits=commits[:limit], more=len(commits) > limit)
+    found = (commit for commit in walker if not path or _changes(commit, path))
+    commits = [_commit_info(commit) for commit in itertools.islice(found, limit + 1)]
+    return LogReport(
+        branch=branch,
+        since=since,
+        path=shown_path,
+        commits=commits[:limit],
+        more=len(commits) > limit,
+    )
+
+
+def _changes(commit: pygit2.Commit, path: str) -> bool:
+    """Whether ``commit`` changed the file or directory at ``path``: what is there differs
+    from what is there in each of its parents (a root commit: it is there), so a merge that
+    took one side's version unchanged is not shown, as in ``git log -- <path>``."""
+    here = _entry_at(commit, path)
+    if not commit.parents:
+        return here is not None
+    return all(_entry_at(parent, path) != here for parent in commit.parents)
+
+
+def _entry_at(commit: pygit2.Commit, path: str) -> tuple[pygit2.Oid, int] | None:
+    try:
+        entry = commit.tree[path]
+    except KeyError:
+        return None
+    return entry.id, entry.filemode
 
 
 def _commit_info(commit: pygit2.Commit) -> LogEntry:

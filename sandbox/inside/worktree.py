@@ -267,12 +267,15 @@ class WorkingTree:
                 max_files=max_files,
             )
 
-    def log(self, limit: int = 20) -> LogReport:
-        """The newest ``limit`` commits from HEAD (since the compare point), newest first."""
+    def log(self, limit: int = 20, path: str = "") -> LogReport:
+        """The newest ``limit`` commits from HEAD (since the compare point), newest first;
+        with ``path`` (checked as the jail checks paths, but it need not exist: a deleted
+        page has a history), only those that changed it."""
+        target = self._root.normalize(path)
         repo = self._open()
         with _libgit2("git log"):
             self._compare_commit(repo)
-            return log_report(repo, _branch_of(repo), max(1, limit), self._compare)
+            return log_report(repo, _branch_of(repo), max(1, limit), self._compare, target)
 
     # -- writing -------------------------------------------------------------------------
 

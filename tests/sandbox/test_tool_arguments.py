@@ -16,6 +16,7 @@ from bot.core.tools import ToolSpec, validate_arguments
 from bot.runner.state import accepted_digests, specs_digest
 from sandbox.inside.sandbox_tools import call_tool
 from sandbox.inside.tool_schemas import (
+    GIT_LOG_BEFORE_PATH,
     LIST_TREE_BEFORE_PAGES,
     READ_FILE_BEFORE_LIMIT,
     TOOL_PARAMETERS,
@@ -57,6 +58,7 @@ def test_every_tool_is_checked_against_the_schema_the_model_reads() -> None:
         READ_FILE_BEFORE_LIMIT,
     ]
     assert [spec.parameters for spec in EARLIER_SPECS["list_tree"]] == [LIST_TREE_BEFORE_PAGES] * 2
+    assert [spec.parameters for spec in EARLIER_SPECS["git_log"]] == [GIT_LOG_BEFORE_PATH] * 2
 
 
 # The nine tools' digest as the release before this one (and the pre-restructure release,

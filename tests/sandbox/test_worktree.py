@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -478,6 +479,56 @@ def test_log_from_a_compare_point_after_a_merge_follows_git(env: GitEnv) -> None
         str(merge),
         *commits[::-1],
     ]
+
+
+def _git_log_of(env: GitEnv, path: str) -> list[str]:
+    shown = subprocess.run(
+        ["git", "-C", str(env.work), "log", "--format=%H", "--", path],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return shown.stdout.split()
+
+
+def test_log_of_a_path_lists_the_commits_git_log_lists_for_it(env: GitEnv) -> None:
+    # Edits, an unrelated commit, a mode change, a deletion and a merge that takes one
+    # side's version of the page unchanged: the commits are git's, in git's order.
+    env.commit_file("docs/page.md", "one\n", "Add the page")
+    env.commit_file("docs/other.md", "other\n", "Another page")
+    env.commit_file("docs/page.md", "two\n", "Edit the page")
+    (env.work / "docs/page.md").chmod(0o755)
+    env.commit_file("docs/page.md", "two\n", "Make it executable")
+    repo = env.repo
+    head = repo.head.peel(pygit2.Commit)
+    author = pygit2.Signature("Upstream", "upstream@example.com", 1_900_000_000, 0)
+    side = repo.create_commit(None, author, author, "Side", head.tree_id, [head.id])
+    later = pygit2.Signature("Upstream", "upstream@example.com", 1_900_000_100, 0)
+    repo.create_commit("HEAD", later, later, "Merge side", head.tree_id, [head.id, side])
+    (env.work / "docs/page.md").unlink()
+    env.commit_file("README.md", "moved on\n", "Remove the page")
+    subprocess.run(["git", "-C", str(env.work), "add", "-A"], check=True)
+    subprocess.run(
+        ["git", "-C", str(env.work), "-c", "user.name=R", "-c", "user.email=r@x",
+         "commit", "-qm", "Delete the page"],
+        check=True,
+    )  # fmt: skip
+
+    for path in ("docs/page.md", "docs", "README.md", "docs/never.md"):
+        expected = _git_log_of(env, path)
+        report = env.tree.log(50, path)
+        assert [commit.sha for commit in report.commits] == expected, path
+        assert report.path == path and report.more is False
+    assert len(_git_log_of(env, "docs/page.md")) == 4  # added, edited, mode, deleted
+    assert env.tree.log(2, "docs").more is True
+    assert env.tree.log(5).path is None
+
+
+@pytest.mark.parametrize(("path", "code"), [("../x", "BEM-302"), (".git/config", "BEM-304")])
+def test_log_of_a_path_the_jail_refuses_is_refused(env: GitEnv, path: str, code: str) -> None:
+    with pytest.raises(JailError) as caught:
+        env.tree.log(5, path)
+    assert _code(caught) == code
 
 
 def test_a_compare_point_is_a_lowercased_full_commit_id(env: GitEnv) -> None:

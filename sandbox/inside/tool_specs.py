@@ -72,12 +72,20 @@ _READ_FILE_BEFORE_LIMIT = ToolSpec(
     parameters=READ_FILE_BEFORE_LIMIT,
 )
 
-_READ_FILE = ToolSpec(
-    name="read_file",
-    description=_READ_FILE_BEFORE_LIMIT.description
-    + " Pass 'limit' to read at most that many lines from start_line (a window of a long"
+
+def _extended(earlier: ToolSpec, addition: str) -> ToolSpec:
+    """``earlier`` with an optional argument added: its description says how to use it."""
+    return ToolSpec(
+        name=earlier.name,
+        description=f"{earlier.description} {addition}",
+        parameters=TOOL_PARAMETERS[earlier.name],
+    )
+
+
+_READ_FILE = _extended(
+    _READ_FILE_BEFORE_LIMIT,
+    "Pass 'limit' to read at most that many lines from start_line (a window of a long"
     " file; 'total_lines' says how many there are).",
-    parameters=TOOL_PARAMETERS["read_file"],
 )
 
 # git_log before its path (see EARLIER_SPECS).
@@ -95,12 +103,10 @@ _GIT_LOG_BEFORE_PATH = ToolSpec(
     parameters=GIT_LOG_BEFORE_PATH,
 )
 
-_GIT_LOG = ToolSpec(
-    name="git_log",
-    description=_GIT_LOG_BEFORE_PATH.description
-    + " Pass 'path' for the commits that changed one page or folder (git log -- <path>):"
+_GIT_LOG = _extended(
+    _GIT_LOG_BEFORE_PATH,
+    "Pass 'path' for the commits that changed one page or folder (git log -- <path>):"
     " what changed on this page, and when.",
-    parameters=TOOL_PARAMETERS["git_log"],
 )
 
 EARLIER_SPECS: dict[str, tuple[ToolSpec, ...]] = {

@@ -33,6 +33,8 @@ import os
 import secrets
 import stat
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
@@ -47,6 +49,7 @@ __all__ = [
     "MAX_RULE_FILE_BYTES",
     "RULE_FILES",
     "SettledDirectories",
+    "SettledListings",
     "check_layout",
     "check_rule_files",
     "enforce_config",
@@ -126,7 +129,19 @@ def check_layout(workdir: Path, settled: SettledDirectories | None = None) -> Pa
     return gitdir
 
 
-def check_rule_files(workdir: Path) -> None:
+@dataclass(frozen=True, slots=True)
+class _Listing:
+    """What check_rule_files needs of one directory: its subdirectories and rule files."""
+
+    identity: _Identity
+    directories: tuple[str, ...]
+    rule_files: tuple[str, ...]
+
+
+SettledListings = dict[str, _Listing]
+
+
+def check_rule_files(workdir: Path, settled: SettledListings | None = None) -> None:
     """BEM-329 unless every ignore, attribute and module file of the tree is a plain file.
 
     Each must be a regular file with one link, of at most ``MAX_RULE_FILE_BYTES``: no
@@ -134,25 +149,84 @@ def check_rule_files(workdir: Path) -> None:
     ``.git/info/exclude`` and ``.git/info/attributes``. Checked before every operation, under the
     tree's lock: the tools run one at a time, so nothing of the model's changes a file
     between this check and libgit2's read.
+
+    Every rule file is checked on every call, found by a walk that follows no symlink, each
+    directory opened relative to its parent's descriptor. ``settled`` remembers each
+    directory's listing (its subdirectories and rule files) by its inode and ctime, as
+    ``_walk`` does for object directories: an entry added, removed, renamed or replaced in a
+    directory changes its ctime, so a directory is listed again exactly when what it holds
+    changed, and an unchanged one costs an open and an ``fstat``, not a listing of every
+    file in it.
     """
     for name in ("exclude", "attributes"):
         _check_rule_file(workdir, workdir / ".git" / "info" / name)
-    top = safe_walk.open_directory(workdir)
+    known: SettledListings = {} if settled is None else settled
+    settle_before = time.time_ns() - _SETTLE_NS
+    seen: set[str] = set()
+    frames = [_frame(workdir, safe_walk.open_directory(workdir), "", known, settle_before)]
+    seen.add("")
     try:
-        for entry in safe_walk.walk(top, enter=_outside_git):
-            if entry.name in RULE_FILES and _outside_git(entry):
-                _check_rule_file(workdir, workdir / entry.path)
+        while frames:
+            fd, rel, names = frames[-1]
+            name = next(names, "")
+            if not name:
+                os.close(frames.pop()[0])
+                continue
+            child_rel = f"{rel}/{name}" if rel else name
+            try:
+                child = safe_walk.open_directory(name, fd)
+            except OSError:
+                continue  # gone, or swapped for a symlink or a file: libgit2 will not enter it
+            seen.add(child_rel)
+            frames.append(_frame(workdir, child, child_rel, known, settle_before))
     finally:
-        os.close(top)
+        for fd, _, _ in frames:
+            os.close(fd)
+    for gone in known.keys() - seen:
+        del known[gone]
 
 
-def _outside_git(entry: safe_walk.Entry) -> bool:
-    return entry.depth > 0 or entry.name != ".git"
-
-
-def _check_rule_file(workdir: Path, path: Path) -> None:
+def _frame(
+    workdir: Path, fd: int, rel: str, known: SettledListings, settle_before: int
+) -> tuple[int, str, Iterator[str]]:
+    """The walk's frame for the directory ``fd`` at ``rel``, its rule files checked; ``fd``
+    is closed if that raises."""
     try:
-        info = os.lstat(path)
+        return fd, rel, _rule_files_below(workdir, fd, rel, known, settle_before)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _rule_files_below(
+    workdir: Path, fd: int, rel: str, known: SettledListings, settle_before: int
+) -> Iterator[str]:
+    """Check the rule files of the directory ``fd`` (at ``rel``); its subdirectories' names."""
+    info = os.fstat(fd)
+    identity = (info.st_dev, info.st_ino, info.st_ctime_ns)
+    listing = known.get(rel)
+    if listing is None or listing.identity != identity:
+        directories, rule_files = [], []
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                if entry.name in RULE_FILES:
+                    rule_files.append(entry.name)
+                elif entry.is_dir(follow_symlinks=False) and (rel or entry.name != ".git"):
+                    directories.append(entry.name)
+        listing = _Listing(identity, tuple(directories), tuple(rule_files))
+        if identity[2] < settle_before:
+            known[rel] = listing
+    for name in listing.rule_files:
+        _check_rule_file(workdir, workdir / rel / name, dir_fd=fd)
+    return iter(listing.directories)
+
+
+def _check_rule_file(workdir: Path, path: Path, dir_fd: int | None = None) -> None:
+    try:
+        # With ``dir_fd``: the name in that directory, reached through no path at all.
+        info = os.stat(
+            path.name if dir_fd is not None else path, dir_fd=dir_fd, follow_symlinks=False
+        )
     except FileNotFoundError:
         return
     if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > MAX_RULE_FILE_BYTES:

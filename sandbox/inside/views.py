@@ -302,7 +302,8 @@ def log_report(
     walker = repo.walk(repo.head.target, SortMode.NONE)
     if since is not None:
         walker.hide(pygit2.Oid(hex=since.sha))
-    found = (commit for commit in walker if not path or _changes(commit, path))
+    changes = _PathChanges(repo, path)
+    found = (commit for commit in walker if not path or changes(commit))
     commits = [_commit_info(commit) for commit in itertools.islice(found, limit + 1)]
     return LogReport(
         branch=branch,
@@ -313,22 +314,41 @@ def log_report(
     )
 
 
-def _changes(commit: pygit2.Commit, path: str) -> bool:
-    """Whether ``commit`` changed the file or directory at ``path``: what is there differs
+class _PathChanges:
+    """Whether a commit changed the file or directory at ``path``: what is there differs
     from what is there in each of its parents (a root commit: it is there), so a merge that
-    took one side's version unchanged is not shown, as in ``git log -- <path>``."""
-    here = _entry_at(commit, path)
-    if not commit.parents:
-        return here is not None
-    return all(_entry_at(parent, path) != here for parent in commit.parents)
+    took one side's version unchanged is not shown, as in ``git log -- <path>``.
 
+    The path is followed one name at a time, each (tree, name) looked up once per walk:
+    commits share most of their trees, and a large directory's tree object (4,000 entries
+    on tldr-pages) costs far more to inflate and parse than to remember."""
 
-def _entry_at(commit: pygit2.Commit, path: str) -> tuple[pygit2.Oid, int] | None:
-    try:
-        entry = commit.tree[path]
-    except KeyError:
-        return None
-    return entry.id, entry.filemode
+    def __init__(self, repo: pygit2.Repository, path: str) -> None:
+        self._repo = repo
+        self._names = path.split("/")
+        self._entries: dict[tuple[pygit2.Oid, str], tuple[pygit2.Oid, int] | None] = {}
+
+    def __call__(self, commit: pygit2.Commit) -> bool:
+        here = self._entry_at(commit.tree_id)
+        if not commit.parents:
+            return here is not None
+        return all(self._entry_at(parent.tree_id) != here for parent in commit.parents)
+
+    def _entry_at(self, tree_id: pygit2.Oid) -> tuple[pygit2.Oid, int] | None:
+        found: tuple[pygit2.Oid, int] | None = None
+        for name in self._names:
+            key = (tree_id, name)
+            if key in self._entries:
+                found = self._entries[key]
+            else:
+                tree = self._repo[tree_id]
+                entry = tree[name] if isinstance(tree, pygit2.Tree) and name in tree else None
+                found = None if entry is None else (entry.id, entry.filemode)
+                self._entries[key] = found
+            if found is None:
+                return None
+            tree_id = found[0]
+        return found
 
 
 def _commit_info(commit: pygit2.Commit) -> LogEntry:

@@ -39,6 +39,7 @@ from sandbox.inside.jail import SandboxRoot
 from sandbox.inside.refs import HEADS, ProtectedRefs, branch_name, full_ref
 from sandbox.inside.repo_guard import (
     SettledDirectories,
+    SettledListings,
     check_layout,
     check_rule_files,
     enforce_config,
@@ -130,6 +131,7 @@ class WorkingTree:
         self._repo: pygit2.Repository | None = None
         self._helpers: list[pygit2.Repository] = []
         self._settled: SettledDirectories = {}
+        self._listings: SettledListings = {}
         self.lock = threading.RLock()
 
     def __repr__(self) -> str:
@@ -154,7 +156,7 @@ class WorkingTree:
     def compare_point(self) -> ComparePoint | None:
         """The compare point, once the repository is known to hold it (BEM-320 if not)."""
         if self._compare is not None:
-            self._compare_commit(self._open())
+            self._compare_commit(self._open(reads_files=False))
         return self._compare
 
     # -- setting up ----------------------------------------------------------------------
@@ -180,11 +182,11 @@ class WorkingTree:
 
     def current_branch(self) -> str | None:
         """The branch HEAD is on (even before its first commit); None when detached."""
-        return _branch_of(self._open())
+        return _branch_of(self._open(reads_files=False))
 
     def head_sha(self) -> str | None:
         """The commit HEAD points at; None before the first commit."""
-        repo = self._open()
+        repo = self._open(reads_files=False)
         return None if repo.head_is_unborn else str(repo.head.target)
 
     def checkout_branch(self, name: str, create: bool = False) -> str:
@@ -272,7 +274,7 @@ class WorkingTree:
         with ``path`` (checked as the jail checks paths, but it need not exist: a deleted
         page has a history), only those that changed it."""
         target = self._root.normalize(path)
-        repo = self._open()
+        repo = self._open(reads_files=False)
         with _libgit2("git log"):
             self._compare_commit(repo)
             return log_report(repo, _branch_of(repo), max(1, limit), self._compare, target)
@@ -348,7 +350,7 @@ class WorkingTree:
 
     def push(self, branch: str | None = None) -> PushResult:
         """Push ``branch`` (default: the current one) to the origin, fast-forward only."""
-        repo = self._open()
+        repo = self._open(reads_files=False)
         name = self._policy.check_branch(branch if branch is not None else _pushable(repo))
         if self._origin is None:
             raise BeamError(
@@ -371,11 +373,15 @@ class WorkingTree:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _open(self) -> pygit2.Repository:
-        """The repository, after the guard has checked its layout and reset its config."""
+    def _open(self, *, reads_files: bool = True) -> pygit2.Repository:
+        """The repository, after the guard has checked its layout and reset its config, and,
+        for an operation that ``reads_files`` of the working tree (status, diff, add,
+        checkout, commit), its rule files. Reading refs and objects alone (log, push, HEAD)
+        opens none of them: tests/sandbox/test_libgit2_opens.py watches each tool's opens."""
         try:
             gitdir = check_layout(self._root.path, self._settled)
-            check_rule_files(self._root.path)
+            if reads_files:
+                check_rule_files(self._root.path, self._listings)
             rewritten = enforce_config(gitdir)
         except BeamError:
             self._repo, self._helpers = None, []

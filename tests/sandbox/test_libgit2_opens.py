@@ -166,6 +166,9 @@ def test_libgit2_opens_only_vetted_working_files(tmp_path: Path, plant: str) -> 
                 tool,
                 rel,
             )
+    # The tools that read refs and objects alone skip the rule-file check: they must open no
+    # working file at all, whatever the tree holds.
+    assert opened["git_log"] == [] and opened["git_push"] == []
     if plant == "plain rule files":
         # The property has something to hold for: libgit2 does read rule files.
         assert f"{env.work}/.gitignore" in opened["git_status"]

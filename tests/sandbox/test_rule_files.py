@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bot.core.errors import BeamError
+from sandbox.inside import repo_guard
 from sandbox.inside.sandbox_tools import call_tool
 from tests.sandbox.git_kit import GitEnv, build_git_env
 from tests.sandbox.jail_kit import deadline
@@ -80,3 +81,70 @@ def test_plain_rule_files_are_obeyed(env: GitEnv) -> None:
 
 def _listed(env: GitEnv) -> list[str]:
     return [entry.path for entry in env.tree.status().files]
+
+
+# -- a tree checked before: the listings it remembers -------------------------------------
+
+_CHANGES = {
+    "a symlink planted in a deep folder": lambda env: (env.work / "deep/er/.gitignore").symlink_to(
+        env.outside / "rules"
+    ),
+    "a rule file swapped for a FIFO": lambda env: (
+        (env.work / "deep/.gitattributes").unlink(),
+        os.mkfifo(env.work / "deep/.gitattributes"),
+    ),
+    "a rule file grown in place past the cap": lambda env: (
+        env.work / "deep/.gitattributes"
+    ).write_bytes(b"#" * (2 << 20)),
+    "a rule file hard-linked from elsewhere": lambda env: os.link(
+        env.work / "deep/.gitattributes", env.work / "twin"
+    ),
+    "a new folder holding a FIFO": lambda env: (
+        (env.work / "deep/er/new").mkdir(),
+        os.mkfifo(env.work / "deep/er/new/.gitmodules"),
+    ),
+}
+
+
+@pytest.fixture
+def settled(env: GitEnv, monkeypatch: pytest.MonkeyPatch) -> GitEnv:
+    """A tree of folders whose listings the check remembers: every directory counts as
+    settled, however recently it changed."""
+    monkeypatch.setattr(repo_guard, "_SETTLE_NS", 0)
+    (env.outside / "rules").write_text("*.md\n")
+    env.write("deep/er/page.md", "page\n")
+    env.write("deep/.gitattributes", "*.md text\n")
+    call_tool(env.tree, "git_status", {})
+    return env
+
+
+@pytest.mark.parametrize("change", _CHANGES)
+def test_a_change_after_the_listings_were_remembered_is_still_refused(
+    settled: GitEnv, change: str
+) -> None:
+    _CHANGES[change](settled)
+    with deadline(2), pytest.raises(BeamError) as refused:
+        call_tool(settled.tree, "git_status", {})
+    assert refused.value.code == "BEM-329"
+
+
+def test_an_unchanged_tree_is_checked_without_listing_its_folders(
+    settled: GitEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listed: list[str] = []
+    real_scandir = os.scandir
+    git_dir = str(settled.work / ".git")
+
+    def counting(fd: int) -> object:
+        # The working tree's folders only; the .git walk (check_layout) lists its own.
+        where = os.readlink(f"/proc/self/fd/{fd}")
+        if not where.startswith(git_dir):
+            listed.append(where)
+        return real_scandir(fd)
+
+    monkeypatch.setattr(repo_guard.os, "scandir", counting)
+    call_tool(settled.tree, "git_status", {})
+    assert listed == []
+    settled.write("deep/er/another.md", "more\n")  # changes deep/er only
+    call_tool(settled.tree, "git_status", {})
+    assert listed == [str(settled.work / "deep/er")]

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._repo import bench_repository
-from sandbox.inside import repo_guard
+from bot.core import safe_walk
 from sandbox.inside.jail import SandboxRoot
 from sandbox.inside.sandbox_tools import call_tool
 from sandbox.inside.worktree import WorkingTree
@@ -70,7 +70,7 @@ def main() -> None:
         page = _make_dirty(work, paths)
         # The rule-file check remembers a directory's listing once it is older than its
         # settle window (sandbox.inside.repo_guard): measured as a job meets it after that.
-        time.sleep(repo_guard._SETTLE_NS / 1e9)
+        time.sleep(safe_walk.SETTLE_NS / 1e9)
         tree = WorkingTree(SandboxRoot(work), ("main",))
         _report(_measure(_cases(tree, work, page), options.runs), source)
     finally:

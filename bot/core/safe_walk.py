@@ -18,8 +18,12 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
 
 # The one way a directory is opened: read its listing, never through a symlink, not inherited.
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -155,3 +159,105 @@ def _open_child(dir_fd: int, name: str) -> int | None:
     except OSError:
         # Removed, or replaced by a symlink or a file, since it was listed.
         return None
+
+
+# -- a walk that remembers listings ------------------------------------------------------
+
+SETTLE_NS = 2_000_000_000
+"""How old a directory's last change must be before its listing is remembered: two changes
+within one tick of the filesystem's clock can leave the same ctime."""
+
+_Identity = tuple[int, int, int]  # st_dev, st_ino, st_ctime_ns
+
+
+class SettledListings(Generic[T]):
+    """What a ``settled_walk`` made of each directory, by its path below the walk's root,
+    remembered under the directory's identity: device, inode and ctime. An entry added,
+    removed, renamed or replaced in a directory changes its ctime, so a remembered listing
+    is used exactly while the directory holds what it held when listed."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[_Identity, T, tuple[str, ...]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+    def _find(self, path: str, identity: _Identity) -> tuple[T, tuple[str, ...]] | None:
+        known = self._known.get(path)
+        return None if known is None or known[0] != identity else (known[1], known[2])
+
+    def _keep(self, path: str, identity: _Identity, made: T, directories: tuple[str, ...]) -> None:
+        if identity[2] < time.time_ns() - SETTLE_NS:
+            self._known[path] = (identity, made, directories)
+
+    def _forget_all_but(self, seen: set[str]) -> None:
+        for gone in self._known.keys() - seen:
+            del self._known[gone]
+
+
+Listing = Callable[[int, str], tuple[T, Sequence[str]]]
+"""Makes something of one directory (its descriptor and path): what the caller wants of it,
+and the names of the subdirectories to enter."""
+
+
+def settled_walk(
+    top: int,
+    listing: Listing[T],
+    settled: SettledListings[T] | None = None,
+    *,
+    base: str = "",
+) -> Generator[tuple[int, str, T], None, None]:
+    """``(dir_fd, path, made)`` for the directory ``top`` (borrowed, not closed; at ``base``
+    below the root ``settled`` is kept for) and every subdirectory ``listing`` names, top
+    down, each opened relative to its parent's descriptor as ``walk`` does (one swapped for
+    a symlink or a file is passed over). ``dir_fd`` is valid until the walk is resumed.
+
+    A directory whose identity ``settled`` remembers costs an ``fstat``; only one that
+    changed is listed again. A walk from the root that finishes forgets the directories it
+    did not meet."""
+    seen: set[str] = set()
+    fds: list[int] = []
+    try:
+        made, directories = _settled_listing(top, base, listing, settled)
+        seen.add(base)
+        yield top, base, made
+        frames = [(top, base, iter(directories))]
+        while frames:
+            dir_fd, path, names = frames[-1]
+            name = next(names, None)
+            if name is None:
+                frames.pop()
+                if fds:
+                    os.close(fds.pop())
+                continue
+            child = _open_child(dir_fd, name)
+            if child is None:
+                continue
+            fds.append(child)
+            child_path = f"{path}/{name}" if path else name
+            made, directories = _settled_listing(child, child_path, listing, settled)
+            seen.add(child_path)
+            yield child, child_path, made
+            frames.append((child, child_path, iter(directories)))
+    finally:
+        for fd in fds:
+            os.close(fd)
+    if settled is not None and not base:
+        settled._forget_all_but(seen)
+
+
+def _settled_listing(
+    dir_fd: int, path: str, listing: Listing[T], settled: SettledListings[T] | None
+) -> tuple[T, tuple[str, ...]]:
+    if settled is None:
+        made, directories = listing(dir_fd, path)
+        return made, tuple(directories)
+    info = os.fstat(dir_fd)
+    identity = (info.st_dev, info.st_ino, info.st_ctime_ns)
+    found = settled._find(path, identity)
+    if found is not None:
+        return found
+    made, names = listing(dir_fd, path)
+    directories = tuple(names)
+    settled._keep(path, identity, made, directories)
+    return made, directories

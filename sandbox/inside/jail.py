@@ -41,7 +41,6 @@ from types import TracebackType
 
 from bot.core import safe_walk
 from bot.core.errors import BeamError
-from bot.core.safe_walk import Entry, EntryKind
 from sandbox.inside.metadata_names import is_repository_metadata
 
 __all__ = ["GitFile", "SandboxRoot", "is_repository_metadata"]
@@ -105,6 +104,8 @@ class SandboxRoot:
         # A resolved path cannot be nameable if it is deeper than the longest nameable path;
         # the bound also caps how many directory fds one resolution holds open.
         self._max_depth = max_path_bytes // 2 + 1
+        # Each directory's files and subdirectories as the last listing found them.
+        self._listings: safe_walk.SettledListings[tuple[str, ...]] = safe_walk.SettledListings()
 
     def __repr__(self) -> str:
         return f"SandboxRoot({str(self.path)!r})"
@@ -422,22 +423,28 @@ class SandboxRoot:
 
         Takes ownership of ``top``. Depth stays bounded because paths longer than
         ``max_path_bytes`` are not descended into (the model could not name them anyway).
+        A directory unchanged since the last listing is not listed again (``_listings``).
         """
 
-        def shown(entry: Entry) -> str:
-            return f"{prefix}/{entry.path}" if prefix else entry.path
-
-        def wanted(entry: Entry) -> bool:
-            top_level = not prefix and entry.depth == 0
-            return not is_repository_metadata(entry.name) and self._nameable(
-                shown(entry), top=top_level
-            )
+        def listing(dir_fd: int, path: str) -> tuple[tuple[str, ...], list[str]]:
+            files, directories = [], []
+            with os.scandir(dir_fd) as entries:
+                for entry in entries:
+                    name = entry.name
+                    shown = f"{path}/{name}" if path else name
+                    if is_repository_metadata(name) or not self._nameable(shown, top=not path):
+                        continue
+                    if entry.is_symlink() or entry.is_file(follow_symlinks=False):
+                        files.append(shown)
+                    elif entry.is_dir(follow_symlinks=False):
+                        directories.append(name)
+            return tuple(files), directories
 
         try:
             return [
-                shown(entry)
-                for entry in safe_walk.walk(top, enter=wanted)
-                if entry.kind in (EntryKind.FILE, EntryKind.SYMLINK) and wanted(entry)
+                name
+                for _, _, files in safe_walk.settled_walk(top, listing, self._listings, base=prefix)
+                for name in files
             ]
         finally:
             os.close(top)

@@ -33,8 +33,6 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
@@ -86,7 +84,6 @@ _OUTSIDE_LEVELS = (
 )
 # Files that make libgit2 read objects or refs of another repository.
 _REDIRECTS = ("commondir", "objects/info/alternates", "objects/info/http-alternates")
-_SETTLE_NS = 2_000_000_000
 _Identity = tuple[int, int, int]  # st_dev, st_ino, st_ctime_ns of a directory
 SettledDirectories = dict[str, _Identity]
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -129,16 +126,8 @@ def check_layout(workdir: Path, settled: SettledDirectories | None = None) -> Pa
     return gitdir
 
 
-@dataclass(frozen=True, slots=True)
-class _Listing:
-    """What check_rule_files needs of one directory: its subdirectories and rule files."""
-
-    identity: _Identity
-    directories: tuple[str, ...]
-    rule_files: tuple[str, ...]
-
-
-SettledListings = dict[str, _Listing]
+SettledListings = safe_walk.SettledListings[tuple[str, ...]]
+"""The rule files and subdirectories of each directory of a working tree, remembered."""
 
 
 def check_rule_files(workdir: Path, settled: SettledListings | None = None) -> None:
@@ -150,75 +139,30 @@ def check_rule_files(workdir: Path, settled: SettledListings | None = None) -> N
     tree's lock: the tools run one at a time, so nothing of the model's changes a file
     between this check and libgit2's read.
 
-    Every rule file is checked on every call, found by a walk that follows no symlink, each
-    directory opened relative to its parent's descriptor. ``settled`` remembers each
-    directory's listing (its subdirectories and rule files) by its inode and ctime, as
-    ``_walk`` does for object directories: an entry added, removed, renamed or replaced in a
-    directory changes its ctime, so a directory is listed again exactly when what it holds
-    changed, and an unchanged one costs an open and an ``fstat``, not a listing of every
-    file in it.
+    Every rule file is checked on every call; they are found by ``safe_walk.settled_walk``,
+    which lists a directory again only once what it holds changed (``settled``), so an
+    unchanged directory costs an open and an ``fstat``, not a listing of every file in it.
     """
     for name in ("exclude", "attributes"):
         _check_rule_file(workdir, workdir / ".git" / "info" / name)
-    known: SettledListings = {} if settled is None else settled
-    settle_before = time.time_ns() - _SETTLE_NS
-    seen: set[str] = set()
-    frames = [_frame(workdir, safe_walk.open_directory(workdir), "", known, settle_before)]
-    seen.add("")
+    top = safe_walk.open_directory(workdir)
     try:
-        while frames:
-            fd, rel, names = frames[-1]
-            name = next(names, "")
-            if not name:
-                os.close(frames.pop()[0])
-                continue
-            child_rel = f"{rel}/{name}" if rel else name
-            try:
-                child = safe_walk.open_directory(name, fd)
-            except OSError:
-                continue  # gone, or swapped for a symlink or a file: libgit2 will not enter it
-            seen.add(child_rel)
-            frames.append(_frame(workdir, child, child_rel, known, settle_before))
+        for dir_fd, path, rule_files in safe_walk.settled_walk(top, _rule_listing, settled):
+            for name in rule_files:
+                _check_rule_file(workdir, workdir / path / name, dir_fd=dir_fd)
     finally:
-        for fd, _, _ in frames:
-            os.close(fd)
-    for gone in known.keys() - seen:
-        del known[gone]
+        os.close(top)
 
 
-def _frame(
-    workdir: Path, fd: int, rel: str, known: SettledListings, settle_before: int
-) -> tuple[int, str, Iterator[str]]:
-    """The walk's frame for the directory ``fd`` at ``rel``, its rule files checked; ``fd``
-    is closed if that raises."""
-    try:
-        return fd, rel, _rule_files_below(workdir, fd, rel, known, settle_before)
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _rule_files_below(
-    workdir: Path, fd: int, rel: str, known: SettledListings, settle_before: int
-) -> Iterator[str]:
-    """Check the rule files of the directory ``fd`` (at ``rel``); its subdirectories' names."""
-    info = os.fstat(fd)
-    identity = (info.st_dev, info.st_ino, info.st_ctime_ns)
-    listing = known.get(rel)
-    if listing is None or listing.identity != identity:
-        directories, rule_files = [], []
-        with os.scandir(fd) as entries:
-            for entry in entries:
-                if entry.name in RULE_FILES:
-                    rule_files.append(entry.name)
-                elif entry.is_dir(follow_symlinks=False) and (rel or entry.name != ".git"):
-                    directories.append(entry.name)
-        listing = _Listing(identity, tuple(directories), tuple(rule_files))
-        if identity[2] < settle_before:
-            known[rel] = listing
-    for name in listing.rule_files:
-        _check_rule_file(workdir, workdir / rel / name, dir_fd=fd)
-    return iter(listing.directories)
+def _rule_listing(dir_fd: int, path: str) -> tuple[tuple[str, ...], list[str]]:
+    rule_files, directories = [], []
+    with os.scandir(dir_fd) as entries:
+        for entry in entries:
+            if entry.name in RULE_FILES:
+                rule_files.append(entry.name)
+            elif entry.is_dir(follow_symlinks=False) and (path or entry.name != ".git"):
+                directories.append(entry.name)
+    return tuple(rule_files), directories
 
 
 def _check_rule_file(workdir: Path, path: Path, dir_fd: int | None = None) -> None:
@@ -245,10 +189,10 @@ def _walk(gitdir: Path, settled: SettledDirectories) -> None:
     objects, and listing them costs more than the operation being guarded, so a directory
     under ``objects`` that held only files is remembered by its inode and ctime: any entry
     added, removed, renamed or replaced in it changes its ctime, and then it is listed
-    again. One that changed in the last ``_SETTLE_NS`` is not remembered, because two
+    again. One that changed in the last ``safe_walk.SETTLE_NS`` is not remembered, because two
     changes within one tick of the filesystem's clock can leave the same ctime.
     """
-    settle_before = time.time_ns() - _SETTLE_NS
+    settle_before = time.time_ns() - safe_walk.SETTLE_NS
     identities: dict[str, _Identity] = {}  # object directories entered, by path
     holding_directories: set[str] = set()
 

@@ -131,7 +131,7 @@ class WorkingTree:
         self._repo: pygit2.Repository | None = None
         self._helpers: list[pygit2.Repository] = []
         self._settled: SettledDirectories = {}
-        self._listings: SettledListings = {}
+        self._listings = SettledListings()
         self.lock = threading.RLock()
 
     def __repr__(self) -> str:

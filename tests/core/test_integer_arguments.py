@@ -26,6 +26,7 @@ CASES: dict[tuple[str, str], dict[str, Any]] = {
     ("read_file", "start_line"): {"path": "a.md", "start_line": 2.0},
     ("read_file", "limit"): {"path": "a.md", "limit": 2.0},
     ("git_log", "limit"): {"limit": 2.0},
+    ("list_tree", "offset"): {"offset": 2.0},
     ("search", "limit"): {"query": "install", "limit": 2.0},
     ("get_page", "start_line"): {"path": "a.md", "start_line": 2.0},
     ("review_change", "findings/*/line"): {

@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pygit2.enums import ConfigLevel
 
+from bot.core import safe_walk
 from bot.core.errors import BeamError, GitError
-from sandbox.inside import repo_guard
 from sandbox.inside.jail import SandboxRoot
 from sandbox.inside.repo_guard import CANONICAL_CONFIG
 from sandbox.inside.sandbox_tools import call_tool
@@ -819,7 +819,7 @@ def test_a_remembered_object_directory_is_checked_again_once_it_changes(
     scratch = env.base / "tick"
     while (scratch.touch() or scratch.stat().st_ctime_ns) <= fanout.stat().st_ctime_ns:
         pass
-    monkeypatch.setattr(repo_guard, "_SETTLE_NS", -(10**12))
+    monkeypatch.setattr(safe_walk, "SETTLE_NS", -(10**12))
     assert env.tree.status().clean  # lists the directory and remembers it
     (fanout / ("0" * 38)).symlink_to(env.outside / "secret.txt")
     _assert_refused(env, "BEM-329", env.tree.status)

@@ -6,12 +6,14 @@ import contextlib
 import copy
 import os
 import pickle
+import shutil
 import stat
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from bot.core import safe_walk
 from bot.core.errors import JailError
 from sandbox.inside.jail import SandboxRoot, is_repository_metadata
 from tests.sandbox.jail_kit import INSIDE_INDEX, JailEnv, build_jail_env
@@ -263,6 +265,35 @@ def test_walk_omits_names_the_jail_would_refuse(env: JailEnv) -> None:
     assert not any(path.startswith(("C:", "\\", "bad-", "d/")) for path in listed)
     for path in listed:
         assert env.jail.normalize(path) == path
+
+
+def test_a_remembered_listing_follows_every_change_and_is_used_only_while_unchanged(
+    env: JailEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(safe_walk, "SETTLE_NS", 0)  # every directory counts as settled
+    first = list(env.jail.walk())
+    listed: list[str] = []
+    real_scandir = os.scandir
+
+    def counting(fd: int) -> object:
+        listed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_scandir(fd)
+
+    monkeypatch.setattr(safe_walk.os, "scandir", counting)
+    assert list(env.jail.walk()) == first and listed == []
+    # Each change is seen: a new file, a file swapped for a symlink, a folder swapped for a
+    # link to outside (listed as an entry, not entered), a removed folder.
+    (env.root / "docs/new.md").write_bytes(b"")
+    (env.root / "README.md").unlink()
+    env.link("README.md", "docs/index.md")
+    shutil.rmtree(env.root / "docs/guide")
+    env.link("docs/guide", "../outside")
+    listed.clear()  # rmtree lists too
+    changed = list(env.jail.walk())
+    assert listed == [str(env.root), str(env.root / "docs")]
+    assert "docs/new.md" in changed and "README.md" in changed
+    assert "docs/guide" in changed and "docs/guide/install.md" not in changed
+    assert changed == sorted(env.jail.walk()) == list(SandboxRoot(env.root).walk())
 
 
 def test_walk_is_refused_on_missing(env: JailEnv) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.core import safe_walk
 from bot.core.errors import BeamError
-from sandbox.inside import repo_guard
 from sandbox.inside.sandbox_tools import call_tool
 from tests.sandbox.git_kit import GitEnv, build_git_env
 from tests.sandbox.jail_kit import deadline
@@ -110,7 +110,7 @@ _CHANGES = {
 def settled(env: GitEnv, monkeypatch: pytest.MonkeyPatch) -> GitEnv:
     """A tree of folders whose listings the check remembers: every directory counts as
     settled, however recently it changed."""
-    monkeypatch.setattr(repo_guard, "_SETTLE_NS", 0)
+    monkeypatch.setattr(safe_walk, "SETTLE_NS", 0)
     (env.outside / "rules").write_text("*.md\n")
     env.write("deep/er/page.md", "page\n")
     env.write("deep/.gitattributes", "*.md text\n")
@@ -142,7 +142,7 @@ def test_an_unchanged_tree_is_checked_without_listing_its_folders(
             listed.append(where)
         return real_scandir(fd)
 
-    monkeypatch.setattr(repo_guard.os, "scandir", counting)
+    monkeypatch.setattr(safe_walk.os, "scandir", counting)
     call_tool(settled.tree, "git_status", {})
     assert listed == []
     settled.write("deep/er/another.md", "more\n")  # changes deep/er only

@@ -286,6 +286,9 @@ class ModelSettings(BaseModel):
     max_calls_per_reply: int = Field(
         default=16, ge=1, description="tool calls run from one reply; the rest are declined"
     )
+    max_rounds: int = Field(
+        default=8, ge=1, le=1000, description="model completions in one segment (BEM-088)"
+    )
     compaction: bool = Field(default=True, description="compact older tool results near budget")
     context_budget: bool = Field(
         default=True, description="off: no result cap, call cap, compaction or size check"

@@ -444,8 +444,7 @@ def _config_text(
         "[workspaces]\n"
         f'root = "{base / "workspaces"}"\n'
         f'mirrors = "{base / "mirrors"}"\n\n'
-        "[model]\n"
-        f'factory = "{model_factory}"\n\n'
+        + _table("model", {"factory": model_factory, **more.get("model", {})})
         + "".join(_table(name, keys) for name, keys in {"jobs": jobs, **others}.items())
     )
 

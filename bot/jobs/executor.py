@@ -383,6 +383,7 @@ class Executor:
             stream_tokens=True,
             budget=context_budget_for(self._settings),
             limits=run_limits_for(self._settings),
+            max_rounds=self._settings.model.max_rounds,
         )
 
     def _prompt_values(self, ground: Ground, notes: list[str]) -> dict[str, Any]:

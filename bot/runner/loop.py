@@ -350,9 +350,9 @@ class ToolLoopAgent:
         if state.rounds >= self._max_rounds:
             raise BeamError(
                 "BEM-088",
-                f"the model made {self._max_rounds} completions in this run segment without "
-                f"answering; raise the limit with ToolLoopAgent(..., max_rounds=N) or narrow "
-                "the request",
+                f"the model made {self._max_rounds} completions in this run segment without"
+                " answering; raise the limit (model.max_rounds for the workers,"
+                " ToolLoopAgent(..., max_rounds=N) in Python) or narrow the request",
             )
         state.rounds += 1
         streamed = False

@@ -172,3 +172,17 @@ def test_a_segment_opens_no_redis_connection_of_its_own() -> None:
         assert connections_opened(lambda: worker.run_job(job.id)) == 0
         stack.decide(job.id, approve=True)
         assert connections_opened(lambda: worker.resume_job(job.id)) == 0
+
+
+@pytest.mark.slow
+def test_model_max_rounds_is_the_workers_round_limit() -> None:
+    # The author playbook needs more than two completions; with model.max_rounds = 2 the
+    # worker's loop stops it at the third, and the error names the setting.
+    with job_stack(more_config={"model": {"max_rounds": 2}}) as stack:
+        worker = stack.worker("w")
+        job = stack.submit(JobKind.AUTHOR, "author-fix-install", request=AUTHOR_REQUEST)
+        ended = worker.run_job(job.id)
+        assert ended is not None and ended.state is JobState.FAILED
+        assert ended.error is not None and ended.error.code == "BEM-088"
+        assert "made 2 completions" in ended.error.message
+        assert "model.max_rounds" in ended.error.message

@@ -110,6 +110,11 @@ class SandboxRoot:
     def __repr__(self) -> str:
         return f"SandboxRoot({str(self.path)!r})"
 
+    def __getstate__(self) -> dict[str, object]:
+        # A copy or a pickle starts with no remembered listings: they describe directories
+        # by device and inode, which mean nothing on another machine or filesystem.
+        return {**self.__dict__, "_listings": safe_walk.SettledListings()}
+
     # -- public API ------------------------------------------------------------------------
 
     def normalize(self, rel: str) -> str:

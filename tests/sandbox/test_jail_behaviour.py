@@ -47,11 +47,17 @@ def test_root_path_is_stored_resolved(tmp_path: Path) -> None:
     assert (jail.max_read_bytes, jail.max_write_bytes) == (5, 7)
 
 
-def test_copies_and_pickles_hold_no_file_descriptor(env: JailEnv) -> None:
+def test_copies_and_pickles_hold_no_file_descriptor(
+    env: JailEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The root is reopened per call, so a copy can never use an fd its original closed.
+    monkeypatch.setattr(safe_walk, "SETTLE_NS", 0)
+    list(env.jail.walk())
+    assert len(env.jail._listings) > 0
     for clone in (copy.copy(env.jail), pickle.loads(pickle.dumps(env.jail))):
         assert clone.read_bytes("docs/index.md") == INSIDE_INDEX
         assert clone.path == env.jail.path
+        assert len(clone._listings) == 0  # nothing remembered travels with it
 
 
 # -- normalize -----------------------------------------------------------------------------

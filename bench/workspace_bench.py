@@ -1,6 +1,7 @@
 """Workspace preparation for a large repository, beside git CLI baselines, in one run.
 
     python -m bench.workspace_bench [--runs 7] [--files 20000] [--commits 5000] [--root DIR]
+                                    [--repo DIR]
 
 The upstream is the cached generated repository of ``bench._repo`` (20,000 pages, 5,000
 commits by default). The mirror is warmed once (its cold fetch is reported too); then each
@@ -21,6 +22,9 @@ right after the tree was made (not counted in the method's time). That shows whe
 index's stat cache holds for that uid: when the owner or ctime recorded for a file is not
 what ``lstat`` says, libgit2 hashes the file, on every status. The ``chown -R`` of the git
 baselines leaves every entry stale, so their column is what a stale cache costs.
+
+``--repo DIR`` takes a real repository as the upstream instead (a mirror the search tool's
+``fetch`` brought, such as ``/work/.mirror/tldr-pages+tldr/repo``), on its default branch.
 
 ``--root`` picks the filesystem the mirror and the workspaces live on (default ``/tmp``);
 they share it, so objects are hard-linked as in production.
@@ -60,9 +64,16 @@ Method = Callable[[], Path | None]
 
 def main() -> None:
     options = _arguments()
-    repo = bench_repository(options.files, options.commits)
+    if options.repo is None:
+        repo = bench_repository(options.files, options.commits)
+        upstream, branch, paths = repo.path, "main", repo.paths
+    else:
+        upstream = options.repo.resolve()
+        branch = _git_out("-C", str(upstream), "symbolic-ref", "--short", "HEAD").strip()
+        listed = _git_out("-C", str(upstream), "ls-tree", "-r", "--name-only", branch)
+        paths = tuple(listed.splitlines())
     with traversable_dir("riverbeam-workspace-bench-", options.root) as scratch:
-        _run(repo.path, scratch, options.runs, repo.paths)
+        _run(upstream, branch, scratch, options.runs, paths)
 
 
 def _arguments() -> argparse.Namespace:
@@ -71,12 +82,18 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--files", type=int, default=20_000)
     parser.add_argument("--commits", type=int, default=5_000)
     parser.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument(
+        "--repo",
+        type=Path,
+        default=None,
+        help="a real repository (a mirror the search tool's fetch brought) as the upstream",
+    )
     return parser.parse_args()
 
 
-def _run(upstream: Path, scratch: Path, runs: int, paths: tuple[str, ...]) -> None:
+def _run(upstream: Path, branch: str, scratch: Path, runs: int, paths: tuple[str, ...]) -> None:
     settings = WorkspaceSettings(root=scratch / "workspaces", mirrors=scratch / "mirrors")
-    config = RepositoryConfig(upstream=str(upstream), default_branch="main")
+    config = RepositoryConfig(upstream=str(upstream), default_branch=branch)
     started = time.perf_counter()
     mirror = sync_mirror(REPO, config, settings)
     cold = time.perf_counter() - started
@@ -90,7 +107,7 @@ def _run(upstream: Path, scratch: Path, runs: int, paths: tuple[str, ...]) -> No
             target = scratch / f"cli-{next(counter)}"
             source = f"file://{mirror}" if "--no-local" in clone else str(mirror)
             _git("clone", "-q", "--no-checkout", *clone, source, str(target))
-            _git("-C", str(target), "checkout", "-q", "-b", "riverbeam/bench", "origin/main")
+            _git("-C", str(target), "checkout", "-q", "-b", "riverbeam/bench", f"origin/{branch}")
             subprocess.run(["chown", "-R", f"{SANDBOX_UID}:{SANDBOX_UID}", str(target)], check=True)
             return target
 
@@ -150,6 +167,10 @@ def _status_as_sandbox(tree: Path) -> float:
         return elapsed
 
     return as_sandbox(timed)
+
+
+def _git_out(*args: str) -> str:
+    return subprocess.run(["git", *args], check=True, capture_output=True, text=True).stdout
 
 
 def _git(*args: str) -> None:

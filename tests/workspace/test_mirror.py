@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 from bot.config import Credentials, RepositoryConfig, WorkspaceSettings
 from bot.core.errors import BeamError
 from harness.gitkit import git, upstream_push
+from sandbox.host.upstream import mirror as mirror_module
 from sandbox.host.upstream.mirror import mirror_lock, mirror_path, sync_mirror
 from sandbox.host.workspace.prepare import Workspace, prepare_workspace
 from tests.workspace.conftest import assert_secret_absent
@@ -143,3 +146,55 @@ def test_an_upstream_missing_a_blob_is_bem_349_not_a_network_problem(
     assert failed.value.code == "BEM-349"
     assert blob in failed.value.message and "git fsck" in failed.value.message
     assert "Check the upstream URL" not in failed.value.message
+
+
+def test_a_fetch_that_received_objects_hands_the_freed_heap_back(
+    upstream: Path,
+    repo_config: RepositoryConfig,
+    settings: WorkspaceSettings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trims: list[None] = []
+    monkeypatch.setattr(mirror_module, "return_freed_heap", lambda: trims.append(None))
+    _sync(repo_config, settings)
+    assert len(trims) == 1
+    _sync(repo_config, settings)  # nothing new upstream: nothing was indexed
+    assert len(trims) == 1
+    upstream_push(upstream, "main", {"docs/faq.md": "FAQ\n"}, "main")
+    _sync(repo_config, settings)
+    assert len(trims) == 2
+
+
+_FREED_HEAP = """
+import ctypes
+from sandbox.host.upstream.mirror import return_freed_heap
+
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1])
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+before = rss()
+blocks = [libc.malloc(2000) for _ in range(100_000)]  # 200 MB in small blocks, as an
+for block in blocks:                                  # indexer's allocations are
+    ctypes.memset(block, 1, 2000)
+pin = libc.malloc(2000)  # still in use above them: the heap's top cannot shrink past it
+for block in blocks:
+    libc.free(block)
+kept = rss()
+return_freed_heap()
+print(before, kept, rss())
+"""
+
+
+def test_return_freed_heap_gives_freed_small_blocks_back_to_the_system() -> None:
+    # In a process of its own: glibc keeps small blocks freed in its heap until trimmed.
+    shown = subprocess.run(
+        [sys.executable, "-c", _FREED_HEAP], check=True, capture_output=True, text=True
+    ).stdout
+    before, kept, after = map(int, shown.split())
+    assert kept - before > 150_000  # KiB still held after free()
+    assert after - before < 50_000

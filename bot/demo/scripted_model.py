@@ -120,10 +120,22 @@ def _review_steps() -> list[PlaybookStep]:
     return [
         Completion.of_calls(ToolCall.of("git_log", {}), ToolCall.of("git_diff", {})),
         _read_changed_files,
-        _look_up_links,
-        _deliver_review,
+        _once_delivered_report(_look_up_links),
+        _once_delivered_report(_deliver_review),
         _report_review,
     ]
+
+
+def _once_delivered_report(step: Callable[[Sequence[Message]], Completion | str]) -> PlaybookStep:
+    """``step``, unless the review went out a round early (a change with no page to look
+    links up in): then the final report, so the review is never delivered twice."""
+
+    def answer(messages: Sequence[Message]) -> Completion | str:
+        if tool_results(messages, "review_change"):
+            return _report_review(messages)
+        return step(messages)
+
+    return answer
 
 
 def _read_changed_files(messages: Sequence[Message]) -> Completion:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 
 import pygit2
@@ -302,8 +302,7 @@ def log_report(
     walker = repo.walk(repo.head.target, SortMode.NONE)
     if since is not None:
         walker.hide(pygit2.Oid(hex=since.sha))
-    changes = _PathChanges(repo, path)
-    found = (commit for commit in walker if not path or changes(commit))
+    found: Iterable[pygit2.Commit] = filter(_PathChanges(repo, path), walker) if path else walker
     commits = [_commit_info(commit) for commit in itertools.islice(found, limit + 1)]
     return LogReport(
         branch=branch,
@@ -341,14 +340,23 @@ class _PathChanges:
             if key in self._entries:
                 found = self._entries[key]
             else:
-                tree = self._repo[tree_id]
-                entry = tree[name] if isinstance(tree, pygit2.Tree) and name in tree else None
-                found = None if entry is None else (entry.id, entry.filemode)
-                self._entries[key] = found
+                found = self._entries[key] = _entry_named(self._repo[tree_id], name)
             if found is None:
                 return None
             tree_id = found[0]
         return found
+
+
+def _entry_named(tree: pygit2.Object, name: str) -> tuple[pygit2.Oid, int] | None:
+    """The id and mode of ``name`` in ``tree``; None when it is not there, or ``tree`` is a
+    file (the path goes through one)."""
+    if not isinstance(tree, pygit2.Tree):
+        return None
+    try:
+        entry = tree[name]
+    except KeyError:
+        return None
+    return entry.id, entry.filemode
 
 
 def _commit_info(commit: pygit2.Commit) -> LogEntry:

@@ -29,16 +29,21 @@ _PATH_RULES = (
     "they stay inside the working tree."
 )
 
+_LIST_WHAT = (
+    "List the files under a directory of the working tree, recursively, sorted, "
+    "skipping .git. Use it first to find the pages to read or edit. Returns "
+)
+_LIST_ERRORS = (
+    f"{_PATH_RULES} Errors: BEM-305 when the path is a file; BEM-100 when it does not exist."
+)
+
 # list_tree before its pages (see EARLIER_SPECS).
 _LIST_TREE_BEFORE_PAGES = ToolSpec(
     name="list_tree",
     description=(
-        "List the files under a directory of the working tree, recursively, sorted, "
-        "skipping .git. Use it first to find the pages to read or edit. Returns "
-        f"'files' (at most {MAX_LIST_ENTRIES}) and 'total_files'; when 'truncated' is "
-        "true, 'directories' counts the files per subdirectory: call again with "
-        f"path=<subdirectory> to narrow. {_PATH_RULES} "
-        "Errors: BEM-305 when the path is a file; BEM-100 when it does not exist."
+        f"{_LIST_WHAT}'files' (at most {MAX_LIST_ENTRIES}) and 'total_files'; when "
+        "'truncated' is true, 'directories' counts the files per subdirectory: call again "
+        f"with path=<subdirectory> to narrow. {_LIST_ERRORS}"
     ),
     parameters=LIST_TREE_BEFORE_PAGES,
 )
@@ -46,13 +51,10 @@ _LIST_TREE_BEFORE_PAGES = ToolSpec(
 _LIST_TREE = ToolSpec(
     name="list_tree",
     description=(
-        "List the files under a directory of the working tree, recursively, sorted, "
-        "skipping .git. Use it first to find the pages to read or edit. Returns "
-        "'directories' first (the files per immediate subdirectory, largest first), then "
-        f"one page of 'files' (at most {MAX_LIST_ENTRIES}) from 'offset', and "
+        f"{_LIST_WHAT}'directories' first (the files per immediate subdirectory, largest "
+        f"first), then one page of 'files' (at most {MAX_LIST_ENTRIES}) from 'offset', and "
         "'total_files'; when 'truncated' is true, call again with offset=<next_offset> "
-        f"for the next page, or with path=<a directory> to narrow. {_PATH_RULES} "
-        "Errors: BEM-305 when the path is a file; BEM-100 when it does not exist."
+        f"for the next page, or with path=<a directory> to narrow. {_LIST_ERRORS}"
     ),
     parameters=TOOL_PARAMETERS["list_tree"],
 )

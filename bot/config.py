@@ -13,6 +13,7 @@ the configuration is read, never a traceback in a worker later.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -50,6 +51,7 @@ from bot.core.tools import (
     TOOL_NAME_PATTERN,
     mcp_tool_name,
 )
+from sandbox.inside.checks.check_catalog import CHECK_NAMES, SITE_CHECKS
 from sandbox.inside.refs import ProtectedRefs, branch_name
 
 DEFAULT_PROTECTED_REFS = ("main", "master", "release/*")
@@ -116,6 +118,14 @@ def _redis_url(url: str) -> None:
     parse_url(url)  # type: ignore[no-untyped-call]
 
 
+_PIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*")
+
+
+def _pin(value: str) -> None:
+    if _PIN.fullmatch(value) is None:
+        raise ValueError(f"{value!r} is not 'name==version'")
+
+
 ByteSize = Annotated[str, _checked(_byte_size, "a Docker size (512m, 1g)")]
 MemoryLimit = Annotated[str, _checked(_memory, "a Docker memory limit (512m, 1g)")]
 HttpUrl = Annotated[str, _checked(_http_url, "an http(s) URL")]
@@ -147,6 +157,53 @@ Site = Literal["mdbook", "mkdocs", "sphinx", "plain"]
 """How a repository's pages become a site, and so what a relative link in them names."""
 
 
+def _check_name(value: str) -> None:
+    if value not in CHECK_NAMES:
+        raise ValueError(f"{value!r} is not a check; use {', '.join(CHECK_NAMES)}")
+
+
+def _tree_path(value: str) -> None:
+    """A path inside the repository, as a check's configuration names it."""
+    normal = posixpath.normpath(value)
+    if value.startswith("/") or "\\" in value or "\0" in value or normal.startswith(".."):
+        raise ValueError(f"{value!r} is not a relative path inside the repository")
+
+
+CheckName = Annotated[str, _checked(_check_name, "a check's name")]
+TreePath = Annotated[str, _checked(_tree_path, "a path inside the repository")]
+
+
+class RepositoryChecks(BaseModel):
+    """The docs checks a repository declares (docs/checks.md): which run, their caps, and
+    whether a new failure blocks the approval."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run: tuple[CheckName, ...] = Field(min_length=1, description="the checks, in order")
+    block: bool = Field(
+        default=False, description="a new failure refuses the approve until an admin overrides"
+    )
+    timeout_seconds: Seconds = Field(default=120.0, le=3600, description="wall time per check")
+    cpu_seconds: Positive = Field(default=120, le=3600, description="CPU time per check")
+    memory: MemoryLimit = Field(default="1g", description="address space per check process")
+    processes: Positive = Field(default=32, le=1024, description="processes per check")
+    output_bytes: Positive = Field(default=1 << 20, description="output kept per check")
+    max_findings: Positive = Field(default=200, le=10_000, description="findings kept per check")
+    mkdocs_config: TreePath = Field(default="mkdocs.yml", description="mkdocs's configuration")
+    sphinx_source: TreePath = Field(default="docs", description="the folder holding conf.py")
+    mdbook_root: TreePath = Field(default=".", description="the folder holding book.toml")
+
+    @field_validator("run")
+    @classmethod
+    def _distinct(cls, run: tuple[str, ...]) -> tuple[str, ...]:
+        repeated = sorted({name for name in run if run.count(name) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} named more than once")
+        if len([name for name in run if name in SITE_CHECKS]) > 1:
+            raise ValueError(f"name one site build at most ({', '.join(sorted(SITE_CHECKS))})")
+        return run
+
+
 class RepositoryConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -173,6 +230,9 @@ class RepositoryConfig(BaseModel):
         default=None,
         description="OpenSSH known_hosts file pinning an ssh:// upstream's host key "
         "(default: workspaces.known_hosts)",
+    )
+    checks: RepositoryChecks | None = Field(
+        default=None, description="the docs checks run in the sandbox (docs/checks.md)"
     )
 
 
@@ -210,6 +270,22 @@ class SandboxLimits(BaseModel):
         default=None, description="downloaded wheels and Debian root filesystems"
     )
     debian_mirror: HttpUrl = "http://deb.debian.org/debian"
+    # The docs checks (docs/checks.md) run as a uid of their own, never the tool server's.
+    checks_uid: int = Field(default=10002, ge=1, le=2**31 - 2)
+    check_packages: tuple[Annotated[str, _checked(_pin, "name==version")], ...] = Field(
+        default=(), description="more packages for the checks, each 'name==version'"
+    )
+    check_programs: tuple[Path, ...] = Field(
+        default=(), description="executables copied in for the checks (a static mdbook)"
+    )
+    checks_trees_size: ByteSize = Field(default="256m", description="tmpfs of the checked trees")
+    checks_work_size: ByteSize = Field(default="256m", description="tmpfs the checks write in")
+
+    @model_validator(mode="after")
+    def _two_uids(self) -> SandboxLimits:
+        if self.checks_uid == self.uid:
+            raise ValueError("checks_uid must differ from uid: the checks never run as the tools")
+        return self
 
 
 class WorkspaceSettings(BaseModel):

@@ -98,6 +98,11 @@ def _decide(
 ) -> ApprovalView:
     decision = decision or Decision()
     decided = service.decide(
-        who, job_id, approve=approve, comment=decision.comment, binding=decision.binding()
+        who,
+        job_id,
+        approve=approve,
+        comment=decision.comment,
+        binding=decision.binding(),
+        override_checks=decision.override_checks,
     )
     return ApprovalView.of(decided)

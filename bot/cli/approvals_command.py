@@ -49,6 +49,12 @@ def add_approvals_commands(commands: Any) -> None:
             help="reviewer name to record (default: $USER); your OS account is recorded beside it",
         )
         decide.add_argument("--follow", action="store_true", help="then stream the job's frames")
+        if name == "approve":
+            decide.add_argument(
+                "--override-checks",
+                action="store_true",
+                help="approve over a blocking docs-check failure (admins; recorded)",
+            )
         decide.set_defaults(handler=_decide, approve=name == "approve")
 
 
@@ -99,6 +105,7 @@ def _decide(args: argparse.Namespace) -> int:
             comment=args.comment,
             binding=binding,
             os_user=os_account(),
+            override_checks=getattr(args, "override_checks", False),
         )
         target = f"{decided.target_ref} (commit {(decided.commit_sha or '')[:12]})"
         out.print(

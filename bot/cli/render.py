@@ -357,6 +357,8 @@ def show_approval(out: Console, approval: Approval, *, commands: bool = True) ->
     if approval.diff:
         out.print(Text("\ndiff", style="bold"))
         print_diff(out, approval.diff)
+    if approval.checks is not None:
+        print_checks(out, approval)
     if approval.links is not None:
         print_links(out, approval.links)
     if commands and approval.state is ApprovalState.PENDING:
@@ -422,6 +424,32 @@ def word_change_line(change: WordChange) -> Text:
                     text.append(f"{opening}{segment.text}{closing}", style=DIFF_STYLES[kind])
                     text.append(" ")
     return text
+
+
+def print_checks(out: Console, approval: Approval) -> None:
+    """The docs checks: new failures first, then what the base had already, then times."""
+    report = approval.checks
+    if report is None:
+        return
+    state = "clean" if report.clean else f"{report.new_failures} new failures"
+    blocks = " (blocks the approve)" if approval.checks_block and not report.clean else ""
+    out.print(Text(f"\ndocs checks: {state}{blocks}", style="bold"))
+    runs = report.ordered()
+    for run in runs:
+        if run.status == "error":
+            line = Text(f"  {run.check}  could not say: ").append(run.detail, style="red")
+            out.print(line, crop=False, soft_wrap=True)
+        for finding in run.new:
+            where = f"  {run.check}  {finding.path}:{finding.line}  {finding.rule}  "
+            out.print(Text(where).append(finding.message, style="red"), crop=False, soft_wrap=True)
+    for run in runs:
+        if run.existing_total:
+            out.print(f"  {run.check}: {run.existing_total} findings already on the base")
+    for run in runs:
+        base = f", {run.base_seconds:.2f} s on the base" if run.base_seconds is not None else ""
+        out.print(f"  {run.check}: {run.status}, {run.seconds:.2f} s{base}")
+    if approval.checks_overridden_by:
+        out.print(f"  approved over the checks by {approval.checks_overridden_by}")
 
 
 def print_links(out: Console, report: LinkReport) -> None:

@@ -14,7 +14,7 @@ what to do next. The tree groups codes by the part of the system that raises the
     ├── GitError              BEM-32x, 33x       working tree, refs and pushes
     │   ├── WorkspaceError    BEM-34x            mirrors and per-job workspaces on the host
     │   └── RelayError        BEM-35x, 36x       the relay and publishing upstream
-    ├── ContainerError        BEM-40x, BEM-411   the per-job sandbox container
+    ├── ContainerError        BEM-40x, 411, 412  the per-job sandbox container
     ├── JobError              BEM-50x..52x       jobs, the store, the workers, outcomes
     ├── ApprovalError         BEM-60x            approvals of parked calls
     ├── AccessError           BEM-70x            the HTTP API and web pages: tokens, roles, requests
@@ -271,6 +271,7 @@ _TABLE = [
     Code("BEM-409", ContainerError, "building the service or Redis image failed"),
     Code("BEM-410", ContainerError, "no worker on this host answered a health-check ping"),
     Code("BEM-411", ContainerError, "the configured container runtime is not registered"),
+    Code("BEM-412", ContainerError, "the docs checks could not run in the sandbox"),
     Code("BEM-500", JobError, "no job with this id"),
     Code("BEM-501", JobError, "the job request is invalid"),
     Code("BEM-502", JobError, "the job's saved state is missing or cannot resume"),
@@ -300,6 +301,7 @@ _TABLE = [
     Code("BEM-603", ApprovalError, "the parked call no longer matches what was approved"),
     Code("BEM-604", ApprovalError, "the decision names another approval than the one waiting"),
     Code("BEM-605", ApprovalError, "an approve must name the approval, commit and diff digest"),
+    Code("BEM-606", ApprovalError, "a new docs-check failure blocks the approve"),
     Code("BEM-700", AccessError, "no bearer token, or a malformed one"),
     Code("BEM-701", AccessError, "the token is not recognised"),
     Code("BEM-702", AccessError, "the token's role does not allow this"),

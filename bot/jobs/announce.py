@@ -38,5 +38,26 @@ def parked_payload(approval: Approval) -> dict[str, JsonValue]:
             **{kind: kinds[kind] for kind in ("words", "whitespace", "rewrap", "too_long")},
         },
         "links": None if approval.links is None else approval.links.model_dump(mode="json"),
+        "checks": None if approval.checks is None else _checks(approval),
         "pages": [page.path for page in approval.pages or []],
+    }
+
+
+def _checks(approval: Approval) -> dict[str, JsonValue]:
+    """The docs checks as the webhook shows them: new failures first, then the findings
+    already on the base, then each check's time."""
+    report = approval.checks
+    assert report is not None
+    runs = report.ordered()
+    return {
+        "clean": report.clean,
+        "blocks_approve": approval.checks_block and not report.clean,
+        "new": [
+            {**finding.model_dump(mode="json"), "status": run.status}
+            for run in runs
+            for finding in run.new
+        ],
+        "errors": [{"check": run.check, "detail": run.detail} for run in runs if run.detail],
+        "already_on_base": {run.check: run.existing_total for run in runs},
+        "seconds": {run.check: run.seconds for run in runs},
     }

@@ -56,6 +56,7 @@ from bot.core.errors import BeamError
 from bot.core.frames import Frame, ResultStatus
 from bot.core.input import AgentContext, AgentInput
 from bot.jobs.forge_posts import landed_pull_request
+from bot.jobs.host_tools.checks import checked_approval
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.kinds import kind_of, request_text
 from bot.jobs.kinds.kind import Ended, Kind, ToolKit
@@ -80,6 +81,7 @@ from bot.jobs.spares import SparePool
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolbox import Toolbox, servers_for
 from bot.jobs.toolsets import JobTools, job_tools
+from bot.review.docs_checks import DocsChecks
 from bot.runner.interrupts import RunAborted
 from bot.runner.loop import ToolLoopAgent
 from bot.runner.state import CallDecision, RunState
@@ -305,11 +307,13 @@ class Executor:
         record = ground.start.record
         # The store's own client: no connection of the segment's own to open and close.
         memory = RedisMemoryStore(self._store.gateway.client, key=self._store.gateway.keys.memory)
-        tools = self._tools(ground, memory)
+        checks = self._docs_checks(ground)
+        parked = self._parked_state(ground.start)
+        tools = self._tools(ground, memory, checks, parked)
         agent = await self._agent(ground, client, memory, stop, tools)
         # A resume of an approved push arms the job's relayed git_push here, with the commit
         # the person approved, right before the decision reaches the agent.
-        frames, state = self._first_frames(ground.start, agent, tools.push)
+        frames, state = self._first_frames(ground.start, agent, tools.push, parked)
         while True:
             async with aclosing(frames) as running:
                 async for _ in running:
@@ -319,18 +323,41 @@ class Executor:
                 return Driven(state, None, tools)
             verdict = approval_for(record, pending, self._push_target(ground))
             if isinstance(verdict, Approval):
-                return Driven(state, verdict, tools)
+                return Driven(state, await checked_approval(verdict, checks), tools)
             frames = agent.resume(state, verdict)
 
+    def _parked_state(self, start: SegmentStart) -> RunState | None:
+        """The run a resume continues (None for a first segment)."""
+        if start.approval is None:
+            return None
+        return RunState.load(self._store.blobs.load_run_state(start.record.id))
+
+    def _docs_checks(self, ground: Ground) -> DocsChecks | None:
+        opened, repo = ground.opened, ground.start.repo
+        if opened is None or repo.checks is None:
+            return None
+        return DocsChecks(
+            opened.sandbox,
+            repo.checks,
+            self._settings.sandbox,
+            base_sha=opened.base_sha,
+            objects=opened.workspace.tree / ".git" / "objects",
+            site=repo.site,
+        )
+
     def _first_frames(
-        self, start: SegmentStart, agent: ToolLoopAgent, push: RelayedPush | None
+        self,
+        start: SegmentStart,
+        agent: ToolLoopAgent,
+        push: RelayedPush | None,
+        parked: RunState | None,
     ) -> tuple[AsyncGenerator[Frame, None], RunState]:
         approval = start.approval
-        if approval is None:
+        if approval is None or parked is None:
             text = request_text(start.record.spec, start.plan)
             state = agent.start(AgentInput.of_text(text), AgentContext())
             return agent.run(state), state
-        state = RunState.load(self._store.blobs.load_run_state(start.record.id))
+        state = parked
         approved = approval.state is ApprovalState.APPROVED
         commit = approved_commit(approval)
         if approved and push is not None and commit is not None:
@@ -343,7 +370,13 @@ class Executor:
         )
         return agent.resume(state, decision), state
 
-    def _tools(self, ground: Ground, memory: MemoryStore) -> JobTools:
+    def _tools(
+        self,
+        ground: Ground,
+        memory: MemoryStore,
+        checks: DocsChecks | None,
+        parked: RunState | None,
+    ) -> JobTools:
         start, opened = ground.start, ground.opened
         tree = (
             SandboxRoot(opened.workspace.tree, max_read_bytes=self._settings.sandbox.max_read_bytes)
@@ -351,9 +384,13 @@ class Executor:
             else None
         )
         publish = ground.publish.tool if ground.publish is not None else None
+        kit = ToolKit(
+            memory=memory, scope=start.record.spec.repo, tree=tree, publish=publish, checks=checks
+        )
         return job_tools(
             start.kind,
-            ToolKit(memory=memory, scope=start.record.spec.repo, tree=tree, publish=publish),
+            kit,
+            started_with=parked.tools if parked is not None else None,
             sandbox=opened.sandbox if opened is not None else None,
             relay=self._relay(start, opened.workspace) if opened is not None else None,
             outbox=opened.workspace.outbox if opened is not None else None,

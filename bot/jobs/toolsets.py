@@ -39,8 +39,11 @@ def job_tools(
     relay: Relay | None,
     outbox: Path | None = None,
     mcp: Sequence[Tool] = (),
+    started_with: Sequence[str] | None = None,
 ) -> JobTools:
-    """The tools of a job of ``kind``."""
+    """The tools of a job of ``kind``; ``started_with``, the tool names of the parked run a
+    resume continues, keeps out a host tool added since it parked (a later release's), so
+    that the run resumes with the very set it started with."""
     tools: list[Tool] = []
     push = None
     if sandbox is not None:
@@ -49,4 +52,7 @@ def job_tools(
                 push = RelayedPush(tool, relay, outbox=outbox)
                 tool = push
             tools.append(tool)
-    return JobTools(tools=[*tools, *kind.tools(kit), *mcp], push=push)
+    added = kind.tools(kit)
+    if started_with is not None:
+        added = [tool for tool in added if tool.spec().name in started_with]
+    return JobTools(tools=[*tools, *added, *mcp], push=push)

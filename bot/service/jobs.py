@@ -67,6 +67,9 @@ class DeciderPolicy:
     def allows_self_approval(self, record: JobRecord) -> bool:
         return self.settings.allows_self_approval(record.spec.repo)
 
+    def allows_checks_override(self, record: JobRecord) -> bool:
+        return self.who.role == "admin"
+
 
 @dataclass(frozen=True)
 class CancellerPolicy:
@@ -141,6 +144,7 @@ class JobService:
         comment: str,
         binding: DecisionBinding | None,
         os_user: str | None = None,
+        override_checks: bool = False,
     ) -> Approval:
         """Approve or refuse the approval ``binding`` names, as ``who``: reviewers and admins
         in scope only (BEM-702, BEM-703), never one's own job unless the repository allows it
@@ -155,6 +159,7 @@ class JobService:
             comment=comment,
             os_user=os_user,
             policy=DeciderPolicy(who, self.settings),
+            override_checks=override_checks,
         )
         self.queues.send_resume(record)
         return decided

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from bot.core.frames import ErrorInfo
 from bot.core.jsonlimits import RequestMetadata
+from bot.review.check_report import ChecksReport
 from bot.review.links import LinkReport
 from bot.review.words import WordChange, word_changes
 from bot.store.models import (
@@ -183,6 +184,18 @@ class ApprovalView(BaseModel):
         "the commit (broken ones with page and line), and their external links, listed and "
         "never fetched; null for an approval opened before links were checked"
     )
+    checks: ChecksReport | None = Field(
+        default=None,
+        description="the repository's docs checks of the commit, run in the sandbox as the "
+        "job parked: per check its findings the change introduces and those already on the "
+        "base, and its time; null when the repository declares no checks",
+    )
+    checks_block: bool = Field(
+        default=False, description="a new check failure refuses the approve (BEM-606)"
+    )
+    checks_overridden_by: str | None = Field(
+        default=None, description="the admin who approved over a blocking check failure"
+    )
     word_changes: list[WordChange] = Field(
         description="each run of removed lines with the added lines replacing it, the words "
         "that changed marked; computed from `diff` when read, never stored"
@@ -216,6 +229,10 @@ class Decision(BaseModel):
     )
     diff_digest: str | None = Field(
         default=None, max_length=100, description="its diff digest ('' when it has no diff)"
+    )
+    override_checks: bool = Field(
+        default=False,
+        description="approve over a blocking docs-check failure (admins only; recorded)",
     )
 
     def binding(self) -> DecisionBinding | None:

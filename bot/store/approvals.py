@@ -48,6 +48,9 @@ class DecisionPolicy(Protocol):
     def allows_self_approval(self, record: JobRecord) -> bool:
         """Whether ``record``'s requester may approve it."""
 
+    def allows_checks_override(self, record: JobRecord) -> bool:
+        """Whether the caller may approve ``record`` over a blocking check failure."""
+
 
 class Approvals:
     def __init__(self, gateway: RedisGateway) -> None:
@@ -158,6 +161,7 @@ class Approvals:
         comment: str = "",
         policy: DecisionPolicy | None = None,
         os_user: str | None = None,
+        override_checks: bool = False,
     ) -> tuple[Approval, JobRecord]:
         """Approve or refuse the job's pending call, once; returns the decision and the job
         as the transaction read it (the one read of the job a decision makes: the resume is
@@ -170,7 +174,9 @@ class Approvals:
         ``policy`` does not allow it (refusing it is always allowed); BEM-605 for an
         approve that names nothing (a refuse may, since refusing releases nothing).
         ``os_user``: the OS account behind a CLI decision, recorded beside ``by`` and held to
-        the same self-approval rule."""
+        the same self-approval rule. BEM-606 for an approve of a change whose docs checks
+        block it (``checks_block``), unless ``override_checks`` by a caller the policy allows
+        (an admin): the override is recorded on the decision."""
         if not by:
             raise ValueError("a decision needs the name of who made it")
         key = self._keys.approval(job_id)
@@ -201,8 +207,14 @@ class Approvals:
                     f"(`riverbeam approvals show {job_id}`, or GET /v1/approvals/{job_id}) "
                     "and send them with the decision",
                 )
+            overridden = approve and _blocked_by_checks(current)
+            if overridden:
+                allowed = policy is not None and policy.allows_checks_override(record)
+                if not (override_checks and allowed):
+                    raise _checks_block(job_id, current, override_checks)
             decided = current.model_copy(
                 update={
+                    "checks_overridden_by": by if overridden else None,
                     "state": ApprovalState.APPROVED if approve else ApprovalState.REFUSED,
                     "decided_by": by,
                     "decided_by_os_user": os_user,
@@ -310,4 +322,21 @@ def _stale(job_id: str, binding: DecisionBinding, current: Approval) -> Approval
         f"job {job_id}'s current approval is {shown.approval_id} ({current.state.value}), "
         f"not what you decided ({'; '.join(binding.differences(shown))}); nothing was "
         "decided: look at the job's approval again and decide that one",
+    )
+
+
+def _blocked_by_checks(approval: Approval) -> bool:
+    checks = approval.checks
+    return approval.checks_block and checks is not None and not checks.clean
+
+
+def _checks_block(job_id: str, approval: Approval, asked: bool) -> ApprovalError:
+    checks = approval.checks
+    failing = [run.check for run in checks.ordered() if run.status != "passed"] if checks else []
+    who = "only an admin may override it" if asked else "an admin may approve with the override"
+    return ApprovalError(
+        "BEM-606",
+        f"job {job_id}'s change fails docs checks it did not fail before "
+        f"({', '.join(failing)}) and the repository blocks such an approve; have the job fix "
+        f"it, or {who} (`--override-checks`)",
     )

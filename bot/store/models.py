@@ -24,6 +24,7 @@ from bot.config import REPOSITORY_NAME
 from bot.core.errors import ApprovalError, JobError
 from bot.core.frames import ErrorInfo, Frame, Usage
 from bot.core.jobids import JOB_ID_PATTERN
+from bot.review.check_report import ChecksReport
 from bot.review.links import LinkReport
 from bot.review.preview import PageSource
 
@@ -428,6 +429,17 @@ class Approval(BaseModel):
     # so a sanitiser fix reaches approvals already waiting); None before the preview existed.
     pages: list[PageSource] | None = Field(
         default=None, description="the changed Markdown pages, before and after, capped"
+    )
+    # The docs checks of the commit, run by the worker as it parked (docs/checks.md); None
+    # when the repository declares none (and for an approval opened before them).
+    checks: ChecksReport | None = Field(
+        default=None, description="the docs checks of the commit, new failures first"
+    )
+    checks_block: bool = Field(
+        default=False, description="a new check failure refuses the approve (checks.block)"
+    )
+    checks_overridden_by: str | None = Field(
+        default=None, description="the admin who approved over a blocking check failure"
     )
     created_at: datetime = Field(default_factory=utcnow)
     state: ApprovalState = ApprovalState.PENDING

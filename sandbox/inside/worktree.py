@@ -292,19 +292,29 @@ class WorkingTree:
         with _libgit2(f"git add {target or '.'}"):
             index = repo.index
             index.read(False)
-            pathspec = [target.encode()] if target else None
-
-            def unstaged(paths: Sequence[bytes] | None) -> pygit2.Diff:
-                return diff_index_to_workdir(repo, index, paths, SCAN_FLAGS)
-
-            found, skipped = skipping_deep(repo, pathspec, unstaged)
-            for delta in found.deltas:
-                self._stage(repo, index, delta)
-            if target and not len(found):
+            found, skipped = self._stage_changes(repo, index, target)
+            if target and not found:
                 self._explain_nothing_to_add(repo, target)
             index.write()
             staged = self._scan(repo, _head_tree(repo), target).staged
         return stage_report(target or ".", staged, max_files, skipped)
+
+    def objects(self) -> pygit2.Repository:
+        """The repository, guarded, for reading commits and trees (no working file read)."""
+        return self._open(reads_files=False)
+
+    def tree_of_changes(self) -> str:
+        """The tree a ``git add -A`` and a commit would record now, written to the object
+        database (for the docs checks); the index on disk is left as it was."""
+        repo = self._open()
+        with _libgit2("reading the working tree"):
+            index = repo.index
+            index.read(False)
+            try:
+                self._stage_changes(repo, index, "")
+                return str(index.write_tree())
+            finally:
+                index.read(True)
 
     def commit(
         self, message: str, *, trailers: Sequence[Trailer | str] | None = None
@@ -403,6 +413,21 @@ class WorkingTree:
         if self._compare is None:
             return None
         return compare_commit(repo, self._compare.sha, self._compare.label)
+
+    def _stage_changes(
+        self, repo: pygit2.Repository, index: pygit2.Index, target: str
+    ) -> tuple[int, tuple[str, ...]]:
+        """Stage in ``index`` (in memory) what changed under ``target`` ("": everywhere);
+        how many paths, and the folders too deep to look into."""
+        pathspec = [target.encode()] if target else None
+
+        def unstaged(paths: Sequence[bytes] | None) -> pygit2.Diff:
+            return diff_index_to_workdir(repo, index, paths, SCAN_FLAGS)
+
+        found, skipped = skipping_deep(repo, pathspec, unstaged)
+        for delta in found.deltas:
+            self._stage(repo, index, delta)
+        return len(found), skipped
 
     def _stage(self, repo: pygit2.Repository, index: pygit2.Index, delta: pygit2.DiffDelta) -> None:
         path = delta.new_file.path

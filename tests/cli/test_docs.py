@@ -19,13 +19,21 @@ REQUIRED = object()
 
 
 def _settings(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted key, default) of every leaf setting; a model is walked into, a table of
-    named tables is ``repositories.<name>``, ``forges.<name>``, and within a forge
+    """(dotted key, default) of every leaf setting; a model (optional or not) is walked into,
+    a table of named tables is ``repositories.<name>``, ``forges.<name>``, and within a forge
     ``repositories.<path>``."""
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
         annotation = field.annotation
         named = typing.get_args(annotation)[1] if typing.get_origin(annotation) is dict else None
+        optional = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if (
+            len(optional) == 1
+            and isinstance(optional[0], type)
+            and issubclass(optional[0], BaseModel)
+        ):
+            # An optional table (``repositories.<name>.checks``): its keys are documented.
+            annotation = optional[0]
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             yield from _settings(annotation, f"{key}.")
         elif isinstance(named, type) and issubclass(named, BaseModel):

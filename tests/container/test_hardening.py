@@ -100,7 +100,12 @@ def test_every_flag_reads_back_from_docker_inspect(
         "IpcMode": "none",
         "CgroupnsMode": "private",
         "ReadonlyRootfs": True,
-        "Tmpfs": {"/tmp": "rw,noexec,nosuid,nodev,size=64m"},
+        # The tools' /tmp is their uid's alone; the docs checks' trees and work space.
+        "Tmpfs": {
+            "/tmp": "rw,noexec,nosuid,nodev,size=64m,mode=0700,uid=10001,gid=10001",
+            "/checks/trees": "rw,noexec,nosuid,nodev,size=256m,mode=0755,uid=10001,gid=10001",
+            "/checks/work": "rw,noexec,nosuid,nodev,size=256m,mode=0700,uid=10002,gid=10002",
+        },
         "CapDrop": ["ALL"],
         "CapAdd": None,
         "SecurityOpt": ["no-new-privileges"],

@@ -103,7 +103,7 @@ def test_a_stale_image_is_refused_with_how_to_rebuild(
     image: ImageInfo, docker_client: docker.DockerClient
 ) -> None:
     # Another uid is another recipe, so another content hash: nothing is tagged with it.
-    changed = Settings(sandbox=SandboxLimits(uid=10002))
+    changed = Settings(sandbox=SandboxLimits(uid=10002, checks_uid=10003))
     with pytest.raises(BeamError) as refused:
         check_image(docker_client, changed)
     assert refused.value.code == "BEM-401"

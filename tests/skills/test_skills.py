@@ -32,12 +32,12 @@ SANDBOX_TOOLS = (
     "git_commit",
     "git_push",
 )
-HOST_TOOLS = ("search", "get_page", "review_change", "publish_docset", "remember")
+HOST_TOOLS = ("search", "get_page", "review_change", "publish_docset", "remember", "run_checks")
 KNOWN_TOOLS = SANDBOX_TOOLS + HOST_TOOLS
 
 # DESIGN §3.4. A change here is a change to what a job's model may do: review it as such.
 ALLOWLISTS = {
-    "author": sorted([*SANDBOX_TOOLS, "remember"]),
+    "author": sorted([*SANDBOX_TOOLS, "remember", "run_checks"]),
     "commit-notes": ["git_diff", "git_log", "git_status"],
     "consume": ["get_page", "search"],
     "gfs-publish": ["publish_docset"],

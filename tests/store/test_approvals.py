@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from bot.core.errors import ApprovalError
+from bot.review.check_report import CheckFinding, ChecksReport, compare_run
 from bot.store.models import Approval, ApprovalState, DecisionBinding, JobKind, JobRecord, JobSpec
 from bot.store.store import JobStore
 from harness.parking import park_on, pending_for
@@ -371,3 +372,69 @@ def test_a_cli_decision_records_the_os_account_and_it_too_may_not_approve_its_ow
     assert (decided.decided_by, decided.decided_by_os_user) == ("bob", "carol")
     assert decided.decider == "bob (OS user carol)"
     assert store.approvals.history(record.id)[0].decided_by_os_user == "carol"
+
+
+def _failing_checks() -> ChecksReport:
+    run = compare_run(
+        "codespell",
+        [CheckFinding(check="codespell", path="a.md", line=3, rule="misspelling", message="x")],
+        [],
+        seconds=0.2,
+        base_seconds=0.2,
+        cap=10,
+    )
+    return ChecksReport(commit="a" * 40, runs=[run])
+
+
+class _Deciders:
+    def __init__(self, admin: bool) -> None:
+        self.admin = admin
+
+    def check(self, record: JobRecord) -> None:
+        return None
+
+    def allows_self_approval(self, record: JobRecord) -> bool:
+        return False
+
+    def allows_checks_override(self, record: JobRecord) -> bool:
+        return self.admin
+
+
+def test_a_blocking_check_failure_refuses_the_approve_until_an_admin_overrides(
+    store: JobStore,
+) -> None:
+    record = store.jobs.create(author())
+    store.jobs.claim(record.id, worker="w1", lease_seconds=30)
+    approval = pending_for(record).model_copy(
+        update={"checks": _failing_checks(), "checks_block": True}
+    )
+    park_on(store, approval)
+    shown = seen(store, record.id)
+
+    def approve(*, admin: bool, override: bool) -> Approval:
+        return store.approvals.decide(
+            record.id,
+            binding=shown,
+            approve=True,
+            by="bob",
+            policy=_Deciders(admin),
+            override_checks=override,
+        )[0]
+
+    for admin, override in ((False, False), (True, False), (False, True)):
+        with pytest.raises(ApprovalError) as caught:
+            approve(admin=admin, override=override)
+        assert caught.value.code == "BEM-606" and "codespell" in caught.value.message
+    assert store.approvals.get(record.id).state is ApprovalState.PENDING  # type: ignore[union-attr]
+    decided = approve(admin=True, override=True)
+    assert decided.state is ApprovalState.APPROVED and decided.checks_overridden_by == "bob"
+
+
+def test_a_failure_that_does_not_block_and_a_refuse_need_no_override(store: JobStore) -> None:
+    record = store.jobs.create(author())
+    store.jobs.claim(record.id, worker="w1", lease_seconds=30)
+    park_on(store, pending_for(record).model_copy(update={"checks": _failing_checks()}))
+    decided = store.approvals.decide(
+        record.id, binding=seen(store, record.id), approve=True, by="bob"
+    )[0]
+    assert decided.state is ApprovalState.APPROVED and decided.checks_overridden_by is None

@@ -4,7 +4,8 @@
   one) with no compare point: ``git_diff`` shows the edit being made against HEAD. A job
   that names a ``branch`` (one of Riverbeam's own: a pull request's, whose review it
   addresses) works on that branch from its head, and its push is a fast-forward of it;
-- tools: the nine container tools (``git_push`` wrapped by the relay) and ``remember``;
+- tools: the nine container tools (``git_push`` wrapped by the relay), ``remember`` and
+  ``run_checks`` (the repository's docs checks, docs/checks.md);
 - prompt values: ``branch`` is the job's own branch;
 - outcome: the branch, its commits since the base, their diff stat and what was pushed;
 - judged: no unpushed commit (``AuthorOutcome.missing``); a job that committed nothing wrote
@@ -21,6 +22,7 @@ from bot.core.errors import JobError
 from bot.core.frames import ToolCallRecord
 from bot.core.tools import Tool
 from bot.jobs.branch_change import branch_tip, read_change
+from bot.jobs.host_tools.checks import RunChecksTool
 from bot.jobs.kinds.kind import Ended, Kind, ToolKit
 from bot.jobs.parking import PublishTarget
 from bot.jobs.plans import Tree, TreePlan
@@ -48,7 +50,7 @@ class AuthorJob(Kind):
         return TreePlan(checkout=base, branch="", base=base, compare=None, merge=False)
 
     def tools(self, kit: ToolKit) -> list[Tool]:
-        return [RememberTool(kit.memory, kit.scope)]
+        return [RememberTool(kit.memory, kit.scope), RunChecksTool(kit.checks)]
 
     def prompt_values(self, tree: Tree | None, publish: PublishTarget | None) -> dict[str, Any]:
         values = super().prompt_values(tree, publish)

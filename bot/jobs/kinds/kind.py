@@ -20,6 +20,7 @@ from bot.core.errors import JobError
 from bot.core.tools import Tool
 from bot.jobs.parking import PublishTarget
 from bot.jobs.plans import Tree, TreePlan
+from bot.review.docs_checks import DocsChecks
 from bot.runner.state import RunState
 from bot.store.models import ForgeThreadRef, JobKind, JobSpec, Outcome
 from sandbox.inside.jail import SandboxRoot
@@ -28,12 +29,14 @@ from sandbox.inside.jail import SandboxRoot
 @dataclass(frozen=True)
 class ToolKit:
     """What a kind's host tools are made from: the job's notes (``memory`` under ``scope``),
-    its tree as the host reads it, and a publish job's ``publish_docset``."""
+    its tree as the host reads it, a publish job's ``publish_docset``, and the docs checks."""
 
     memory: MemoryStore
     scope: str
     tree: SandboxRoot | None = None
     publish: Tool | None = None
+    # The repository's docs checks in the job's container (None: none declared, or no tree).
+    checks: DocsChecks | None = None
 
 
 @dataclass(frozen=True)

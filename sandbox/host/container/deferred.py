@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import JsonValue
@@ -84,6 +84,13 @@ class DeferredSandbox:
         self.ready()
         # Stopped before it ever started: the sandbox says so (BEM-404).
         return self._sandbox.call(tool, args, timeout)
+
+    def run_program(
+        self, module: str, request: Mapping[str, Any], *, checks: bool, timeout: float
+    ) -> dict[str, Any]:
+        """Run a program of the image beside the tool server, once the container is ready."""
+        self.ready()
+        return self._sandbox.run_program(module, request, checks=checks, timeout=timeout)
 
     def tools(self) -> list[Tool]:
         """The nine tools, with the in-process specs; a call starts the container if need be."""

@@ -25,6 +25,8 @@ from bot.core.jobids import is_job_id
 from sandbox.host.container.runtime import resolve_runtime
 
 __all__ = [
+    "CHECKS_TREES_MOUNT",
+    "CHECKS_WORK_MOUNT",
     "DEADLINE_LABEL",
     "DEPLOYMENT_LABEL",
     "JOB_LABEL",
@@ -43,6 +45,8 @@ __all__ = [
 
 WORKSPACE_MOUNT = "/workspace"
 OUTBOX_MOUNT = "/outbox"  # the per-job outbox; a job's clone has this path as its origin URL
+CHECKS_TREES_MOUNT = "/checks/trees"  # sandbox.inside.checks.export writes here
+CHECKS_WORK_MOUNT = "/checks/work"  # sandbox.inside.checks.runner's checks write here
 JOB_LABEL = "riverbeam.job"
 DEADLINE_LABEL = "riverbeam.deadline"
 ROLE_LABEL = "riverbeam.role"
@@ -213,7 +217,7 @@ def _host_config(api: APIClient, job: SandboxJob) -> dict[str, Any]:
         ipc_mode="none",
         cgroupns="private",
         read_only=True,
-        tmpfs={"/tmp": f"rw,noexec,nosuid,nodev,size={limits.tmpfs_size}"},
+        tmpfs=_tmpfs(limits),
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
         privileged=False,
@@ -228,6 +232,21 @@ def _host_config(api: APIClient, job: SandboxJob) -> dict[str, Any]:
         log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
     )
     return config
+
+
+def _tmpfs(limits: SandboxLimits) -> dict[str, str]:
+    """The container's writable memory: the tools' /tmp (their uid's alone, so that a check
+    cannot plant a file the tool server would read there), the trees the checks read
+    (written by the tools' uid, read-only to the checks') and the checks' own work space."""
+    flags = "rw,noexec,nosuid,nodev"
+    tools, checks = limits.uid, limits.checks_uid
+    return {
+        "/tmp": f"{flags},size={limits.tmpfs_size},mode=0700,uid={tools},gid={tools}",
+        CHECKS_TREES_MOUNT: f"{flags},size={limits.checks_trees_size},mode=0755,uid={tools},"
+        f"gid={tools}",
+        CHECKS_WORK_MOUNT: f"{flags},size={limits.checks_work_size},mode=0700,uid={checks},"
+        f"gid={checks}",
+    }
 
 
 def _mounts(job: SandboxJob) -> list[Mount]:

@@ -31,7 +31,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -53,6 +53,7 @@ from sandbox.host.container.hardening import (
     create_arguments,
     server_arguments,
 )
+from sandbox.host.container.programs import run_program
 from sandbox.host.container.remote_tools import ContainerTool
 from sandbox.host.engine import engine_errors
 from sandbox.inside.protocol import PROTOCOL_VERSION, encode_frame
@@ -305,6 +306,26 @@ class ContainerSandbox:
                 self._fail("BEM-406", f"{tool}: {error}")
             self._loading = False
             return self._result(tool, request_id, line)
+
+    def run_program(
+        self, module: str, request: Mapping[str, Any], *, checks: bool, timeout: float
+    ) -> dict[str, Any]:
+        """Run program ``module`` of the image beside the tool server, as the checks' uid
+        (``checks``) or the tools' (``sandbox.host.container.programs``); no tool call runs
+        meanwhile."""
+        with self._lock:
+            container_id = self._require_id()
+            limits = self._limits
+            return run_program(
+                self._client.api,
+                container_id,
+                module,
+                request,
+                uid=limits.checks_uid if checks else limits.uid,
+                timeout=timeout,
+                max_bytes=limits.max_message_bytes,
+                kill_on_failure=checks,
+            )
 
     def tools(self) -> list[Tool]:
         """The nine tools, with exactly the in-process specs, running in this container."""

@@ -37,15 +37,18 @@ from bot.core.errors import BeamError
 from sandbox.host.engine import engine_errors
 from sandbox.host.image.dockerbuild import base_image_available, build_with_dockerfile
 from sandbox.host.image.recipe import (
+    CHECKS_LOCK,
     DEBIAN_SUITE,
     DOCKERFILE,
     METHOD_LABEL,
     PROJECT_ROOT,
+    PYTHON_RELEASE,
     PYTHON_VERSION,
     ImagePlan,
     Wheel,
 )
 from sandbox.host.image.rootfs import build_from_rootfs
+from sandbox.inside.checks import CHECK_PROGRAMS
 from sandbox.inside.server import LOADED_LATER
 
 __all__ = [
@@ -99,11 +102,20 @@ def plan_image(settings: Settings, *, fetch: bool = True) -> ImagePlan:
         _wheel(cache_dir(limits) / "wheels", name, version, fetch=fetch)
         for name, version in distributions
     )
+    check_wheels = tuple(
+        _wheel(cache_dir(limits) / "wheels", name, version, fetch=fetch)
+        for name, version in check_distributions(limits)
+    )
+    programs = tuple(_program(path) for path in limits.check_programs)
     digest = hashlib.sha256()
-    for part in _recipe_parts(limits.uid):
+    for part in _recipe_parts(limits.uid, limits.checks_uid):
         digest.update(part)
     for wheel in wheels:
         digest.update(f"wheel {wheel.path.name} {wheel.sha256}\n".encode())
+    for wheel in check_wheels:
+        digest.update(f"check wheel {wheel.path.name} {wheel.sha256}\n".encode())
+    for program in programs:
+        digest.update(f"check program {program.name} {_sha256(program)}\n".encode())
     for relative, path in sources:
         digest.update(f"source {relative} {_sha256(path)}\n".encode())
     return ImagePlan(
@@ -112,7 +124,29 @@ def plan_image(settings: Settings, *, fetch: bool = True) -> ImagePlan:
         wheels=wheels,
         sources=sources,
         content_hash=digest.hexdigest()[:16],
+        check_wheels=check_wheels,
+        check_programs=programs,
+        checks_uid=limits.checks_uid,
     )
+
+
+def check_distributions(limits: SandboxLimits) -> tuple[tuple[str, str], ...]:
+    """The docs checks' packages: the pinned set (docker/sandbox/checks.txt) and the
+    operator's ``sandbox.check_packages``, which win for a name both pin."""
+    pins: dict[str, str] = {}
+    lines = CHECKS_LOCK.read_text().splitlines() if CHECKS_LOCK.exists() else []
+    for line in [*lines, *limits.check_packages]:
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return tuple(sorted(pins.items()))
+
+
+def _program(path: Path) -> Path:
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise BeamError("BEM-408", f"sandbox.check_programs: {path} is not an executable file")
+    return path
 
 
 def check_image(client: docker.DockerClient, settings: Settings) -> ImageInfo:
@@ -180,7 +214,8 @@ def container_closure() -> tuple[tuple[tuple[str, Path], ...], tuple[tuple[str, 
     """What ``import sandbox.inside.server`` loads, with the modules it imports when used
     (``LOADED_LATER``): project source files, and third-party distributions with their installed
     versions. Computed in a fresh interpreter."""
-    imports = "".join(f"import {name}\n" for name in ("sandbox.inside.server", *LOADED_LATER))
+    modules = ("sandbox.inside.server", *LOADED_LATER, *CHECK_PROGRAMS)
+    imports = "".join(f"import {name}\n" for name in modules)
     probe = (
         "import json, sys\n"
         "before = set(sys.modules)\n"
@@ -220,8 +255,9 @@ def _distributions(loaded: dict[str, str | None]) -> tuple[tuple[str, str], ...]
     return tuple(sorted((name, metadata.version(name)) for name in names))
 
 
-def _recipe_parts(uid: int) -> list[bytes]:
+def _recipe_parts(uid: int, checks_uid: int) -> list[bytes]:
     parts = [f"python {PYTHON_VERSION} debian {DEBIAN_SUITE} uid {uid}\n".encode()]
+    parts.append(f"checks uid {checks_uid}\n".encode())
     parts.append(DOCKERFILE.read_bytes() if DOCKERFILE.exists() else b"(no Dockerfile)")
     parts.extend((PROJECT_ROOT / module).read_bytes() for module in _RECIPE_MODULES)
     return parts
@@ -259,7 +295,11 @@ def _loadable(filename: str) -> bool:
     if platform_tag == "any":
         return True
     arch = os.uname().machine
-    abi_ok = abi_tag in {"cp311", "abi3"} and python_tag.startswith("cp3")
+    # A compiled extension for CPython 3.11 (or the stable ABI), or pure Python shipped per
+    # platform (a bundled library, like watchdog's).
+    abi_ok = (abi_tag in {"cp311", "abi3"} and python_tag.startswith("cp3")) or (
+        abi_tag == "none" and python_tag.startswith("py3")
+    )
     platforms = platform_tag.split(".")
     return abi_ok and any(_glibc_ok(platform, arch) for platform in platforms)
 
@@ -275,7 +315,7 @@ def _download(directory: Path, name: str, version: str) -> None:
     arch = os.uname().machine
     platforms = [f"manylinux_2_{minor}_{arch}" for minor in range(17, DEBIAN_GLIBC_MINOR + 1)]
     command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps"]
-    command += ["--only-binary=:all:", "--python-version", PYTHON_VERSION]
+    command += ["--only-binary=:all:", "--python-version", PYTHON_RELEASE]
     command += ["--implementation", "cp", "--abi", "cp311", "--abi", "abi3", "--abi", "none"]
     command += [f"--platform={platform}" for platform in [*platforms, f"manylinux2014_{arch}"]]
     command += ["--platform=any", "--dest", str(directory), f"{name}=={version}"]

@@ -43,6 +43,7 @@ from sandbox.host.engine import engine_errors
 from sandbox.host.image.build import ImageInfo, cache_dir, image_info, plan_image
 from sandbox.host.image.imagefs import APP_DIR, SITE_DIR, add_account, finish, prune
 from sandbox.host.image.recipe import (
+    CHECKS_LOCK,
     CONTENT_LABEL,
     DEBIAN_SUITE,
     DOCKERFILE,
@@ -208,7 +209,10 @@ def _build_service(
         run_step(install, "pip install", code=CODE)
         _move_project(site, app)
         _carry_sandbox_inputs(root, app, settings)
-        finish(root, site_packages=DEBIAN_SITE_PACKAGES, uid=settings.sandbox.uid)
+        limits = settings.sandbox
+        finish(
+            root, site_packages=DEBIAN_SITE_PACKAGES, uid=limits.uid, checks_uid=limits.checks_uid
+        )
         add_account(root, "riverbeam", SERVICE_UID, SERVICE_HOME)
         _finish_service(root, site)
         byte_compile(root, [f"/usr/lib/python{PYTHON_VERSION}", APP_DIR, SITE_DIR], code=CODE)
@@ -259,13 +263,14 @@ def _move_project(site: Path, app: Path) -> None:
 
 def _carry_sandbox_inputs(root: Path, app: Path, settings: Settings) -> None:
     plan = plan_image(settings, fetch=True)
-    dockerfile = app / DOCKERFILE.relative_to(PROJECT_ROOT)
-    dockerfile.parent.mkdir(parents=True)
-    shutil.copyfile(DOCKERFILE, dockerfile)
+    for recipe in (DOCKERFILE, CHECKS_LOCK):
+        carried = app / recipe.relative_to(PROJECT_ROOT)
+        carried.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(recipe, carried)
     # Root's wheel cache (cache_dir): the worker runs as root.
     wheels = root / "var/cache/riverbeam/wheels"
     wheels.mkdir(parents=True)
-    for wheel in plan.wheels:
+    for wheel in (*plan.wheels, *plan.check_wheels):
         shutil.copyfile(wheel.path, wheels / wheel.path.name)
 
 

@@ -51,7 +51,11 @@ def build_with_dockerfile(
     with tempfile.TemporaryDirectory(prefix="riverbeam-context-") as scratch:
         context = Path(scratch)
         _assemble(context, plan)
-        buildargs = {"BASE": base, "SANDBOX_UID": str(plan.uid)}
+        buildargs = {
+            "BASE": base,
+            "SANDBOX_UID": str(plan.uid),
+            "CHECKS_UID": str(plan.checks_uid),
+        }
         labels = {CONTENT_LABEL: plan.content_hash, METHOD_LABEL: "dockerfile"}
         with engine_errors("BEM-408", "building the sandbox image from its Dockerfile"):
             client.images.build(
@@ -68,9 +72,13 @@ def build_with_dockerfile(
 def _assemble(context: Path, plan: ImagePlan) -> None:
     shutil.copyfile(DOCKERFILE, context / "Dockerfile")
     shutil.copyfile(imagefs.__file__, context / "imagefs.py")
-    (context / "wheels").mkdir()
-    for wheel in plan.wheels:
-        shutil.copyfile(wheel.path, context / "wheels" / wheel.path.name)
+    for folder, wheels in (("wheels", plan.wheels), ("check-wheels", plan.check_wheels)):
+        (context / folder).mkdir()
+        for wheel in wheels:
+            shutil.copyfile(wheel.path, context / folder / wheel.path.name)
+    (context / "check-programs").mkdir()
+    for program in plan.check_programs:
+        shutil.copyfile(program, context / "check-programs" / program.name)
     for relative, source in plan.sources:
         destination = context / "app" / relative
         destination.parent.mkdir(parents=True, exist_ok=True)

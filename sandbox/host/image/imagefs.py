@@ -23,10 +23,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["APP_DIR", "KEPT_PROGRAMS", "SITE_DIR", "add_account", "finish", "prune"]
+__all__ = ["APP_DIR", "CHECKS_DIR", "KEPT_PROGRAMS", "SITE_DIR", "add_account", "finish", "prune"]
 
 APP_DIR = "/opt/riverbeam/app"
 SITE_DIR = "/opt/riverbeam/site"
+# The docs checks' tools: on the import path of the checks' processes only (docs/checks.md).
+CHECKS_DIR = "/opt/riverbeam/checks"
 KEPT_PROGRAMS = frozenset({"python3", "python3.11"})
 _PROGRAM_DIRS = ("bin", "sbin", "usr/bin", "usr/sbin", "usr/local/bin", "usr/local/sbin")
 _DROPPED = (
@@ -47,6 +49,7 @@ _DROPPED = (
     "usr/libexec",
     "etc/cron.daily",
     "opt/riverbeam/site/bin",
+    "opt/riverbeam/checks/bin",
     "usr/share/perl5",
     "usr/lib/x86_64-linux-gnu/perl",
     "usr/lib/x86_64-linux-gnu/perl-base",
@@ -56,12 +59,14 @@ _DROPPED = (
 )
 # Package installers inside Python's own directories.
 _DROPPED_PYTHON = ("ensurepip", "pip", "setuptools", "wheel", "idlelib", "turtledemo")
-_EMPTY_DIRS = ("workspace", "outbox", "tmp", "usr/lib/ssl/certs")
+# checks/trees and checks/work are the mount points of the docs checks' two tmpfs.
+_EMPTY_DIRS = ("workspace", "outbox", "tmp", "usr/lib/ssl/certs", "checks/trees", "checks/work")
 
 
-def finish(root: Path, *, site_packages: str, uid: int) -> list[str]:
-    """Make ``root`` ready to run the tool server as ``uid``; returns what was pruned."""
-    _write_accounts(root, uid)
+def finish(root: Path, *, site_packages: str, uid: int, checks_uid: int) -> list[str]:
+    """Make ``root`` ready to run the tool server as ``uid`` and the docs checks as
+    ``checks_uid``; returns what was pruned."""
+    _write_accounts(root, uid, checks_uid)
     for name in _EMPTY_DIRS:
         # pygit2 insists that a certificate location exists at import; an empty one trusts
         # nothing, which suits a container without a network.
@@ -121,9 +126,10 @@ def _remove(path: Path) -> bool:
     return False
 
 
-def _write_accounts(root: Path, uid: int) -> None:
+def _write_accounts(root: Path, uid: int, checks_uid: int) -> None:
     add_account(root, "root", 0, "/root")
     add_account(root, "sandbox", uid, "/tmp")
+    add_account(root, "checks", checks_uid, "/checks/work")
 
 
 def add_account(root: Path, name: str, uid: int, home: str) -> None:
@@ -145,9 +151,15 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("root", type=Path)
     parser.add_argument("--site", default="auto", help="site-packages to put riverbeam.pth in")
     parser.add_argument("--uid", type=int, default=int(os.environ.get("SANDBOX_UID", "10001")))
+    parser.add_argument(
+        "--checks-uid", type=int, default=int(os.environ.get("CHECKS_UID", "10002"))
+    )
     args = parser.parse_args(argv)
     site_packages = site.getsitepackages()[0] if args.site == "auto" else args.site
-    for path in finish(args.root, site_packages=site_packages, uid=args.uid):
+    pruned = finish(
+        args.root, site_packages=site_packages, uid=args.uid, checks_uid=args.checks_uid
+    )
+    for path in pruned:
         print(f"removed {path}")
     return 0
 

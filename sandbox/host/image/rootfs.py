@@ -30,13 +30,14 @@ import docker
 from bot.config import SandboxLimits
 from bot.core.errors import BeamError
 from sandbox.host.engine import engine_errors
-from sandbox.host.image.imagefs import APP_DIR, SITE_DIR, finish
+from sandbox.host.image.imagefs import APP_DIR, CHECKS_DIR, SITE_DIR, finish
 from sandbox.host.image.recipe import (
     CONTENT_LABEL,
     DEBIAN_SUITE,
     METHOD_LABEL,
     PYTHON_VERSION,
     ImagePlan,
+    Wheel,
 )
 
 __all__ = [
@@ -51,7 +52,13 @@ __all__ = [
     "run_step",
 ]
 
-DEBIAN_PACKAGES = (f"python{PYTHON_VERSION}-minimal", f"libpython{PYTHON_VERSION}-stdlib")
+# libstdc++6: compiled extensions among the docs checks' packages (google-re2, pyjson5)
+# link it, as manylinux wheels may.
+DEBIAN_PACKAGES = (
+    f"python{PYTHON_VERSION}-minimal",
+    f"libpython{PYTHON_VERSION}-stdlib",
+    "libstdc++6",
+)
 DEBIAN_SITE_PACKAGES = "/usr/lib/python3/dist-packages"
 PYTHON = f"/usr/bin/python{PYTHON_VERSION}"
 
@@ -81,11 +88,13 @@ def build_from_rootfs(
         root = Path(scratch) / "root"
         root.mkdir()
         run_step(["tar", "--numeric-owner", "-xpf", str(base), "-C", str(root)], "unpacking")
-        _install_wheels(root, plan)
+        _install_wheels(root, plan.wheels, SITE_DIR)
+        _install_wheels(root, plan.check_wheels, CHECKS_DIR)
         _copy_sources(root, plan)
-        finish(root, site_packages=DEBIAN_SITE_PACKAGES, uid=plan.uid)
+        finish(root, site_packages=DEBIAN_SITE_PACKAGES, uid=plan.uid, checks_uid=plan.checks_uid)
+        copy_check_programs(root, plan)
         (root / "usr/bin/python3").symlink_to(f"python{PYTHON_VERSION}")
-        byte_compile(root, [f"/usr/lib/python{PYTHON_VERSION}", APP_DIR, SITE_DIR])
+        byte_compile(root, [f"/usr/lib/python{PYTHON_VERSION}", APP_DIR, SITE_DIR, CHECKS_DIR])
         changes = [
             f"USER {plan.uid}:{plan.uid}",
             "WORKDIR /workspace",
@@ -129,21 +138,35 @@ def base_tarball(
     return tarball
 
 
-def _install_wheels(root: Path, plan: ImagePlan) -> None:
-    target = root / SITE_DIR.lstrip("/")
+def _install_wheels(root: Path, wheels: tuple[Wheel, ...], directory: str) -> None:
+    if not wheels:
+        return
+    target = root / directory.lstrip("/")
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index"]
     command += ["--no-compile", "--disable-pip-version-check", "--target", str(target)]
     # The wheels are for the image's CPython, which may not be the one running pip.
     command += ["--only-binary=:all:", "--python-version", PYTHON_VERSION]
     command += ["--implementation", "cp", "--abi", "cp311", "--abi", "abi3", "--abi", "none"]
-    command += [f"--platform={tag}" for tag in _platform_tags(plan)]
-    command += [str(wheel.path) for wheel in plan.wheels]
+    command += [f"--platform={tag}" for tag in _platform_tags(wheels)]
+    command += [str(wheel.path) for wheel in wheels]
     run_step(command, "pip install")
 
 
-def _platform_tags(plan: ImagePlan) -> list[str]:
+def copy_check_programs(root: Path, plan: ImagePlan) -> None:
+    """The operator's executables for the checks (``sandbox.check_programs``), after the
+    pruning, which would take their execute bits."""
+    if not plan.check_programs:
+        return
+    target = root / CHECKS_DIR.lstrip("/") / "bin"
+    target.mkdir(parents=True, exist_ok=True)
+    for program in plan.check_programs:
+        shutil.copyfile(program, target / program.name)
+        (target / program.name).chmod(0o755)
+
+
+def _platform_tags(wheels: tuple[Wheel, ...]) -> list[str]:
     tags = {"any"}
-    for wheel in plan.wheels:
+    for wheel in wheels:
         tags.update(wheel.path.name[: -len(".whl")].split("-")[-1].split("."))
     return sorted(tags)
 

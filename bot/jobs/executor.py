@@ -56,7 +56,6 @@ from bot.core.errors import BeamError
 from bot.core.frames import Frame, ResultStatus
 from bot.core.input import AgentContext, AgentInput
 from bot.jobs.forge_posts import landed_pull_request
-from bot.jobs.host_tools.checks import checked_approval
 from bot.jobs.host_tools.publish import PublishDocsetTool
 from bot.jobs.kinds import kind_of, request_text
 from bot.jobs.kinds.kind import Ended, Kind, ToolKit
@@ -68,6 +67,7 @@ from bot.jobs.parking import (
     approval_for,
     approved_commit,
     check_publish_still_bound,
+    checked_approval,
 )
 from bot.jobs.plans import TreePlan
 from bot.jobs.relayed_push import PushGuard, Relay, RelayedPush, recorded_pushes

@@ -10,10 +10,14 @@ A ``publish_docset`` is bound to the reviewed commit and the publish branch its 
 names (checked when the segment began: a plan that fails BEM-360 or BEM-361 fails the job
 before the model runs), with the diff from where that branch stands in the mirror. Any other
 parked call (under a confirm-first skill) is bound to its tool and arguments.
+
+A push's approval also carries the repository's docs checks of its commit
+(``checked_approval``), run by the worker itself (docs/checks.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +34,8 @@ from bot.jobs.branch_change import (
     read_pages,
 )
 from bot.jobs.host_tools.publish import PublishDocsetTool, PublishPlan
+from bot.review.check_report import CheckRun, ChecksReport
+from bot.review.docs_checks import DocsChecks
 from bot.runner.state import CallDecision
 from bot.store.models import Approval, JobRecord
 from sandbox.host.workspace.outbox import ApprovedCommit, off_approved, outbox_branch
@@ -192,3 +198,18 @@ def check_publish_still_bound(approval: Approval, plan: PublishPlan) -> None:
             f"approval is for {approval.target_ref!r} at {(approval.commit_sha or '')[:12]}; "
             "nothing was published",
         )
+
+
+async def checked_approval(approval: Approval, checks: DocsChecks | None) -> Approval:
+    """``approval`` with the docs checks of the commit it would push, run by the worker
+    itself (never the model's word). Checks that could not run are one ``error`` run: the
+    approval says so, and a blocking repository blocks it."""
+    if checks is None or approval.tool != "git_push" or approval.commit_sha is None:
+        return approval
+    commit = approval.commit_sha
+    try:
+        report = await asyncio.to_thread(checks.run, commit)
+    except BeamError as error:
+        failed = CheckRun(check="checks", status="error", seconds=0.0, detail=str(error))
+        report = ChecksReport(commit=commit, base=approval.base_sha, runs=[failed])
+    return approval.model_copy(update={"checks": report, "checks_block": checks.checks.block})

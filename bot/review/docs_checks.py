@@ -150,24 +150,26 @@ class DocsChecks:
         return runs
 
     def _links(self, exported: Mapping[str, Any], changed: list[str]) -> CheckRun:
-        started = time.monotonic()
         pages = [path for path in changed if is_markdown(path)]
         view = pygit2.Repository()
         view.set_odb(untrusted_odb(self._objects))
-        head = check_links(_tree(view, exported["head"]["tree"]), pages, self._site)
-        seconds = round(time.monotonic() - started, 3)
+
+        def findings(tree_sha: str, *, on_base: bool) -> tuple[list[CheckFinding], float]:
+            started = time.monotonic()
+            tree = _tree(view, tree_sha)
+            checked = [page for page in pages if page in tree] if on_base else pages
+            found = links_as_findings(check_links(tree, checked, self._site))
+            return found, round(time.monotonic() - started, 3)
+
+        head, seconds = findings(exported["head"]["tree"], on_base=False)
         base = exported.get("base")
-        before = []
-        if base is not None:
-            base_tree = _tree(view, base["tree"])
-            present = [page for page in pages if page in base_tree]
-            before = links_as_findings(check_links(base_tree, present, self._site))
+        before, base_seconds = findings(base["tree"], on_base=True) if base else ([], None)
         return compare_run(
             "links",
-            links_as_findings(head),
+            head,
             before,
             seconds=seconds,
-            base_seconds=round(time.monotonic() - started - seconds, 3) if base else None,
+            base_seconds=base_seconds,
             cap=self._checks.max_findings,
         )
 

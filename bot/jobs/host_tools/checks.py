@@ -15,14 +15,12 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from bot.core.errors import BeamError
 from bot.core.input import AgentInput
 from bot.core.tools import ToolSpec, json_params
-from bot.review.check_report import CheckRun, ChecksReport
+from bot.review.check_report import ChecksReport
 from bot.review.docs_checks import DocsChecks
-from bot.store.models import Approval
 
-__all__ = ["RUN_CHECKS", "RunChecksTool", "checked_approval", "checks_result"]
+__all__ = ["RUN_CHECKS", "RunChecksTool", "checks_result"]
 
 RUN_CHECKS = ToolSpec(
     name="run_checks",
@@ -80,18 +78,3 @@ def checks_result(report: ChecksReport) -> dict[str, Any]:
     if len(new) > MAX_LISTED:
         result["note"] = f"{len(new) - MAX_LISTED} more new findings; fix these, then run again"
     return result
-
-
-async def checked_approval(approval: Approval, checks: DocsChecks | None) -> Approval:
-    """``approval`` with the docs checks of the commit it would push, run by the worker
-    itself (never the model's word). Checks that could not run are one ``error`` run: the
-    approval says so, and a blocking repository blocks it."""
-    if checks is None or approval.tool != "git_push" or approval.commit_sha is None:
-        return approval
-    commit = approval.commit_sha
-    try:
-        report = await asyncio.to_thread(checks.run, commit)
-    except BeamError as error:
-        failed = CheckRun(check="checks", status="error", seconds=0.0, detail=str(error))
-        report = ChecksReport(commit=commit, base=approval.base_sha, runs=[failed])
-    return approval.model_copy(update={"checks": report, "checks_block": checks.checks.block})

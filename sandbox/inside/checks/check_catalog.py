@@ -30,7 +30,7 @@ import os
 import posixpath
 import re
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ __all__ = [
     "FILE_CHECKS",
     "HOST_CHECKS",
     "SITE_CHECKS",
+    "Context",
     "Invocation",
     "Unavailable",
     "invocation",
@@ -87,19 +88,19 @@ class Unavailable:
 
 @dataclass(frozen=True)
 class Context:
+    """One check's run: the exported tree, its work folder, the changed files, its options."""
+
+    name: str
     tree: Path
     work: Path
     files: tuple[str, ...]
     options: Mapping[str, Any]
 
 
-def invocation(
-    name: str, tree: Path, work: Path, files: Sequence[str], options: Mapping[str, Any]
-) -> Invocation | Unavailable | None:
-    """How to run check ``name`` on ``tree`` (``files``: the changed ones); None when it has
-    nothing to look at (no changed page for a page check)."""
-    context = Context(tree, work, tuple(files), options)
-    return _COMMANDS[name](context)
+def invocation(context: Context) -> Invocation | Unavailable | None:
+    """How to run the check; None when it has nothing to look at (no changed page for a
+    page check)."""
+    return _COMMANDS[context.name](context)
 
 
 def unfinished(name: str, text: str, code: int) -> bool:
@@ -113,10 +114,9 @@ def unfinished(name: str, text: str, code: int) -> bool:
     return False
 
 
-def parse(name: str, text: str, tree: Path, options: Mapping[str, Any]) -> list[Finding]:
-    """The findings in check ``name``'s report ``text``."""
-    context = Context(tree, tree, (), options)
-    return _PARSERS[name](text, context)
+def parse(text: str, context: Context) -> list[Finding]:
+    """The findings in the check's report ``text``."""
+    return _PARSERS[context.name](text, context)
 
 
 def _module(name: str, *arguments: str) -> list[str]:

@@ -138,8 +138,9 @@ def _all_paths(repo: pygit2.Repository, tree: pygit2.Tree, prefix: str) -> Itera
 def _written(
     repo: pygit2.Repository, tree_id: pygit2.Oid, only: set[str] | None, budget: _ExportBudget
 ) -> dict[str, str]:
-    suffix = "full" if only is None else hashlib.sha256("\0".join(sorted(only)).encode())
-    name = f"{tree_id}-{suffix if isinstance(suffix, str) else suffix.hexdigest()[:16]}"
+    # A tree written whole, or for one set of changed paths, is written once.
+    paths = "\0".join(sorted(only)).encode() if only is not None else b""
+    name = f"{tree_id}-{'full' if only is None else hashlib.sha256(paths).hexdigest()[:16]}"
     final = TREES_ROOT / name
     if not final.is_dir():
         partial = TREES_ROOT / f"{name}.partial"
@@ -227,6 +228,7 @@ def _write_all(handle: int, data: bytes) -> None:
 
 
 def _plain_name(name: str) -> bool:
+    """A name git could check out: not empty, no path of its own, never ``.git``."""
     return (
         name not in {"", ".", ".."}
         and "/" not in name

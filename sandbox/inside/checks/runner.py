@@ -40,6 +40,7 @@ from typing import Any
 
 from sandbox.inside.checks.check_catalog import (
     CHECKS_DIR,
+    Context,
     Invocation,
     Unavailable,
     invocation,
@@ -88,12 +89,13 @@ def _run(
     started = time.monotonic()
     try:
         _fresh(work)
-        planned = invocation(name, tree, work, files, check)
+        context = Context(name, tree, work, tuple(files), check)
+        planned = invocation(context)
         if planned is None:
             return _result(name, started, "passed", [], detail="nothing to check")
         if isinstance(planned, Unavailable):
             return _result(name, started, "error", [], detail=planned.reason)
-        return _run_process(check, planned, tree, work, limits, started)
+        return _run_process(context, planned, limits, started)
     except (OSError, ValueError) as error:
         return _result(name, started, "error", [], detail=f"{type(error).__name__}: {error}")
     finally:
@@ -102,20 +104,15 @@ def _run(
 
 
 def _run_process(
-    check: Mapping[str, Any],
-    planned: Invocation,
-    tree: Path,
-    work: Path,
-    limits: Mapping[str, Any],
-    started: float,
+    context: Context, planned: Invocation, limits: Mapping[str, Any], started: float
 ) -> dict[str, Any]:
-    name = str(check["name"])
+    name = context.name
     for file_name, text in planned.prepared.items():
-        (work / file_name).write_text(text, encoding="utf-8")
+        (context.work / file_name).write_text(text, encoding="utf-8")
     process = subprocess.Popen(
         planned.argv,
-        cwd=tree,
-        env=_environment(work),
+        cwd=context.tree,
+        env=_environment(context.work),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -127,7 +124,7 @@ def _run_process(
     text = output_text = output.decode("utf-8", "replace")
     if planned.report_file:
         text = _read_capped(Path(planned.report_file), int(limits["output"])) or text
-    findings = parse(name, text, tree, check)
+    findings = parse(text, context)
     if problem is None and code < 0:
         problem = f"{name} {_SIGNALS.get(-code, f'ended on signal {-code}')}"
     if problem is None and (unfinished(name, output_text, code) or (code != 0 and not findings)):

@@ -3,6 +3,8 @@ given files, and the ``DocsChecks`` of a started sandbox on it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pygit2
@@ -12,13 +14,33 @@ from bot.review.docs_checks import DocsChecks
 from sandbox.host.container.lifecycle import ContainerSandbox
 from tests.container.kit import PROTECTED, Workspace, chown_tree, deadline, make_workspace
 
-pygit2.option(pygit2.enums.Option.SET_OWNER_VALIDATION, 0)
+
+@contextmanager
+def _opened(path: Path) -> Iterator[pygit2.Repository]:
+    """The workspace's repository, which the sandbox uid owns, opened by this process.
+
+    libgit2's owner check is switched off for this opening only: other tests in the same
+    worker switch it back on, so a module-level switch does not hold.
+    """
+    Option = pygit2.enums.Option
+    previous = bool(pygit2.option(Option.GET_OWNER_VALIDATION))
+    pygit2.option(Option.SET_OWNER_VALIDATION, 0)
+    try:
+        yield pygit2.Repository(str(path))
+    finally:
+        pygit2.option(Option.SET_OWNER_VALIDATION, int(previous))
 
 
 def commit_files(workspace: Workspace, files: dict[str, str], message: str = "Base") -> str:
     """Commit ``files`` on the workspace's branch; the new commit's sha."""
-    repo = pygit2.Repository(str(workspace.path))
     write_files(workspace, files)
+    with _opened(workspace.path) as repo:
+        sha = _commit(repo, files, message)
+    chown_tree(workspace.path, 10001)
+    return sha
+
+
+def _commit(repo: pygit2.Repository, files: dict[str, str], message: str) -> str:
     for name in files:
         repo.index.add(name)
     repo.index.write()
@@ -26,7 +48,6 @@ def commit_files(workspace: Workspace, files: dict[str, str], message: str = "Ba
     sha = repo.create_commit(
         "HEAD", author, author, message, repo.index.write_tree(), [repo.head.target]
     )
-    chown_tree(workspace.path, 10001)
     return str(sha)
 
 

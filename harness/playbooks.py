@@ -125,6 +125,58 @@ def _author_fix_install() -> list[PlaybookStep]:
     ]
 
 
+# The docs checks' playbooks: a first attempt that adds a misspelling and a broken link,
+# which the repository's checks (codespell, links) report as new, beside the seeded page's own
+# "teh" and broken link, which they count as already on the base.
+CHECKED_FIRST = INSTALL_PAGE + "\nRecieve updates from the [changelog](changelog.md).\n"
+CHECKED_FIXED = INSTALL_PAGE + "\nReceive updates from the [configuration](configuration.md).\n"
+
+
+def _checks_report_new(messages: Sequence[Message]) -> Completion:
+    """After the first ``run_checks``: the new findings must be the attempt's own, then fix."""
+    report = last_tool_result(messages, "run_checks")
+    new = report.get("new") if isinstance(report, dict) else None
+    found = {(item.get("check"), item.get("path")) for item in new or [] if isinstance(item, dict)}
+    wanted = {("codespell", "docs/install.md"), ("links", "docs/install.md")}
+    if not isinstance(report, dict) or report.get("clean") is not False or found != wanted:
+        raise AssertionError(f"the playbook expected two new findings, got {report!r}")
+    return calls(("write_file", {"path": "docs/install.md", "body": CHECKED_FIXED}))
+
+
+def _checks_clean_then_commit(messages: Sequence[Message]) -> Completion:
+    report = last_tool_result(messages, "run_checks")
+    if not isinstance(report, dict) or report.get("clean") is not True:
+        raise AssertionError(f"the playbook expected clean checks after the fix, got {report!r}")
+    return calls(
+        ("git_add", {"path": "docs/install.md"}), ("git_commit", {"message": COMMIT_SUBJECT})
+    )
+
+
+def _author_check_and_fix() -> list[PlaybookStep]:
+    return [
+        calls(("read_file", {"path": "docs/install.md"})),
+        calls(("write_file", {"path": "docs/install.md", "body": CHECKED_FIRST})),
+        calls(("run_checks", {})),
+        _checks_report_new,
+        calls(("run_checks", {})),
+        _checks_clean_then_commit,
+        calls(("git_push", {})),
+        _after_push,
+    ]
+
+
+def _author_ignore_checks() -> list[PlaybookStep]:
+    """The first attempt committed and pushed as it is: the checks never run before the park."""
+    return [
+        calls(("write_file", {"path": "docs/install.md", "body": CHECKED_FIRST})),
+        calls(
+            ("git_add", {"path": "docs/install.md"}), ("git_commit", {"message": COMMIT_SUBJECT})
+        ),
+        calls(("git_push", {})),
+        _after_push,
+    ]
+
+
 def _author_push_twice() -> list[PlaybookStep]:
     """The install-page fix and its push; whatever the decision, it then commits another
     change and pushes again: the job parks a second time, on another commit."""
@@ -365,6 +417,8 @@ PLAYBOOKS: dict[str, Callable[[], list[PlaybookStep]]] = {
     "author-push-twice": _author_push_twice,
     "author-address-review": _author_address_review,
     "author-read-huge": _author_read_huge,
+    "author-check-and-fix": _author_check_and_fix,
+    "author-ignore-checks": _author_ignore_checks,
     "review-approve": _review_approve,
     "review-fix-finding": _review_fix_finding,
     "review-request-changes": _review_request_changes,

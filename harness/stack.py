@@ -254,7 +254,13 @@ class Stack:
         return self.service.submit(Principal.operator(REQUESTER), spec)
 
     def decide(
-        self, job_id: str, *, approve: bool, by: str = REVIEWER, comment: str = ""
+        self,
+        job_id: str,
+        *,
+        approve: bool,
+        by: str = REVIEWER,
+        comment: str = "",
+        override_checks: bool = False,
     ) -> Approval:
         """Decide the job's current approval, as a reviewer who looked at it."""
         current = self.store.approvals.get(job_id)
@@ -264,6 +270,7 @@ class Stack:
             approve=approve,
             comment=comment,
             binding=current.binding() if current is not None else None,
+            override_checks=override_checks,
         )
 
     def cancel(self, job_id: str, *, by: str = REQUESTER) -> JobRecord:
@@ -427,17 +434,11 @@ def _config_text(
     tables = {REPO: {"upstream": str(upstream), "publish_ref": PUBLISH_REF}}
     for name, keys in repositories.items():
         tables.setdefault(name, {"upstream": str(upstream)}).update(keys)
-    # JSON strings are valid TOML basic strings.
     jobs = {"prefix": "rbtest", "lease_seconds": lease_seconds, **more.get("jobs", {})}
     others = {
         name: keys for name, keys in more.items() if name not in ("jobs", "workspaces", "model")
     }
-    registered = "".join(
-        f"[repositories.{name}]\n"
-        + "".join(f"{key} = {json.dumps(value)}\n" for key, value in keys.items())
-        + "\n"
-        for name, keys in tables.items()
-    )
+    registered = "".join(_table(f"repositories.{name}", keys) for name, keys in tables.items())
     return (
         f'redis_url = "{redis_url}"\n\n'
         f"{registered}"
@@ -450,8 +451,15 @@ def _config_text(
 
 
 def _table(name: str, keys: Mapping[str, object]) -> str:
-    # JSON strings, numbers and booleans are valid TOML values.
-    return f"[{name}]\n" + "".join(f"{key} = {json.dumps(v)}\n" for key, v in keys.items()) + "\n"
+    return f"[{name}]\n" + "".join(f"{key} = {_value(v)}\n" for key, v in keys.items()) + "\n"
+
+
+def _value(value: object) -> str:
+    """``value`` in TOML: a mapping as an inline table; JSON strings, numbers, booleans and
+    lists of them are valid TOML values."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{key} = {_value(v)}" for key, v in value.items()) + "}"
+    return json.dumps(value)
 
 
 def _stop_all(stack: Stack) -> None:

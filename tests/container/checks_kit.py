@@ -7,10 +7,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import docker
 import pygit2
 
 from bot.config import RepositoryChecks, SandboxLimits
+from bot.review.check_report import ChecksReport
 from bot.review.docs_checks import DocsChecks
+from harness.workers import own
 from sandbox.host.container.lifecycle import ContainerSandbox
 from tests.container.kit import PROTECTED, Workspace, chown_tree, deadline, make_workspace
 
@@ -51,6 +54,16 @@ def _commit(repo: pygit2.Repository, files: dict[str, str], message: str) -> str
     return str(sha)
 
 
+def snapshot_files(name: str) -> dict[str, str]:
+    """The files of the vendored snapshot ``tests/data/<name>``, but its README (ours)."""
+    root = Path(__file__).resolve().parents[1] / "data" / name
+    return {
+        path.relative_to(root).as_posix(): path.read_text()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and path.relative_to(root).as_posix() != "README.md"
+    }
+
+
 def write_files(workspace: Workspace, files: dict[str, str]) -> None:
     for name, text in files.items():
         path = workspace.path / name
@@ -87,3 +100,24 @@ def started_checks(
         base_sha=base_sha,
         objects=workspace.path / ".git" / "objects",
     )
+
+
+def reports_on_edits(
+    root: Path,
+    docker_client: docker.DockerClient,
+    image_ref: str,
+    limits: SandboxLimits,
+    files: dict[str, str],
+    checks: RepositoryChecks,
+    edits: list[dict[str, str]],
+) -> list[ChecksReport]:
+    """The checks' report after each edit in turn, in one sandbox on a base holding ``files``."""
+    job_id = own("checks")
+    workspace, base = base_workspace(root / job_id, files, job_id)
+    reports = []
+    with ContainerSandbox(docker_client, image_ref) as sandbox:
+        docs_checks = started_checks(sandbox, workspace, base, limits, checks, job_id)
+        for edit in edits:
+            write_files(workspace, edit)
+            reports.append(docs_checks.run())
+    return reports

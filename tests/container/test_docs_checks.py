@@ -10,11 +10,8 @@ import docker
 import pytest
 
 from bot.config import RepositoryChecks, SandboxLimits
-from bot.review.check_report import ChecksReport
-from harness.workers import own
-from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.image.build import ImageInfo
-from tests.container.checks_kit import base_workspace, started_checks, write_files
+from tests.container.checks_kit import reports_on_edits
 
 MKDOCS = {
     "mkdocs.yml": "site_name: Sample\nnav:\n  - index.md\n  - retired.md\n",
@@ -33,32 +30,15 @@ LINT = {
 }
 
 
-def _report(
-    tmp_path: Path,
-    docker_client: docker.DockerClient,
-    image: ImageInfo,
-    limits: SandboxLimits,
-    files: dict[str, str],
-    checks: RepositoryChecks,
-    edits: list[dict[str, str]],
-) -> list[ChecksReport]:
-    workspace, base = base_workspace(tmp_path / own("checks"), files, own("checks"))
-    reports = []
-    with ContainerSandbox(docker_client, image.ref) as sandbox:
-        docs_checks = started_checks(sandbox, workspace, base, limits, checks, own("checks"))
-        for edit in edits:
-            write_files(workspace, edit)
-            reports.append(docs_checks.run())
-    return reports
-
-
 def test_mkdocs_reports_the_new_warning_apart_from_the_old_and_the_fix_is_clean(
     tmp_path: Path, docker_client: docker.DockerClient, image: ImageInfo, limits: SandboxLimits
 ) -> None:
     broken = {"docs/index.md": "# Sample\n\nSee [the guide](guide.md) and [more](nope.md).\n"}
     fixed = {"docs/index.md": "# Sample\n\nSee [the guide](guide.md) and [more](guide.md).\n"}
     checks = RepositoryChecks(run=("mkdocs",))
-    first, second = _report(tmp_path, docker_client, image, limits, MKDOCS, checks, [broken, fixed])
+    first, second = reports_on_edits(
+        tmp_path, docker_client, image.ref, limits, MKDOCS, checks, [broken, fixed]
+    )
     (run,) = first.runs
     assert run.status == "failed", run
     assert [finding.path for finding in run.new] == ["docs/index.md"]
@@ -76,7 +56,9 @@ def test_sphinx_reports_the_new_warning_apart_from_the_old_and_the_fix_is_clean(
     broken = {"manual/guide.md": "# Guide\n\nRun [the installer](missing.md).\n"}
     fixed = {"manual/guide.md": "# Guide\n\nRun the installer ({doc}`index`).\n"}
     checks = RepositoryChecks(run=("sphinx",), sphinx_source="manual")
-    first, second = _report(tmp_path, docker_client, image, limits, SPHINX, checks, [broken, fixed])
+    first, second = reports_on_edits(
+        tmp_path, docker_client, image.ref, limits, SPHINX, checks, [broken, fixed]
+    )
     (run,) = first.runs
     assert run.status == "failed", run
     assert [(f.path, f.line, f.rule) for f in run.new] == [
@@ -97,7 +79,9 @@ def test_page_checks_read_the_repository_config_and_look_only_at_changed_pages(
     }
     fixed = {"docs/a.md": "# A\n\nThe recieve step, teh end.\n\n## Tight\n"}
     checks = RepositoryChecks(run=("markdownlint", "codespell", "links"))
-    first, second = _report(tmp_path, docker_client, image, limits, LINT, checks, [broken, fixed])
+    first, second = reports_on_edits(
+        tmp_path, docker_client, image.ref, limits, LINT, checks, [broken, fixed]
+    )
     lint, spelling, links = first.runs
     assert lint.status == "failed" and {f.rule for f in lint.new} == {"MD022"}
     # "teh" is in the repository's ignore list; "recieve" was on the base already.
@@ -111,8 +95,8 @@ def test_a_site_build_the_image_lacks_is_an_error_never_green(
     tmp_path: Path, docker_client: docker.DockerClient, image: ImageInfo, limits: SandboxLimits
 ) -> None:
     checks = RepositoryChecks(run=("mdbook",))
-    (report,) = _report(
-        tmp_path, docker_client, image, limits, {"book.toml": "[book]\n"}, checks, [{}]
+    (report,) = reports_on_edits(
+        tmp_path, docker_client, image.ref, limits, {"book.toml": "[book]\n"}, checks, [{}]
     )
     (run,) = report.runs
     assert run.status == "error" and "mdbook is not in the sandbox image" in run.detail
@@ -137,7 +121,7 @@ def test_a_plugin_the_image_lacks_is_an_error_that_names_it(
     build = "mkdocs" if "mkdocs.yml" in files else "sphinx"
     files = {**files, "manual/index.rst": "I\n=\n"}
     checks = RepositoryChecks(run=(build,), sphinx_source="manual")
-    (report,) = _report(tmp_path, docker_client, image, limits, files, checks, [{}])
+    (report,) = reports_on_edits(tmp_path, docker_client, image.ref, limits, files, checks, [{}])
     (run,) = report.runs
     assert run.status in {"error", "failed"}
     assert not report.clean

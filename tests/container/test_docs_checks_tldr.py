@@ -10,40 +10,25 @@ from pathlib import Path
 import docker
 
 from bot.config import RepositoryChecks, SandboxLimits
-from harness.workers import own
-from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.image.build import ImageInfo
-from tests.container.checks_kit import base_workspace, started_checks, write_files
-
-SNAPSHOT = Path(__file__).resolve().parents[1] / "data" / "tldr"
-
-
-def _snapshot() -> dict[str, str]:
-    return {
-        path.relative_to(SNAPSHOT).as_posix(): path.read_text()
-        for path in sorted(SNAPSHOT.rglob("*"))
-        if path.is_file() and path.name != "README.md"
-    }
+from tests.container.checks_kit import reports_on_edits, snapshot_files
 
 
 def test_a_broken_tldr_page_is_reported_apart_from_the_pages_own_findings_and_the_fix_is_clean(
     tmp_path: Path, docker_client: docker.DockerClient, image: ImageInfo, limits: SandboxLimits
 ) -> None:
-    files = _snapshot()
+    files = snapshot_files("tldr")
     page = "pages/common/tar.md"
     original = files[page]
     broken = original.replace(
         "- [c]reate an archive", "## Usage\n- Recieve and [c]reate an archive", 1
     )
     assert broken != original
+    fixed = original.replace("Archiving", "Archiving and extracting")
     checks = RepositoryChecks(run=("markdownlint", "codespell", "links"))
-    workspace, base = base_workspace(tmp_path / own("tldr"), files, own("tldr"))
-    with ContainerSandbox(docker_client, image.ref) as sandbox:
-        docs_checks = started_checks(sandbox, workspace, base, limits, checks, own("tldr"))
-        write_files(workspace, {page: broken})
-        first = docs_checks.run()
-        write_files(workspace, {page: original.replace("Archiving", "Archiving and extracting")})
-        second = docs_checks.run()
+    first, second = reports_on_edits(
+        tmp_path, docker_client, image.ref, limits, files, checks, [{page: broken}, {page: fixed}]
+    )
     lint, spelling, links = first.runs
     assert lint.status == "failed" and {f.path for f in lint.new} == {page}
     assert {f.rule for f in lint.new} >= {"MD022"}

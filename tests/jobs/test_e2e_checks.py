@@ -1,0 +1,79 @@
+"""The docs checks in a whole author job: real Redis, a real Celery worker, the real sandbox
+container running codespell and the link check, a real bare upstream. The scripted model
+runs ``run_checks``, sees the findings its edit introduced, fixes them and runs the checks
+again before it commits; the worker then checks the parked commit itself, and a repository
+that blocks on new failures refuses the approve until an admin overrides (docs/checks.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from bot.core.errors import BeamError
+from bot.store.models import Approval, JobKind, JobRecord, JobState
+from harness.playbooks import AUTHOR_REQUEST
+from harness.stack import REPO, REVIEWER, Stack, job_stack
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    checks = {"run": ["codespell", "links"], "block": True}
+    with job_stack(repositories={REPO: {"checks": checks}}) as running:
+        running.start_worker("a")
+        yield running
+
+
+def _parked(stack: Stack, playbook: str) -> tuple[JobRecord, Approval]:
+    job = stack.submit(JobKind.AUTHOR, playbook, request=AUTHOR_REQUEST)
+    parked = stack.wait_for(job.id, JobState.AWAITING_APPROVAL, timeout=90.0)
+    approval = stack.store.approvals.get(job.id)
+    assert approval is not None and approval.checks is not None
+    return parked, approval
+
+
+def _runs(approval: Approval) -> dict[str, tuple[str, int, int]]:
+    assert approval.checks is not None
+    return {r.check: (r.status, r.new_total, r.existing_total) for r in approval.checks.runs}
+
+
+def test_the_model_fixes_what_run_checks_found_and_the_park_is_green(stack: Stack) -> None:
+    job, approval = _parked(stack, "author-check-and-fix")
+
+    first, second = [call.result for call in stack.tool_calls(job.id, "run_checks")]
+    assert isinstance(first, dict) and first["clean"] is False
+    assert {item["check"] for item in first["new"]} == {"codespell", "links"}  # type: ignore[index, union-attr]
+    assert isinstance(second, dict) and second["clean"] is True
+    # The worker's own run on the parked commit: green, the page's old faults kept apart.
+    assert approval.checks is not None and approval.checks.commit == approval.commit_sha
+    assert _runs(approval) == {"codespell": ("passed", 0, 2), "links": ("passed", 0, 1)}
+    assert approval.checks_block and approval.checks_overridden_by is None
+
+    stack.decide(job.id, approve=True)
+    stack.wait_for(job.id, JobState.SUCCEEDED)
+    assert stack.upstream_ref(f"riverbeam/{job.id}") == approval.commit_sha
+
+
+def test_a_new_failure_at_the_park_blocks_the_approve_until_an_admin_overrides(
+    stack: Stack,
+) -> None:
+    job, approval = _parked(stack, "author-ignore-checks")
+    assert stack.tool_calls(job.id, "run_checks") == []
+    assert _runs(approval) == {"codespell": ("failed", 1, 2), "links": ("failed", 1, 1)}
+    assert approval.checks is not None
+    assert "Recieve" in approval.checks.runs[0].new[0].message
+
+    with pytest.raises(BeamError) as refused:
+        stack.decide(job.id, approve=True)
+    assert refused.value.code == "BEM-606"
+    still = stack.store.approvals.get(job.id)
+    assert still is not None and still.decided_by is None
+    assert stack.upstream_ref(f"riverbeam/{job.id}") is None
+
+    stack.decide(job.id, approve=True, override_checks=True, comment="The link lands next week")
+    stack.wait_for(job.id, JobState.SUCCEEDED)
+    decided = stack.store.approvals.get(job.id)
+    assert decided is not None and decided.checks_overridden_by == REVIEWER
+    assert stack.upstream_ref(f"riverbeam/{job.id}") == approval.commit_sha

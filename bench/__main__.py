@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "mcp_bench": ([], ["--calls", "20", "--runs", "2", "--starts", "2"]),
     "segment_walk": ([], []),
     "webhook_bench": ([], ["--runs", "30", "--warmup", "5", "--job-runs", "5"]),
+    "checks_bench": ([], ["--runs", "2"]),
 }
 
 

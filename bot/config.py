@@ -29,6 +29,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -169,7 +170,12 @@ def _tree_path(value: str) -> None:
         raise ValueError(f"{value!r} is not a relative path inside the repository")
 
 
-CheckName = Annotated[str, _checked(_check_name, "a check's name")]
+# The schema lists the names; the validator keeps the error that says which ones there are.
+CheckName = Annotated[
+    str,
+    _checked(_check_name, "a check's name"),
+    WithJsonSchema({"type": "string", "enum": list(CHECK_NAMES)}),
+]
 TreePath = Annotated[str, _checked(_tree_path, "a path inside the repository")]
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from bot.clients.base import Completion, Message, ToolCall
@@ -48,13 +48,13 @@ SEED_PAGES = {
 }
 
 
-def seed_upstream(path: Path) -> Path:
-    """A bare upstream with ``main`` holding the seed pages, keeping a reflog of every ref."""
+def seed_upstream(path: Path, pages: Mapping[str, str] = SEED_PAGES) -> Path:
+    """A bare upstream with ``main`` holding ``pages``, keeping a reflog of every ref."""
     git("init", "-q", "--bare", "--initial-branch=main", str(path))
     git("-C", str(path), "config", "core.logAllRefUpdates", "always")
     work = path.with_name("seed-work")
     git("clone", "-q", str(path), str(work))
-    write_files(work, SEED_PAGES)
+    write_files(work, pages)
     commit_all(work, "Start the handbook")
     git("-C", str(work), "push", "-q", "origin", "HEAD:refs/heads/main")
     shutil.rmtree(work)

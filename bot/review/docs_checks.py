@@ -63,7 +63,10 @@ class DocsChecks:
         self._base_sha = base_sha
         self._objects = objects
         self._site = site
+        # The base's findings, kept for the job like the base itself: a key is the base's
+        # exported tree and the changed files the checks looked at.
         self._base_runs: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
+        self._base_links: dict[tuple[str, tuple[str, ...]], tuple[list[CheckFinding], float]] = {}
 
     @property
     def checks(self) -> RepositoryChecks:
@@ -163,7 +166,13 @@ class DocsChecks:
 
         head, seconds = findings(exported["head"]["tree"], on_base=False)
         base = exported.get("base")
-        before, base_seconds = findings(base["tree"], on_base=True) if base else ([], None)
+        before: list[CheckFinding] = []
+        base_seconds: float | None = None
+        if base:
+            key = (str(base["tree"]), tuple(pages))
+            if key not in self._base_links:
+                self._base_links[key] = findings(base["tree"], on_base=True)
+            before, base_seconds = self._base_links[key]
         return compare_run(
             "links",
             head,

@@ -54,16 +54,6 @@ def _commit(repo: pygit2.Repository, files: dict[str, str], message: str) -> str
     return str(sha)
 
 
-def snapshot_files(name: str) -> dict[str, str]:
-    """The files of the vendored snapshot ``tests/data/<name>``, but its README (ours)."""
-    root = Path(__file__).resolve().parents[1] / "data" / name
-    return {
-        path.relative_to(root).as_posix(): path.read_text()
-        for path in sorted(root.rglob("*"))
-        if path.is_file() and path.relative_to(root).as_posix() != "README.md"
-    }
-
-
 def write_files(workspace: Workspace, files: dict[str, str]) -> None:
     for name, text in files.items():
         path = workspace.path / name

@@ -10,8 +10,9 @@ from pathlib import Path
 import docker
 
 from bot.config import RepositoryChecks, SandboxLimits
+from harness.snapshots import snapshot_files
 from sandbox.host.image.build import ImageInfo
-from tests.container.checks_kit import reports_on_edits, snapshot_files
+from tests.container.checks_kit import reports_on_edits
 
 
 def test_a_broken_tldr_page_is_reported_apart_from_the_pages_own_findings_and_the_fix_is_clean(

@@ -11,8 +11,9 @@ from pathlib import Path
 import docker
 
 from bot.config import RepositoryChecks, SandboxLimits
+from harness.snapshots import snapshot_files
 from sandbox.host.image.build import ImageInfo
-from tests.container.checks_kit import reports_on_edits, snapshot_files
+from tests.container.checks_kit import reports_on_edits
 
 PAGE = "docs/deployment.md"
 

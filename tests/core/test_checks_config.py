@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import Settings, load_settings
+from bot.config import RepositoryChecks, Settings, load_settings
 from bot.core.errors import BeamError
+from sandbox.inside.checks.check_catalog import CHECK_NAMES
 
 
 def settings_from(
@@ -69,3 +70,8 @@ def test_the_checks_sandbox_settings_are_checked(
     with pytest.raises(BeamError) as caught:
         settings_from(tmp_path, monkeypatch, 'run = ["links"]', sandbox)
     assert caught.value.code == "BEM-900" and needle in caught.value.message
+
+
+def test_the_schema_lists_every_check_by_name() -> None:
+    run = RepositoryChecks.model_json_schema()["properties"]["run"]
+    assert run["items"] == {"type": "string", "enum": list(CHECK_NAMES)}

@@ -81,6 +81,7 @@ from bot.jobs.spares import SparePool
 from bot.jobs.timings import SegmentTimings
 from bot.jobs.toolbox import Toolbox, servers_for
 from bot.jobs.toolsets import JobTools, job_tools
+from bot.review.check_report import ChecksReport
 from bot.review.docs_checks import DocsChecks
 from bot.runner.interrupts import RunAborted
 from bot.runner.loop import ToolLoopAgent
@@ -138,6 +139,7 @@ class Driven:
     state: RunState
     approval: Approval | None
     tools: JobTools
+    checks: ChecksReport | None = None
 
 
 class Executor:
@@ -320,11 +322,21 @@ class Executor:
                     pass
             pending = state.pending
             if state.status is not ResultStatus.INTERRUPTED or pending is None:
-                return Driven(state, None, tools)
+                ended = state.status is ResultStatus.COMPLETED
+                report = await self._checks_at_end(ground, checks) if ended else None
+                return Driven(state, None, tools, report)
             verdict = approval_for(record, pending, self._push_target(ground))
             if isinstance(verdict, Approval):
                 return Driven(state, await checked_approval(verdict, checks), tools)
             frames = agent.resume(state, verdict)
+
+    async def _checks_at_end(
+        self, ground: Ground, checks: DocsChecks | None
+    ) -> ChecksReport | None:
+        """The docs checks of the tree's commit, for a kind checked as its run ends."""
+        if checks is None or ground.opened is None or not ground.start.kind.checks_at_end:
+            return None
+        return await asyncio.to_thread(checks.checked, ground.opened.base_sha)
 
     def _parked_state(self, start: SegmentStart) -> RunState | None:
         """The run a resume continues (None for a first segment)."""
@@ -336,11 +348,14 @@ class Executor:
         opened, repo = ground.opened, ground.start.repo
         if opened is None or repo.checks is None:
             return None
+        # A kind checked as its run ends compares the tree's commit with the compare point
+        # (a review: the merge base); an author's edits, with the commit it started from.
+        compare = opened.compare if ground.start.kind.checks_at_end else None
         return DocsChecks(
             opened.sandbox,
             repo.checks,
             self._settings.sandbox,
-            base_sha=opened.base_sha,
+            base_sha=compare.sha if compare is not None else opened.base_sha,
             objects=opened.workspace.tree / ".git" / "objects",
             site=repo.site,
         )
@@ -488,6 +503,7 @@ class Executor:
             publish=ground.publish,
             tools=driven.tools.tools,
             diff_max_chars=self._settings.jobs.diff_max_chars,
+            checks=driven.checks,
         )
         return finish(self._ending(ground.start.record, held), ground.start.kind, ended)
 

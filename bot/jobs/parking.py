@@ -34,7 +34,6 @@ from bot.jobs.branch_change import (
     read_pages,
 )
 from bot.jobs.host_tools.publish import PublishDocsetTool, PublishPlan
-from bot.review.check_report import CheckRun, ChecksReport
 from bot.review.docs_checks import DocsChecks
 from bot.runner.state import CallDecision
 from bot.store.models import Approval, JobRecord
@@ -206,10 +205,5 @@ async def checked_approval(approval: Approval, checks: DocsChecks | None) -> App
     approval says so, and a blocking repository blocks it."""
     if checks is None or approval.tool != "git_push" or approval.commit_sha is None:
         return approval
-    commit = approval.commit_sha
-    try:
-        report = await asyncio.to_thread(checks.run, commit)
-    except BeamError as error:
-        failed = CheckRun(check="checks", status="error", seconds=0.0, detail=str(error))
-        report = ChecksReport(commit=commit, base=approval.base_sha, runs=[failed])
+    report = await asyncio.to_thread(checks.checked, approval.commit_sha)
     return approval.model_copy(update={"checks": report, "checks_block": checks.checks.block})

@@ -72,6 +72,15 @@ class DocsChecks:
     def checks(self) -> RepositoryChecks:
         return self._checks
 
+    def checked(self, commit: str) -> ChecksReport:
+        """The report on ``commit`` as the worker records it: checks that could not run at
+        all are one ``error`` run named ``checks``, never a green report."""
+        try:
+            return self.run(commit)
+        except BeamError as error:
+            failed = CheckRun(check="checks", status="error", seconds=0.0, detail=str(error))
+            return ChecksReport(commit=commit, base=self._base_sha, runs=[failed])
+
     def run(self, head: str = WORKTREE) -> ChecksReport:
         """Check ``head`` (a commit sha, or the working tree as a commit would record it)."""
         started = time.monotonic()

@@ -200,6 +200,9 @@ class ReviewOutcome(BaseModel):
     verdict: Literal["approve", "approve_with_suggestions", "request_changes"] | None = None
     summary: str = ""
     findings: list[Finding] = Field(default_factory=list)
+    # The repository's docs checks on the commit reviewed against the merge base, run by the
+    # worker (docs/checks.md); their new findings are among ``findings`` too.
+    checks: ChecksReport | None = None
 
     def missing(self) -> JobError | None:
         if self.verdict is not None:

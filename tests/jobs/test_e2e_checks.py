@@ -2,7 +2,8 @@
 container running codespell and the link check, a real bare upstream. The scripted model
 runs ``run_checks``, sees the findings its edit introduced, fixes them and runs the checks
 again before it commits; the worker then checks the parked commit itself, and a repository
-that blocks on new failures refuses the approve until an admin overrides (docs/checks.md)."""
+that blocks on new failures refuses the approve until an admin overrides. A review job merges
+the checks' new findings into its own (docs/checks.md)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from bot.core.errors import BeamError
-from bot.store.models import Approval, JobKind, JobRecord, JobState
-from harness.playbooks import AUTHOR_REQUEST
+from bot.store.models import Approval, JobKind, JobRecord, JobState, ReviewOutcome
+from harness.playbooks import AUTHOR_REQUEST, CHECKED_FIRST, FINDING
 from harness.stack import REPO, REVIEWER, Stack, job_stack
 
 pytestmark = pytest.mark.slow
@@ -77,3 +78,25 @@ def test_a_new_failure_at_the_park_blocks_the_approve_until_an_admin_overrides(
     decided = stack.store.approvals.get(job.id)
     assert decided is not None and decided.checks_overridden_by == REVIEWER
     assert stack.upstream_ref(f"riverbeam/{job.id}") == approval.commit_sha
+
+
+def test_a_review_merges_the_checks_new_findings_into_its_own(stack: Stack) -> None:
+    branch = "docs/checked-review"
+    sha = stack.push_branch(branch, {"docs/install.md": CHECKED_FIRST}, "Mention the changelog")
+    job = stack.submit(JobKind.REVIEW, "review-approve", branch=branch)
+    done = stack.wait_for(job.id, JobState.SUCCEEDED, timeout=90.0)
+
+    assert done.result is not None
+    outcome = done.result.outcome
+    assert isinstance(outcome, ReviewOutcome) and outcome.commit_sha == sha
+    assert outcome.checks is not None and outcome.checks.commit == sha
+    # Compared with the merge base: the page's old faults are counted apart, not merged.
+    runs = {r.check: (r.status, r.new_total, r.existing_total) for r in outcome.checks.runs}
+    assert runs == {"codespell": ("failed", 1, 2), "links": ("failed", 1, 1)}
+    model, *merged = outcome.findings
+    assert model.note == FINDING["note"]
+    assert [(f.path, f.severity, f.note.split(" ")[0]) for f in merged] == [
+        ("docs/install.md", "major", "codespell"),
+        ("docs/install.md", "major", "links"),
+    ]
+    assert "Recieve" in merged[0].note and merged[0].line == 9

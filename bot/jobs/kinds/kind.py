@@ -20,6 +20,7 @@ from bot.core.errors import JobError
 from bot.core.tools import Tool
 from bot.jobs.parking import PublishTarget
 from bot.jobs.plans import Tree, TreePlan
+from bot.review.check_report import ChecksReport
 from bot.review.docs_checks import DocsChecks
 from bot.runner.state import RunState
 from bot.store.models import ForgeThreadRef, JobKind, JobSpec, Outcome
@@ -49,6 +50,9 @@ class Ended:
     publish: PublishTarget | None
     tools: Sequence[Tool]
     diff_max_chars: int
+    # The docs checks the worker ran on the tree as the run ended (a kind with
+    # ``checks_at_end``, in a repository that declares checks).
+    checks: ChecksReport | None = None
 
 
 class Kind(ABC):
@@ -63,6 +67,9 @@ class Kind(ABC):
     each kind's client; it is never stored or run)."""
     publishes: ClassVar[bool] = False
     owns_branch: ClassVar[bool] = False
+    checks_at_end: ClassVar[bool] = False
+    """The worker runs the repository's docs checks on the tree's commit, against the compare
+    point, once the run ends (``Ended.checks``)."""
 
     @abstractmethod
     def plan(self, spec: JobSpec, repo: RepositoryConfig) -> TreePlan | None:

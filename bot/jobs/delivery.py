@@ -43,7 +43,9 @@ from bot.forge.clients.contract import CommentRef, ForgeClient
 from bot.forge.clients.http import DEFAULT_DEADLINE_SECONDS
 from bot.jobs.announce import EVENT, parked_payload
 from bot.jobs.forge_posts import (
+    CHECKS_CONTEXT,
     STATUS_CONTEXT,
+    checks_status,
     job_page,
     review_entry,
     review_status,
@@ -217,6 +219,11 @@ def _status(
         sha, state, description = status
         page = job_page(settings, record.id)
         client.set_status(target.repository, sha, STATUS_CONTEXT, state, description, page)
+    checked = checks_status(record, store.approvals.get(record.id))
+    if checked is not None:
+        sha, state, description = checked
+        page = job_page(settings, record.id)
+        client.set_status(target.repository, sha, CHECKS_CONTEXT, state, description, page)
     review = review_entry(record)
     if review is not None:
         store.outbox.add_once(review)

@@ -7,7 +7,9 @@
 - the pull request (GitLab: merge request) a landed push opens, or updates;
 - a review job's review of its pull request, with line comments, and its verdict as the
   commit status ``riverbeam/review``. Never an approval: a bot's approval could satisfy a
-  branch protection meant for people.
+  branch protection meant for people;
+- the docs checks' commit status ``riverbeam/checks``: on the commit a review checked, and
+  on the commit a landed push put on the branch, checked as it parked.
 
 Text from the repository, the thread or the model is hostile: it is shown inert (no
 backtick opens or closes a span or a fence Riverbeam wrote, no @ mentions anyone).
@@ -26,6 +28,7 @@ from pydantic import JsonValue
 from bot.config import Settings
 from bot.forge.clients.contract import CommitState, LineComment
 from bot.jobs.kinds import kind_of
+from bot.review.check_report import ChecksReport
 from bot.review.words import WordChange, word_changes
 from bot.store.models import (
     Approval,
@@ -41,6 +44,7 @@ from bot.store.models import (
 )
 
 STATUS_CONTEXT = "riverbeam/review"
+CHECKS_CONTEXT = "riverbeam/checks"
 # GitHub takes a comment of up to 65,536 characters; what is past this is cut.
 MAX_BODY_CHARS = 60_000
 _STAT_LINES = 30
@@ -325,6 +329,33 @@ def review_status(record: JobRecord) -> tuple[str, CommitState, str] | None:
         return sha, "failure", "Riverbeam's review asks for changes"
     code = f" ({record.error.code})" if record.error is not None else ""
     return sha, "failure", f"Riverbeam's review did not complete{code}"
+
+
+def checks_status(
+    record: JobRecord, approval: Approval | None
+) -> tuple[str, CommitState, str] | None:
+    """For a finished job of a forge thread whose commit the docs checks looked at: the
+    commit, the ``riverbeam/checks`` state and its description. A review's checks are on the
+    commit it reviewed; an author's, on the commit its landed push put upstream. Success only
+    for a report with no new failure (an admin's override is said, and stays a failure)."""
+    if ForgeThreadRef.of_job(record.spec) is None or record.state is not JobState.SUCCEEDED:
+        return None
+    outcome = record.result.outcome if record.result is not None else None
+    sha: str | None = None
+    report: ChecksReport | None = None
+    overridden: str | None = None
+    if isinstance(outcome, ReviewOutcome):
+        sha, report = outcome.commit_sha, outcome.checks
+    elif approval is not None and approval.applied:
+        sha, report = approval.commit_sha, approval.checks
+        overridden = approval.checks_overridden_by
+    if sha is None or report is None:
+        return None
+    if report.clean:
+        return sha, "success", "Docs checks: no new failure"
+    failing = ", ".join(run.check for run in report.ordered() if run.status != "passed")
+    why = f"; approved over them by {overridden}" if overridden else ""
+    return sha, "failure", f"Docs checks fail: {failing}{why}"[:140]
 
 
 def review_entry(record: JobRecord) -> OutboxEntry | None:

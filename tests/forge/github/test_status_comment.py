@@ -2,8 +2,9 @@
 moves: the store queues a refresh in the transaction of each move, and the delivery task
 renders the job as it stands. A review job of a pull request posts its review (line
 comments on the lines the diff shows, never an approval) once, and its verdict as the
-``riverbeam/review`` commit status; commit-notes jobs of one pull request share a comment.
-Real Redis, the fake GitHub held to ``api.github.com.json``."""
+``riverbeam/review`` commit status (its docs checks as ``riverbeam/checks``); commit-notes
+jobs of one pull request share a comment. Real Redis, the fake GitHub held to
+``api.github.com.json``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 from bot.config import Settings
 from bot.core.frames import ErrorInfo
 from bot.jobs.delivery import deliver_due
-from bot.jobs.forge_posts import landed_pull_request
+from bot.jobs.forge_posts import checks_status, landed_pull_request
+from bot.review.check_report import CheckFinding, CheckRun, ChecksReport
 from bot.store.models import (
     Approval,
     CommitNotesOutcome,
@@ -262,3 +264,55 @@ def test_a_status_the_forge_refuses_is_given_up_and_shown_on_the_job(
     assert error.code == "BEM-823" and "given up" in error.message
     # The job itself goes on: the post's failure is not the job's.
     assert store.jobs.get(record.id).state is JobState.QUEUED
+
+
+def test_a_review_with_docs_checks_posts_them_as_their_own_status(
+    settings: Settings, store: JobStore, thread: Repository, github: FakeGitHub
+) -> None:
+    record = _review_job(store, thread, github)
+    store.jobs.claim(record.id, worker="w1", lease_seconds=60)
+    new = CheckFinding(check="codespell", path="docs/install.md", line=3, rule="typo", message="x")
+    failing = ChecksReport(
+        commit="c" * 40,
+        runs=[
+            CheckRun(check="links", status="passed", seconds=0.1),
+            CheckRun(check="codespell", status="failed", seconds=0.1, new=[new], new_total=1),
+        ],
+    )
+    result = _review_result("approve")
+    assert isinstance(result.outcome, ReviewOutcome)
+    result.outcome = result.outcome.model_copy(update={"checks": failing})
+    store.jobs.transition(
+        record.id, JobState.SUCCEEDED, from_states=[JobState.RUNNING], result=result
+    )
+    _delivered(store, settings)
+    latest = {s["context"]: (s["state"], s["sha"], s["description"]) for s in thread.statuses}
+    assert latest["riverbeam/review"][:2] == ("success", "c" * 40)
+    assert latest["riverbeam/checks"] == ("failure", "c" * 40, "Docs checks fail: codespell")
+
+
+def test_a_landed_push_carries_the_checks_of_its_park_and_an_override_stays_a_failure(
+    store: JobStore,
+) -> None:
+    record = _job(store)
+    store.jobs.claim(record.id, worker="w1", lease_seconds=60)
+    report = ChecksReport(runs=[CheckRun(check="mkdocs", status="error", seconds=0.0)])
+    approval = _pending(record).model_copy(
+        update={"checks": report, "checks_overridden_by": "gh:admin"}
+    )
+    assert checks_status(record, approval) is None  # not landed yet
+    done = store.jobs.transition(record.id, JobState.SUCCEEDED, from_states=[JobState.RUNNING])
+    assert done is not None
+    assert checks_status(done, approval) is None  # decided, never applied
+    landed = approval.model_copy(update={"applied": True})
+    assert checks_status(done, landed) == (
+        approval.commit_sha,
+        "failure",
+        "Docs checks fail: mkdocs; approved over them by gh:admin",
+    )
+    clean = landed.model_copy(update={"checks": ChecksReport(runs=[])})
+    assert checks_status(done, clean) == (
+        approval.commit_sha,
+        "success",
+        "Docs checks: no new failure",
+    )

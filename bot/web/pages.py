@@ -173,6 +173,7 @@ def decide(
     approval_id: Annotated[str, Form()] = "",
     commit_sha: Annotated[str, Form()] = "",
     diff_digest: Annotated[str, Form()] = "",
+    override_checks: Annotated[str, Form()] = "",
 ) -> Response:
     """The form names the approval it was rendered with (hidden fields): a form left open
     while the job parked again on another change is refused (BEM-604), not applied to it."""
@@ -195,6 +196,7 @@ def decide(
         approve=decision == "approve",
         comment=checked.comment,
         binding=checked.binding(),
+        override_checks=override_checks == "yes",
     )
     return see_other(f"/jobs/{job_id}")
 

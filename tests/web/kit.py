@@ -19,6 +19,9 @@ OTHER_REPO = "other"
 SECOND_REVIEWER = "second-reviewer@example.com"
 CI = "ci-bot"
 OTHER_WRITER = "other-writer@example.com"
+ADMIN = "admin@example.com"
+# A repository whose docs checks block an approve on a new failure (docs/checks.md).
+CHECKED_REPO = "checked"
 # Who may sign in: the stack's requester writes, its reviewer reviews.
 TOKENS = {
     REQUESTER: ("submitter", None),
@@ -26,6 +29,7 @@ TOKENS = {
     SECOND_REVIEWER: ("reviewer", None),
     CI: ("ci", None),
     OTHER_WRITER: ("submitter", [OTHER_REPO]),
+    ADMIN: ("admin", None),
 }
 REQUEST = "Fix the typos and the broken link on the install page."
 
@@ -39,11 +43,13 @@ class Web:
     def url(self) -> str:
         return self.api.url
 
-    def park(self, who: str = REQUESTER, playbook: str = "author-fix-install") -> JobRecord:
+    def park(
+        self, who: str = REQUESTER, playbook: str = "author-fix-install", repo: str = REPO
+    ) -> JobRecord:
         """An author job submitted through the API by ``who``, once it waits for approval."""
         body = {
             "kind": "author",
-            "repo": REPO,
+            "repo": repo,
             "request": REQUEST,
             "metadata": {"playbook": playbook},
         }
@@ -58,11 +64,17 @@ class Web:
         return self.stack.store.listing.list(requested_by=who, kind=kind, limit=1000)[0]
 
 
+_REPOSITORIES = {
+    OTHER_REPO: {},
+    CHECKED_REPO: {"checks": {"run": ["codespell", "links"], "block": True}},
+}
+
+
 @contextmanager
 def web_service() -> Iterator[Web]:
     """One stack (with a second repository), one API server and one worker."""
     with (
-        job_stack(repositories={OTHER_REPO: {}}, model_factory="tests.web.model:for_job") as stack,
+        job_stack(repositories=_REPOSITORIES, model_factory="tests.web.model:for_job") as stack,
         api_server(stack, TOKENS) as api,
     ):
         stack.start_worker("a")

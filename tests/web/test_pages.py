@@ -15,6 +15,8 @@ from bot.store.models import Approval, ApprovalState, JobKind, JobSpec, JobState
 from harness.api_server import api_server
 from harness.stack import REPO, REQUESTER, REVIEWER, wait_until
 from tests.web.kit import (
+    ADMIN,
+    CHECKED_REPO,
     CI,
     OTHER_REPO,
     OTHER_WRITER,
@@ -230,6 +232,33 @@ def test_a_decision_form_left_open_while_the_job_parked_again_decides_nothing(we
     assert web.stack.upstream_ref(f"riverbeam/{job.id}") == fresh["commit_sha"]
 
 
+def test_a_blocking_check_failure_is_approved_only_over_an_admins_recorded_override(
+    web: Web,
+) -> None:
+    job = web.park(REQUESTER, playbook="author-ignore-checks", repo=CHECKED_REPO)
+    with sign_in(web, REVIEWER) as reviewer, sign_in(web, ADMIN) as admin:
+        page = reviewer.get(f"/jobs/{job.id}").text
+        assert "(blocks the approve)" in page and 'name="override_checks"' not in page
+        form = decision_form(page, job.id)
+        refused = reviewer.post(f"/approvals/{job.id}", data={**form, "decision": "approve"})
+        assert _code(refused.text) == "BEM-606"
+        # A reviewer who adds the field by hand is refused all the same.
+        forced = {**form, "decision": "approve", "override_checks": "yes"}
+        assert _code(reviewer.post(f"/approvals/{job.id}", data=forced).text) == "BEM-606"
+        assert web.stack.upstream_ref(f"riverbeam/{job.id}") is None
+
+        page = admin.get(f"/jobs/{job.id}").text
+        assert 'name="override_checks" value="yes"' in page
+        form = decision_form(page, job.id)
+        admin.post(
+            f"/approvals/{job.id}", data={**form, "decision": "approve", "override_checks": "yes"}
+        )
+        web.stack.wait_for(job.id, JobState.SUCCEEDED, timeout=90)
+    decided = web.stack.store.approvals.get(job.id)
+    assert decided is not None and decided.checks_overridden_by == ADMIN
+    assert web.stack.upstream_ref(f"riverbeam/{job.id}") == decided.commit_sha
+
+
 def test_a_decision_made_at_the_cli_shows_the_claimed_name_and_the_os_account(web: Web) -> None:
     """The CLI takes the reviewer's name on trust and records the OS account beside it; the
     job page, the job's log and the API's documents show both."""
@@ -300,7 +329,7 @@ def test_the_form_offers_only_the_repositories_and_kinds_the_token_may_use(web: 
     ]
     with sign_in(web, CI) as client:
         kinds = re.findall(r'<option value="([^"]+)"', client.get("/new").text)
-    assert kinds == [REPO, OTHER_REPO, "review", "summarize", "commit-notes"]
+    assert kinds == [CHECKED_REPO, REPO, OTHER_REPO, "review", "summarize", "commit-notes"]
 
 
 def test_a_double_submit_makes_one_job(web: Web) -> None:

@@ -128,19 +128,19 @@ def _author_fix_install() -> list[PlaybookStep]:
 # The docs checks' playbooks: a first attempt that adds a misspelling and a broken link,
 # which the repository's checks (codespell, links) report as new, beside the seeded page's own
 # "teh" and broken link, which they count as already on the base.
+INSTALL = "docs/install.md"
 CHECKED_FIRST = INSTALL_PAGE + "\nRecieve updates from the [changelog](changelog.md).\n"
 CHECKED_FIXED = INSTALL_PAGE + "\nReceive updates from the [configuration](configuration.md).\n"
 
 
 def _checks_report_new(messages: Sequence[Message]) -> Completion:
-    """After the first ``run_checks``: the new findings must be the attempt's own, then fix."""
+    """After the first ``run_checks``: new findings, all on the page it wrote; then fix."""
     report = last_tool_result(messages, "run_checks")
     new = report.get("new") if isinstance(report, dict) else None
-    found = {(item.get("check"), item.get("path")) for item in new or [] if isinstance(item, dict)}
-    wanted = {("codespell", "docs/install.md"), ("links", "docs/install.md")}
-    if not isinstance(report, dict) or report.get("clean") is not False or found != wanted:
-        raise AssertionError(f"the playbook expected two new findings, got {report!r}")
-    return calls(("write_file", {"path": "docs/install.md", "body": CHECKED_FIXED}))
+    paths = {item.get("path") for item in new or [] if isinstance(item, dict)}
+    if not isinstance(report, dict) or report.get("clean") is not False or paths != {INSTALL}:
+        raise AssertionError(f"the playbook expected new findings on {INSTALL}, got {report!r}")
+    return calls(("write_file", {"path": INSTALL, "body": CHECKED_FIXED}))
 
 
 def _checks_clean_then_commit(messages: Sequence[Message]) -> Completion:

@@ -8,12 +8,14 @@ the checks' new findings into its own (docs/checks.md)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from bot.core.errors import BeamError
 from bot.store.models import Approval, JobKind, JobRecord, JobState, ReviewOutcome
-from harness.playbooks import AUTHOR_REQUEST, CHECKED_FIRST, FINDING
+from harness.playbooks import AUTHOR_REQUEST, CHECKED_FIRST, FINDING, SEED_PAGES, seed_upstream
+from harness.snapshots import snapshot_files
 from harness.stack import REPO, REVIEWER, Stack, job_stack
 
 pytestmark = pytest.mark.slow
@@ -100,3 +102,47 @@ def test_a_review_merges_the_checks_new_findings_into_its_own(stack: Stack) -> N
         ("docs/install.md", "major", "links"),
     ]
     assert "Recieve" in merged[0].note and merged[0].line == 9
+
+
+TOCTREE = "Handbook\n========\n\n.. toctree::\n\n   install\n   configuration\n"
+# The same fix, found by the repository's own site build: encode/uvicorn's real MkDocs
+# documentation with the install page added, and a Sphinx (MyST) sample.
+SITES = {
+    "mkdocs": (
+        {
+            **snapshot_files("uvicorn"),
+            **{page: SEED_PAGES[page] for page in ("docs/install.md", "docs/configuration.md")},
+        },
+        {"run": ["mkdocs"]},
+    ),
+    "sphinx": (
+        {
+            **{page: text for page, text in SEED_PAGES.items() if page != "docs/index.md"},
+            "docs/conf.py": 'project = "Handbook"\nextensions = ["myst_parser"]\n',
+            "docs/index.rst": TOCTREE,
+        },
+        {"run": ["sphinx"], "sphinx_source": "docs"},
+    ),
+}
+
+
+@pytest.mark.parametrize("site", sorted(SITES))
+def test_the_model_fixes_what_the_site_build_found_before_the_park(
+    site: str, tmp_path: Path
+) -> None:
+    pages, checks = SITES[site]
+    upstream = seed_upstream(tmp_path / "site.git", pages)
+    with job_stack(repositories={"site": {"upstream": str(upstream), "checks": checks}}) as stack:
+        stack.start_worker("a")
+        job = stack.submit(
+            JobKind.AUTHOR, "author-check-and-fix", repo="site", request=AUTHOR_REQUEST
+        )
+        stack.wait_for(job.id, JobState.AWAITING_APPROVAL, timeout=90.0)
+        first, second = [call.result for call in stack.tool_calls(job.id, "run_checks")]
+        approval = stack.store.approvals.get(job.id)
+    assert isinstance(first, dict) and isinstance(second, dict)
+    [found] = first["new"]  # type: ignore[misc]
+    assert found["check"] == site and "changelog" in found["message"]  # type: ignore[index]
+    assert second["clean"] is True
+    assert approval is not None and approval.checks is not None
+    assert [(r.check, r.status) for r in approval.checks.runs] == [(site, "passed")]

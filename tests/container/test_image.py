@@ -62,6 +62,18 @@ def test_the_image_is_tagged_with_its_content_hash_and_latest(
     ]
 
 
+
+def test_a_build_that_finds_its_image_current_moves_latest_back_to_it(
+    image: ImageInfo, docker_client: docker.DockerClient, settings: Settings
+) -> None:
+    latest = f"{settings.sandbox.image}:latest"
+    # ``latest`` lost, as when another checkout's build took it and that image went.
+    docker_client.images.remove(latest)
+    assert latest not in docker_client.images.get(image.ref).tags
+    again = build_image(settings, client=docker_client)
+    assert not again.built and again.ref == image.ref
+    assert latest in docker_client.images.get(image.ref).tags
+
 def test_a_build_untags_old_images_of_its_own_repository_only(
     image: ImageInfo, docker_client: docker.DockerClient, settings: Settings
 ) -> None:

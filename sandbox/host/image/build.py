@@ -176,9 +176,16 @@ def build_image(
     plan = plan_image(settings, fetch=True)
     if not force:
         try:
-            return _info(plan, client.images.get(plan.ref), built=False)
+            current = client.images.get(plan.ref)
         except ImageNotFound:
             pass
+        else:
+            # ``latest`` may name another build (of other code, built since): it follows
+            # the current one, as after a build.
+            if f"{plan.repository}:latest" not in current.tags:
+                with engine_errors("BEM-408", "tagging the sandbox image"):
+                    current.tag(plan.repository, "latest")
+            return _info(plan, current, built=False)
     method = _method(client, settings.sandbox)
     if method == "dockerfile":
         build_with_dockerfile(client, plan)

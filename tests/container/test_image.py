@@ -62,7 +62,6 @@ def test_the_image_is_tagged_with_its_content_hash_and_latest(
     ]
 
 
-
 def test_a_build_that_finds_its_image_current_moves_latest_back_to_it(
     image: ImageInfo, docker_client: docker.DockerClient, settings: Settings
 ) -> None:
@@ -73,6 +72,7 @@ def test_a_build_that_finds_its_image_current_moves_latest_back_to_it(
     again = build_image(settings, client=docker_client)
     assert not again.built and again.ref == image.ref
     assert latest in docker_client.images.get(image.ref).tags
+
 
 def test_a_build_untags_old_images_of_its_own_repository_only(
     image: ImageInfo, docker_client: docker.DockerClient, settings: Settings

@@ -103,6 +103,16 @@ class WorkerProcess:
         return log_tail(self.log, lines)
 
 
+# A worker started by the harness writes every thread's stack to its log on this signal
+# (``faulthandler``; forked pool processes inherit it), for a worker that will not stop.
+DUMP_SIGNAL = signal.SIGUSR2
+_CELERY_WITH_DUMPS = (
+    "import faulthandler, signal, sys; "
+    f"faulthandler.register(signal.{DUMP_SIGNAL.name}, all_threads=True); "
+    "from celery.__main__ import main; sys.argv[0] = 'celery'; sys.exit(main())"
+)
+
+
 def log_tail(log: Path, lines: int = 40) -> str:
     """The last ``lines`` lines of a process's log file ("" before it exists)."""
     text = log.read_text(errors="replace") if log.exists() else ""
@@ -168,8 +178,8 @@ class Stack:
         }
         command = [
             sys.executable,
-            "-m",
-            "celery",
+            "-c",
+            _CELERY_WITH_DUMPS,
             "-A",
             "bot.jobs.celery_app",
             "worker",
@@ -213,9 +223,13 @@ class Stack:
         try:
             return worker.process.wait(timeout=STOP_SECONDS)
         except subprocess.TimeoutExpired:
+            # What each thread of the worker and its pool was doing, into its log, first.
+            os.killpg(worker.process.pid, DUMP_SIGNAL)
+            time.sleep(1.0)
             os.killpg(worker.process.pid, signal.SIGKILL)
             worker.process.wait()
-            raise AssertionError(f"worker {name} ignored SIGTERM:\n{worker.log_tail()}") from None
+            tail = worker.log_tail(lines=200)
+            raise AssertionError(f"worker {name} ignored SIGTERM:\n{tail}") from None
 
     def kill_worker(self, name: str) -> None:
         """SIGKILL the worker and its pool processes: a host that died mid-flight."""

@@ -20,7 +20,10 @@ from harness.stack import Stack, job_stack, wait_until
 from tests.faults.invariants import check_invariants
 from tests.faults.kit import park
 
-pytestmark = pytest.mark.slow
+# Alone (the serial pass): under the parallel pass's load, its worker twice did not finish
+# the parked segment's task within 30 s of SIGTERM (2026-12-07; cause not found yet, the
+# harness now dumps the worker's threads when that happens).
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 GRACE_SECONDS = 1.0
 

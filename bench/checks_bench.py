@@ -32,21 +32,12 @@ from collections import defaultdict
 from pathlib import Path
 
 from bot.store.models import JobKind, JobState
-from harness.playbooks import AUTHOR_REQUEST, SEED_PAGES, seed_upstream
+from harness.playbooks import AUTHOR_REQUEST, seed_upstream, with_install_pages
 from harness.snapshots import snapshot_files
 from harness.stack import Stack, job_stack
 
 PAGE_CHECKS = ["markdownlint", "codespell", "links"]
 PLAYBOOK = "author-fix-install"
-
-
-def _uvicorn_pages() -> dict[str, str]:
-    """The uvicorn snapshot with the playbook's install and configuration pages added."""
-    pages = snapshot_files("uvicorn")
-    return {
-        **pages,
-        **{name: SEED_PAGES[name] for name in ("docs/install.md", "docs/configuration.md")},
-    }
 
 
 def _registrations(uvicorn: Path) -> dict[str, dict[str, object]]:
@@ -80,7 +71,9 @@ def main() -> None:
     times: dict[str, list[float]] = defaultdict(list)
     checks: dict[str, list[str]] = defaultdict(list)
     with tempfile.TemporaryDirectory(prefix="riverbeam-checks-bench-") as scratch:
-        uvicorn = seed_upstream(Path(scratch) / "uvicorn.git", _uvicorn_pages())
+        uvicorn = seed_upstream(
+            Path(scratch) / "uvicorn.git", with_install_pages(snapshot_files("uvicorn"))
+        )
         with job_stack(repositories=_registrations(uvicorn)) as stack:
             stack.start_worker("a")
             order = ["docs", "demo-checked", "uvicorn", "uvicorn-checked"]

@@ -48,6 +48,13 @@ SEED_PAGES = {
 }
 
 
+def with_install_pages(pages: Mapping[str, str]) -> dict[str, str]:
+    """``pages`` (another repository's) with the seed's install and configuration pages
+    added, so the install-page playbooks run on them."""
+    added = ("docs/install.md", "docs/configuration.md")
+    return {**pages, **{name: SEED_PAGES[name] for name in added}}
+
+
 def seed_upstream(path: Path, pages: Mapping[str, str] = SEED_PAGES) -> Path:
     """A bare upstream with ``main`` holding ``pages``, keeping a reflog of every ref."""
     git("init", "-q", "--bare", "--initial-branch=main", str(path))
@@ -147,15 +154,13 @@ def _checks_clean_then_commit(messages: Sequence[Message]) -> Completion:
     report = last_tool_result(messages, "run_checks")
     if not isinstance(report, dict) or report.get("clean") is not True:
         raise AssertionError(f"the playbook expected clean checks after the fix, got {report!r}")
-    return calls(
-        ("git_add", {"path": "docs/install.md"}), ("git_commit", {"message": COMMIT_SUBJECT})
-    )
+    return calls(("git_add", {"path": INSTALL}), ("git_commit", {"message": COMMIT_SUBJECT}))
 
 
 def _author_check_and_fix() -> list[PlaybookStep]:
     return [
-        calls(("read_file", {"path": "docs/install.md"})),
-        calls(("write_file", {"path": "docs/install.md", "body": CHECKED_FIRST})),
+        calls(("read_file", {"path": INSTALL})),
+        calls(("write_file", {"path": INSTALL, "body": CHECKED_FIRST})),
         calls(("run_checks", {})),
         _checks_report_new,
         calls(("run_checks", {})),
@@ -168,10 +173,8 @@ def _author_check_and_fix() -> list[PlaybookStep]:
 def _author_ignore_checks() -> list[PlaybookStep]:
     """The first attempt committed and pushed as it is: the checks never run before the park."""
     return [
-        calls(("write_file", {"path": "docs/install.md", "body": CHECKED_FIRST})),
-        calls(
-            ("git_add", {"path": "docs/install.md"}), ("git_commit", {"message": COMMIT_SUBJECT})
-        ),
+        calls(("write_file", {"path": INSTALL, "body": CHECKED_FIRST})),
+        calls(("git_add", {"path": INSTALL}), ("git_commit", {"message": COMMIT_SUBJECT})),
         calls(("git_push", {})),
         _after_push,
     ]

@@ -200,7 +200,8 @@ def _status(
     record = None if entry.job_id is None else store.jobs.find(entry.job_id)
     if record is None:
         raise ForgeRefused("BEM-810", f"job {entry.job_id} is no longer in the store")
-    body = status_comment(settings, record, store.approvals.get(record.id))
+    approval = store.approvals.get(record.id)
+    body = status_comment(settings, record, approval)
     slot = kind_of(record.spec).status_slot(record.id, target)
     kept = store.outbox.posted_comment(slot)
     posted = None if kept is None else CommentRef.model_validate_json(kept)
@@ -214,16 +215,15 @@ def _status(
         posted = client.post_comment(target.repository, target.number, body, on=target.thread)
     # Kept (again) after each edit: it is edited in place for 90 days after the last one.
     store.outbox.keep_comment(slot, posted.model_dump_json())
-    status = review_status(record)
-    if status is not None:
-        sha, state, description = status
-        page = job_page(settings, record.id)
-        client.set_status(target.repository, sha, STATUS_CONTEXT, state, description, page)
-    checked = checks_status(record, store.approvals.get(record.id))
-    if checked is not None:
-        sha, state, description = checked
-        page = job_page(settings, record.id)
-        client.set_status(target.repository, sha, CHECKS_CONTEXT, state, description, page)
+    statuses = {
+        STATUS_CONTEXT: review_status(record),
+        CHECKS_CONTEXT: checks_status(record, approval),
+    }
+    for context, status in statuses.items():
+        if status is not None:
+            sha, state, description = status
+            page = job_page(settings, record.id)
+            client.set_status(target.repository, sha, context, state, description, page)
     review = review_entry(record)
     if review is not None:
         store.outbox.add_once(review)

@@ -353,7 +353,7 @@ def checks_status(
         return None
     if report.clean:
         return sha, "success", "Docs checks: no new failure"
-    failing = ", ".join(run.check for run in report.ordered() if run.status != "passed")
+    failing = ", ".join(report.failing)
     why = f"; approved over them by {overridden}" if overridden else ""
     return sha, "failure", f"Docs checks fail: {failing}{why}"[:140]
 

@@ -66,6 +66,11 @@ class ChecksReport(BaseModel):
         """New findings, and checks that could not say."""
         return sum(run.new_total + (run.status == "error") for run in self.runs)
 
+    @property
+    def failing(self) -> list[str]:
+        """The checks that did not pass, errors first."""
+        return [run.check for run in self.ordered() if run.status != "passed"]
+
     def ordered(self) -> list[CheckRun]:
         """Failures first (errors, then new findings), then the rest, in the configured order."""
         rank = {"error": 0, "failed": 1, "passed": 2}

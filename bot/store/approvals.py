@@ -332,7 +332,7 @@ def _blocked_by_checks(approval: Approval) -> bool:
 
 def _checks_block(job_id: str, approval: Approval, asked: bool) -> ApprovalError:
     checks = approval.checks
-    failing = [run.check for run in checks.ordered() if run.status != "passed"] if checks else []
+    failing = checks.failing if checks else []
     who = "only an admin may override it" if asked else "an admin may approve with the override"
     return ApprovalError(
         "BEM-606",

@@ -13,8 +13,16 @@ from pathlib import Path
 import pytest
 
 from bot.core.errors import BeamError
+from bot.review.check_report import ChecksReport
 from bot.store.models import Approval, JobKind, JobRecord, JobState, ReviewOutcome
-from harness.playbooks import AUTHOR_REQUEST, CHECKED_FIRST, FINDING, SEED_PAGES, seed_upstream
+from harness.playbooks import (
+    AUTHOR_REQUEST,
+    CHECKED_FIRST,
+    FINDING,
+    SEED_PAGES,
+    seed_upstream,
+    with_install_pages,
+)
 from harness.snapshots import snapshot_files
 from harness.stack import REPO, REVIEWER, Stack, job_stack
 
@@ -37,9 +45,9 @@ def _parked(stack: Stack, playbook: str) -> tuple[JobRecord, Approval]:
     return parked, approval
 
 
-def _runs(approval: Approval) -> dict[str, tuple[str, int, int]]:
-    assert approval.checks is not None
-    return {r.check: (r.status, r.new_total, r.existing_total) for r in approval.checks.runs}
+def _runs(report: ChecksReport | None) -> dict[str, tuple[str, int, int]]:
+    assert report is not None
+    return {r.check: (r.status, r.new_total, r.existing_total) for r in report.runs}
 
 
 def test_the_model_fixes_what_run_checks_found_and_the_park_is_green(stack: Stack) -> None:
@@ -51,7 +59,7 @@ def test_the_model_fixes_what_run_checks_found_and_the_park_is_green(stack: Stac
     assert isinstance(second, dict) and second["clean"] is True
     # The worker's own run on the parked commit: green, the page's old faults kept apart.
     assert approval.checks is not None and approval.checks.commit == approval.commit_sha
-    assert _runs(approval) == {"codespell": ("passed", 0, 2), "links": ("passed", 0, 1)}
+    assert _runs(approval.checks) == {"codespell": ("passed", 0, 2), "links": ("passed", 0, 1)}
     assert approval.checks_block and approval.checks_overridden_by is None
 
     stack.decide(job.id, approve=True)
@@ -64,7 +72,7 @@ def test_a_new_failure_at_the_park_blocks_the_approve_until_an_admin_overrides(
 ) -> None:
     job, approval = _parked(stack, "author-ignore-checks")
     assert stack.tool_calls(job.id, "run_checks") == []
-    assert _runs(approval) == {"codespell": ("failed", 1, 2), "links": ("failed", 1, 1)}
+    assert _runs(approval.checks) == {"codespell": ("failed", 1, 2), "links": ("failed", 1, 1)}
     assert approval.checks is not None
     assert "Recieve" in approval.checks.runs[0].new[0].message
 
@@ -93,8 +101,7 @@ def test_a_review_merges_the_checks_new_findings_into_its_own(stack: Stack) -> N
     assert isinstance(outcome, ReviewOutcome) and outcome.commit_sha == sha
     assert outcome.checks is not None and outcome.checks.commit == sha
     # Compared with the merge base: the page's old faults are counted apart, not merged.
-    runs = {r.check: (r.status, r.new_total, r.existing_total) for r in outcome.checks.runs}
-    assert runs == {"codespell": ("failed", 1, 2), "links": ("failed", 1, 1)}
+    assert _runs(outcome.checks) == {"codespell": ("failed", 1, 2), "links": ("failed", 1, 1)}
     model, *merged = outcome.findings
     assert model.note == FINDING["note"]
     assert [(f.path, f.severity, f.note.split(" ")[0]) for f in merged] == [
@@ -109,10 +116,7 @@ TOCTREE = "Handbook\n========\n\n.. toctree::\n\n   install\n   configuration\n"
 # documentation with the install page added, and a Sphinx (MyST) sample.
 SITES = {
     "mkdocs": (
-        {
-            **snapshot_files("uvicorn"),
-            **{page: SEED_PAGES[page] for page in ("docs/install.md", "docs/configuration.md")},
-        },
+        with_install_pages(snapshot_files("uvicorn")),
         {"run": ["mkdocs"]},
     ),
     "sphinx": (

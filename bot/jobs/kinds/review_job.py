@@ -56,7 +56,7 @@ class ReviewJob(Kind):
         verdict = outcome.verdict.replace("_", " ")
         lines = [f"Verdict: **{verdict}**, {len(outcome.findings)} finding(s)."]
         if outcome.checks is not None:
-            failing = [run.check for run in outcome.checks.ordered() if run.status != "passed"]
+            failing = outcome.checks.failing
             state = f"failing: {', '.join(failing)}" if failing else "all passed"
             lines.append(f"Docs checks: {state}.")
         return lines

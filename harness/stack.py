@@ -378,7 +378,7 @@ def job_stack(
     *,
     lease_seconds: float = 10.0,
     repositories: Mapping[str, Mapping[str, object]] | None = None,
-    model_factory: str = "harness.playbooks:for_job",
+    model_factory: str | None = "harness.playbooks:for_job",
     more_config: Mapping[str, Mapping[str, object]] | None = None,
     redis_config: Path | None = None,
     serve_upstream: bool = False,
@@ -386,7 +386,8 @@ def job_stack(
     """Redis, a seeded upstream, a config and a Celery app; no worker runs until
     ``start_worker``. Everything started here is stopped on the way out. ``repositories``:
     more keys for ``docs``, or more repositories (on the same upstream unless they say);
-    ``model_factory``: the workers' ``model.factory``; ``more_config``: keys for other tables
+    ``model_factory``: the workers' ``model.factory`` (None: the endpoint ``more_config``'s
+    ``model`` table names); ``more_config``: keys for other tables
     (``jobs``, ``sandbox``); ``redis_config``: the file Redis starts with;
     ``serve_upstream``: reach the upstream over HTTP instead of its path."""
     with ExitStack() as cleanup:
@@ -442,7 +443,7 @@ def _config_text(
     base: Path,
     lease_seconds: float,
     repositories: Mapping[str, Mapping[str, object]],
-    model_factory: str,
+    model_factory: str | None,
     more: Mapping[str, Mapping[str, object]],
 ) -> str:
     tables = {REPO: {"upstream": str(upstream), "publish_ref": PUBLISH_REF}}
@@ -459,9 +460,13 @@ def _config_text(
         "[workspaces]\n"
         f'root = "{base / "workspaces"}"\n'
         f'mirrors = "{base / "mirrors"}"\n\n'
-        + _table("model", {"factory": model_factory, **more.get("model", {})})
+        + _table("model", {**_factory(model_factory), **more.get("model", {})})
         + "".join(_table(name, keys) for name, keys in {"jobs": jobs, **others}.items())
     )
+
+
+def _factory(model_factory: str | None) -> dict[str, object]:
+    return {} if model_factory is None else {"factory": model_factory}
 
 
 def _table(name: str, keys: Mapping[str, object]) -> str:

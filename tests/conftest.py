@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Iterator
 
 import pytest
@@ -48,7 +49,12 @@ def stub_model() -> Iterator[StubModel]:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The counts tests recorded (``harness.figures``), from every worker of the run."""
     totals = figures.totals(terminalreporter.stats)
-    if totals:
+    measured = figures.measurements(terminalreporter.stats)
+    if totals or measured:
         terminalreporter.section("figures")
         for name, total in sorted(totals.items()):
             terminalreporter.write_line(f"{name}: {total}")
+        for name, values in sorted(measured.items()):
+            terminalreporter.write_line(
+                f"{name}: median {statistics.median(values):.4g} of {len(values)}"
+            )

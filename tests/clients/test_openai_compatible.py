@@ -204,7 +204,6 @@ def test_a_base_url_that_is_not_http_is_a_configuration_error(base_url: str) -> 
         ({"read_timeout": 0}, "timeout"),
         ({"connect_timeout": -1.0}, "timeout"),
         ({"max_retries": -1}, "max_retries"),
-        ({"backoff_cap": -1.0}, "backoff_cap"),
         ({"temperature": float("nan")}, "finite"),
         ({"extra_body": {"tag": object()}}, "extra body"),
     ],

@@ -293,7 +293,6 @@ class OpenAiCompatible:
     def _validate(self) -> None:
         options = self._options
         sampling = [options["temperature"], options["top_p"]]
-        azure = options["auth"] == "api-key" or options["azure_ad_token_provider"] is not None
         problems = [
             ("model must not be empty", bool(self._model)),
             ("max_tokens must be at least 1", self._max_tokens >= 1),
@@ -312,7 +311,7 @@ class OpenAiCompatible:
             ),
             (
                 "Azure OpenAI needs an API key or an azure_ad_token_provider",
-                not azure
+                not self._azure
                 or bool(self._api_key.get_secret_value())
                 or options["azure_ad_token_provider"] is not None,
             ),
@@ -321,13 +320,17 @@ class OpenAiCompatible:
         if failed:
             raise BeamError("BEM-900", f"model client configuration: {'; '.join(failed)}")
 
+    @property
+    def _azure(self) -> bool:
+        return self._options["auth"] == "api-key" or bool(self._options["azure_ad_token_provider"])
+
     def _connect(self) -> tuple[Connection, httpx.URL]:
         """What the SDK is given, and the endpoint its requests go to."""
         url = _base(self._base_url)
         query = dict(url.params)
         options = self._options
         azure = None
-        if options["auth"] == "api-key" or options["azure_ad_token_provider"] is not None:
+        if self._azure:
             # One on the base URL wins, as it always has.
             version = query.pop("api-version", None) or options["api_version"]
             azure = Azure(

@@ -187,6 +187,26 @@ async def test_an_empty_key_sends_no_authorization(stub_model: StubModel) -> Non
     assert "authorization" not in stub_model.requests[0].headers
 
 
+async def test_the_sdk_adds_no_setting_from_the_environment(
+    stub_model: StubModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SDK falls back to these variables for what it is not given; Riverbeam gives it
+    # everything, so only the settings decide (its own fallbacks read OPENAI_* itself).
+    for variable, value in {
+        "OPENAI_ORG_ID": "org-ambient",
+        "OPENAI_PROJECT_ID": "proj-ambient",
+        "OPENAI_BASE_URL": "http://10.9.9.9/v1",
+        "OPENAI_API_KEY": "sk-ambient-key-0000",
+    }.items():
+        monkeypatch.setenv(variable, value)
+    stub_model.enqueue(completion("ok"))
+
+    await OpenAiCompatible(stub_model.base_url, "", "m").complete(MESSAGES, [])
+
+    headers = stub_model.requests[0].headers
+    assert not {"openai-organization", "openai-project", "authorization"} & set(headers)
+
+
 @pytest.mark.parametrize(
     "base_url", ["localhost:8000/v1", "ftp://models.example/v1", "http://", "/v1", "http://a:b:c"]
 )

@@ -4,6 +4,7 @@ one real-time test; the SDK's jitter is pinned (``no_jitter``) unless a test set
 
 from __future__ import annotations
 
+import logging
 import random
 import socket
 import time
@@ -31,6 +32,22 @@ async def test_429_then_success_waits_as_retry_after_says(
     assert sleeps.calls == [2.0]
     assert len(stub_model.requests) == 2
     assert stub_model.requests[0].json == stub_model.requests[1].json
+
+
+async def test_each_retry_is_logged_with_the_status_the_provider_message_and_the_wait(
+    client: OpenAiCompatible, stub_model: StubModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    stub_model.enqueue(error(429, "slow down", retry_after="2"), Hang(seconds=0), completion("ok"))
+
+    with caplog.at_level(logging.WARNING, logger="bot.clients.openai_compatible"):
+        await client.complete(MESSAGES, [])
+
+    assert [record.getMessage() for record in caplog.records] == [
+        f"model request to {client.endpoint} failed: status 429 (slow down); retry 1 of 4"
+        " in 2.00 s",
+        f"model request to {client.endpoint} failed: no response (the connection failed or"
+        " timed out); retry 2 of 4 in 1.00 s",
+    ]
 
 
 async def test_retry_after_as_an_http_date(

@@ -85,6 +85,12 @@ class RiverbeamSdk(_Sdk):
     riverbeam_sleep: Sleep
     riverbeam_where: str
     riverbeam_quote: Callable[[str], str]
+    sdk_class = "AsyncOpenAI"
+
+    @property
+    def user_agent(self) -> str:
+        # The SDK names its own class here; the subclasses below keep its name on the wire.
+        return f"{self.sdk_class}/Python {self._version}"
 
     async def _sleep_for_retry(
         self,
@@ -141,7 +147,7 @@ class _OpenAiSdk(RiverbeamSdk, openai.AsyncOpenAI):
 
 
 class _AzureSdk(RiverbeamSdk, openai.AsyncAzureOpenAI):
-    pass
+    sdk_class = "AsyncAzureOpenAI"
 
 
 def open_sdk(connection: Connection) -> RiverbeamSdk:

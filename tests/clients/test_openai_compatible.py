@@ -10,6 +10,7 @@ import traceback
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from bot.clients import (
@@ -53,6 +54,7 @@ async def test_posts_the_documented_body_with_bearer_auth(
     assert (request.method, request.path) == ("POST", "/v1/chat/completions")
     assert request.headers["authorization"] == f"Bearer {KEY}"
     assert request.headers["content-type"] == "application/json"
+    assert request.headers["user-agent"] == f"AsyncOpenAI/Python {openai.__version__}"
     # Nothing the caller did not set: no sampling, no vendor extras.
     assert request.json == {
         "model": CONFIGURED_MODEL,

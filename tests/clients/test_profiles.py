@@ -63,6 +63,7 @@ async def test_azure_authenticates_with_api_key_and_api_version(
     request = await sent(stub_model, settings, {"OPENAI_API_KEY": KEY})
 
     assert request.headers["api-key"] == KEY and "authorization" not in request.headers
+    assert request.headers["user-agent"].startswith("AsyncAzureOpenAI/Python ")
     path = "/openai/deployments/dep/chat/completions"
     assert request.path == f"{path}?api-version=2024-10-21"
     assert "max_completion_tokens" in request.json

@@ -12,6 +12,8 @@ SDK has no setting for it:
   (BEM-069): the model may have been generating the reply, and another request would pay
   for it again. The SDK passes its own errors on without retrying them.
 
+(The subclasses also keep the SDK's own ``User-Agent``, which it builds from the class name.)
+
 Both override methods of the SDK's client classes; ``constraints.txt`` pins the SDK, and the
 tests in ``tests/clients`` exercise each one.
 """
@@ -80,7 +82,8 @@ else:
 
 
 class RiverbeamSdk(_Sdk):
-    """The two steps Riverbeam replaces in the SDK's clients (see the module docstring)."""
+    """The steps Riverbeam replaces in the SDK's clients (see the module docstring), and
+    ``pause``, the SDK's wait for a retry the SDK does not make."""
 
     riverbeam_sleep: Sleep
     riverbeam_where: str

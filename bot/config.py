@@ -339,6 +339,12 @@ class ModelSettings(BaseModel):
     organization: str | None = None
     project: str | None = None
     api_version: str | None = Field(default=None, description="azure-openai's api-version")
+    azure_ad_token_provider: (
+        Annotated[str, _checked(_matches(_FACTORY, "'module:function'"), "a factory")] | None
+    ) = Field(
+        default=None,
+        description="azure-openai: 'module:function' returning an Entra ID token provider",
+    )
     headers: dict[str, str] = Field(default_factory=dict, description="sent with every request")
     connect_timeout: float | None = Field(default=None, gt=0)
     read_timeout: float | None = Field(default=None, gt=0)

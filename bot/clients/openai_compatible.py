@@ -1,4 +1,8 @@
-"""A client for any OpenAI-compatible chat-completions endpoint, with retries and streaming.
+"""A client for any OpenAI-compatible chat-completions endpoint, built on the official
+``openai`` SDK (``bot.clients.openai_sdk``): its transport, timeouts, retries, Azure URLs and
+authentication. Riverbeam reads the replies itself (``bot.clients.openai_replies``, over the
+SDK's raw responses) so that their size and nesting stay bounded and every malformed one is
+named; docs/models.md says what stays hand-written and why.
 
 Failures map onto the model codes in ``bot.core.errors``:
 
@@ -12,11 +16,12 @@ Failures map onto the model codes in ``bot.core.errors``:
 - BEM-065: ``ALLOW_REMOTE_MODEL_REQUESTS`` is off and the endpoint is not on loopback.
 - BEM-069: a non-streamed reply did not come within the read timeout; it is not requested
   again, since the model may have been generating it.
+- BEM-072: the endpoint refused the request as longer than the model's context window.
 
 The API key never appears in an error message, a log line or ``repr``.
 
-Replies are read in ``bot.clients.openai_replies``; the retry policy is ``bot.clients.retry``;
-the settings a client is built from are ``bot.clients.profiles``.
+The SDK's errors are mapped in ``bot.clients.openai_errors``; the settings a client is built
+from are ``bot.clients.profiles``.
 """
 
 from __future__ import annotations
@@ -25,39 +30,33 @@ import asyncio
 import contextlib
 import ipaddress
 import json
-import logging
 import math
 import os
-import random
-from collections.abc import (
-    AsyncGenerator,
-    Awaitable,
-    Callable,
-    Iterator,
-    Mapping,
-    Sequence,
-)
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import httpx
+import openai
 from pydantic import SecretStr
 
-from bot.clients import profiles
+from bot.clients import openai_errors, profiles
 from bot.clients.base import Completion, Message, TextDelta
 from bot.clients.openai_replies import (
     Progress,
     malformed_reply,
     parse_completion,
-    provider_message,
     read_event_stream,
 )
-from bot.clients.retry import (
-    RETRYABLE_TRANSPORT_ERRORS,
-    RetryableFailure,
-    backoff_delay,
-    retry_after,
-    should_retry,
+from bot.clients.openai_sdk import (
+    Azure,
+    Connection,
+    RiverbeamSdk,
+    Sleep,
+    TokenProvider,
+    open_sdk,
+    request_headers,
 )
+from bot.clients.retry import RETRYABLE_TRANSPORT_ERRORS, RetryableFailure
 from bot.clients.sse import SseError
 from bot.config import ModelSettings, TokenParameter
 from bot.core import jsonlimits
@@ -72,22 +71,12 @@ _SNIPPET_CHARS = 200
 # Shorter "keys" are placeholders for local servers; redacting them would garble messages.
 _MIN_REDACTED_KEY = 8
 
-_HINTS: Final[Mapping[int, str]] = {
-    400: "the provider rejected the request body; its message says why",
-    401: "check the API key (model.api_key_env, BEAM_API_KEY or OPENAI_API_KEY)",
-    403: "the API key has no access to this model or endpoint",
-    404: "check the base URL (it usually ends in /v1) and the model name",
-    422: "the provider rejected the request body; its message says why",
-}
-
-_log = logging.getLogger(__name__)
-
-Sleep = Callable[[float], Awaitable[None]]
-
 
 class OpenAiCompatible:
-    """``POST {base_url}/chat/completions`` for any OpenAI-compatible endpoint. Immutable:
-    ``with_max_tokens`` and ``with_extra_body`` return new clients.
+    """``POST {base_url}/chat/completions`` for any OpenAI-compatible endpoint, through the
+    official SDK's ``AsyncOpenAI`` (``AsyncAzureOpenAI`` with ``auth="api-key"`` or an
+    Entra ID ``azure_ad_token_provider``). Immutable: ``with_max_tokens`` and
+    ``with_extra_body`` return new clients.
 
     Only what is set is sent: sampling, seed, ``parallel_tool_calls``, ``reasoning_effort``
     and ``tool_choice`` are left out unless given, so the provider's defaults apply and a
@@ -95,8 +84,8 @@ class OpenAiCompatible:
     ``token_parameter`` (``max_completion_tokens`` for OpenAI's newer models,
     ``max_tokens`` for most other servers).
 
-    ``transport`` replaces the network (the caller keeps ownership and closes it), ``sleep``
-    and ``rng`` replace the waiting and the jitter between attempts, for tests.
+    ``transport`` replaces the network (the caller keeps ownership and closes it) and
+    ``sleep`` the waiting between attempts, for tests.
     """
 
     def __init__(
@@ -119,15 +108,12 @@ class OpenAiCompatible:
         extra_body: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         auth: profiles.Auth = "bearer",
+        api_version: str | None = None,
+        azure_ad_token_provider: TokenProvider | None = None,
         max_retries: int = profiles.DEFAULT_MAX_RETRIES,
-        backoff_base: float = 0.5,
-        backoff_cap: float = 8.0,
-        retry_after_cap: float = 60.0,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Sleep = asyncio.sleep,
-        rng: Callable[[], float] = random.random,
     ) -> None:
-        self._endpoint = _endpoint(base_url)
         self._base_url = base_url.strip().rstrip("/")
         self._api_key = SecretStr(api_key.strip())
         self._model = model.strip()
@@ -146,28 +132,20 @@ class OpenAiCompatible:
             "extra_body": _json_copy(extra_body or {}),
             "headers": dict(headers or {}),
             "auth": auth,
+            "api_version": api_version,
+            "azure_ad_token_provider": azure_ad_token_provider,
             "max_retries": max_retries,
-            "backoff_base": backoff_base,
-            "backoff_cap": backoff_cap,
-            "retry_after_cap": retry_after_cap,
             "transport": transport,
             "sleep": sleep,
-            "rng": rng,
         }
         self._max_tokens = max_tokens
         self._context_window = context_window
         self._token_parameter = token_parameter
         self._extra_body: dict[str, Any] = self._options["extra_body"]
         self._max_retries = max_retries
-        self._backoff_base = backoff_base
-        self._backoff_cap = backoff_cap
-        self._retry_after_cap = retry_after_cap
-        self._timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
-        self._transport = transport
-        self._sleep = sleep
-        self._rng = rng
-        self._where = _safe_url(self._endpoint)
+        self._read_timeout = read_timeout
         self._validate()
+        self._connection, self._endpoint = self._connect()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OpenAiCompatible | None:
@@ -191,10 +169,6 @@ class OpenAiCompatible:
             headers.setdefault("OpenAI-Organization", resolved.organization)
         if resolved.project:
             headers.setdefault("OpenAI-Project", resolved.project)
-        base_url = resolved.base_url
-        if resolved.api_version and "api-version=" not in base_url:
-            joiner = "&" if "?" in base_url else "?"
-            base_url = f"{base_url}{joiner}api-version={resolved.api_version}"
         settings: dict[str, Any] = {
             "max_tokens": resolved.max_output_tokens,
             "context_window": resolved.context_window,
@@ -210,10 +184,12 @@ class OpenAiCompatible:
             "extra_body": resolved.extra_body,
             "headers": headers,
             "auth": resolved.auth,
+            "api_version": resolved.api_version,
+            "azure_ad_token_provider": profiles.token_provider(resolved),
             "max_retries": resolved.max_retries,
         }
         secret = resolved.api_key.get_secret_value()
-        return cls(base_url, secret, resolved.model, **(settings | options))
+        return cls(resolved.base_url, secret, resolved.model, **(settings | options))
 
     def with_max_tokens(self, max_tokens: int) -> OpenAiCompatible:
         return self._replace(max_tokens=max_tokens)
@@ -243,7 +219,7 @@ class OpenAiCompatible:
     @property
     def endpoint(self) -> str:
         """The URL requests go to, without user info or query (either may hold a secret)."""
-        return self._where
+        return _safe_url(self._endpoint)
 
     @property
     def output_limit(self) -> str:
@@ -261,51 +237,56 @@ class OpenAiCompatible:
     async def complete(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
         self._refuse_remote_when_disabled()
         body = self._body(messages, tools, stream=False)
-        failures = 0
-        async with self._http() as http:
-            while True:
-                try:
-                    response = await self._post(http, body)
-                    break
-                except RetryableFailure as failure:
-                    if isinstance(failure.__cause__, httpx.ReadTimeout):
-                        raise self._not_replayed(failure) from failure
-                    failures += 1
-                    await self._back_off(failure, failures)
-        return self._parse_json_reply(response)
+        async with open_sdk(self._connection) as sdk:
+            try:
+                reply = await sdk.chat.completions.with_raw_response.create(
+                    **_create_arguments(
+                        body, request_headers(self._connection, accept="application/json")
+                    )
+                )
+            except openai.OpenAIError as error:
+                # Not chained: the SDK's message quotes the provider's body unredacted.
+                raise self._final(error) from None
+            return self._parse_json_reply(reply.content, reply.headers.get("content-type"))
 
     async def stream(
         self, messages: Sequence[Message], tools: Sequence[ToolSpec]
     ) -> AsyncGenerator[TextDelta | Completion, None]:
         """Yields a ``TextDelta`` per piece of answer text, then the whole ``Completion``.
 
-        A stream that breaks before any text was yielded is retried like a failed request.
-        Once text has reached the caller a retry would repeat it, so a break then is BEM-060.
+        The SDK retries the request until its response arrives. A stream that breaks after
+        that, before the model began its reply, is retried here within the same
+        ``max_retries`` (the SDK cannot: its retries end with the response). Once the model
+        has begun, a retry would pay for the reply again, so a break then is BEM-060.
         """
         self._refuse_remote_when_disabled()
         body = self._body(messages, tools, stream=True)
         failures = 0
-        async with self._http() as http:
+        async with open_sdk(self._connection) as sdk:
             while True:
                 progress = Progress()
+                sdk.max_retries = self._max_retries - failures
                 try:
                     # aclosing: a caller that stops early closes the response now, not at GC.
-                    stream = self._stream_once(http, body, progress)
-                    async with contextlib.aclosing(stream) as items:
+                    async with contextlib.aclosing(self._stream_once(sdk, body, progress)) as items:
                         async for item in items:
                             yield item
                     return
+                except openai.OpenAIError as error:
+                    raise self._final(error, earlier=failures) from None
                 except RetryableFailure as failure:
                     if progress.started:
                         raise BeamError(
                             "BEM-060",
-                            f"the model stream from {self._where} broke after the model had"
+                            f"the model stream from {self.endpoint} broke after the model had"
                             f" started its reply ({failure}); a stream cannot resume and a new"
                             " request would pay for the whole reply again, so it was not"
                             " repeated: run the turn again",
                         ) from failure
                     failures += 1
-                    await self._back_off(failure, failures)
+                    if failures > self._max_retries:
+                        raise failure.exhausted(self.endpoint, attempts=failures) from failure
+                    await sdk.pause(failures, self._max_retries)
 
     # -- configuration ---------------------------------------------------------------
 
@@ -321,10 +302,6 @@ class OpenAiCompatible:
             ),
             ("max_retries must not be negative", self._max_retries >= 0),
             (
-                "backoff_base, backoff_cap and retry_after_cap must not be negative",
-                min(self._backoff_base, self._backoff_cap, self._retry_after_cap) >= 0,
-            ),
-            (
                 "temperature and top_p must be finite",
                 all(math.isfinite(value) for value in sampling if value is not None),
             ),
@@ -332,10 +309,54 @@ class OpenAiCompatible:
                 "reasoning_effort must be one of " + ", ".join(profiles.OPENAI_REASONING_EFFORTS),
                 options["reasoning_effort"] in (None, *profiles.OPENAI_REASONING_EFFORTS),
             ),
+            (
+                "Azure OpenAI needs an API key or an azure_ad_token_provider",
+                not self._azure
+                or bool(self._api_key.get_secret_value())
+                or options["azure_ad_token_provider"] is not None,
+            ),
         ]
         failed = [message for message, ok in problems if not ok]
         if failed:
             raise BeamError("BEM-900", f"model client configuration: {'; '.join(failed)}")
+
+    @property
+    def _azure(self) -> bool:
+        return self._options["auth"] == "api-key" or bool(self._options["azure_ad_token_provider"])
+
+    def _connect(self) -> tuple[Connection, httpx.URL]:
+        """What the SDK is given, and the endpoint its requests go to."""
+        url = _base(self._base_url)
+        query = dict(url.params)
+        options = self._options
+        azure = None
+        if self._azure:
+            # One on the base URL wins, as it always has.
+            version = query.pop("api-version", None) or options["api_version"]
+            azure = Azure(
+                api_version=version or profiles.PROFILES["azure-openai"].api_version or "",
+                deployment=self._model,
+                resource_endpoint=url.path in ("", "/"),
+                token_provider=options["azure_ad_token_provider"],
+            )
+        elif options["api_version"]:
+            query.setdefault("api-version", options["api_version"])
+        base = url.copy_with(query=None, path=url.path.rstrip("/"))
+        endpoint = _endpoint(base, azure)
+        connection = Connection(
+            base_url=str(base),
+            query=query,
+            api_key=self._api_key,
+            headers=options["headers"],
+            timeout=httpx.Timeout(options["read_timeout"], connect=options["connect_timeout"]),
+            max_retries=self._max_retries,
+            transport=options["transport"],
+            sleep=options["sleep"],
+            where=_safe_url(endpoint),
+            quote=self._quote,
+            azure=azure,
+        )
+        return connection, endpoint
 
     def _replace(self, **changes: Any) -> OpenAiCompatible:
         secret = self._api_key.get_secret_value()
@@ -346,7 +367,7 @@ class OpenAiCompatible:
             return
         raise BeamError(
             "BEM-065",
-            f"requests to the non-loopback model endpoint {self._where} are disabled"
+            f"requests to the non-loopback model endpoint {self.endpoint} are disabled"
             " (bot.clients.openai_compatible.ALLOW_REMOTE_MODEL_REQUESTS is False);"
             " point the client at a local server such as the test stub",
         )
@@ -378,43 +399,20 @@ class OpenAiCompatible:
             body["stream_options"] = {"include_usage": True}
         return body
 
-    def _http(self) -> httpx.AsyncClient:
-        # A new AsyncClient per call rather than one cached on the instance: a client's
-        # connection pool belongs to the event loop that first used it, and Celery workers
-        # run each job under its own asyncio.run, so a cached client would outlive its loop.
-        # Reconnecting costs one TLS handshake per model turn, small next to the turn, and
-        # leaves the instance with nothing to close.
-        transport = None if self._transport is None else _Borrowed(self._transport)
-        headers = dict(self._options["headers"])
-        if secret := self._api_key.get_secret_value():
-            if self._options["auth"] == "api-key":
-                headers["api-key"] = secret
-            else:
-                headers["Authorization"] = f"Bearer {secret}"
-        return httpx.AsyncClient(transport=transport, timeout=self._timeout, headers=headers)
-
-    async def _post(self, http: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
-        with self._translated_errors():
-            response = await http.post(
-                self._endpoint, json=body, headers={"Accept": "application/json"}
-            )
-        self._check_status(response)
-        return response
-
     async def _stream_once(
-        self, http: httpx.AsyncClient, body: dict[str, Any], progress: Progress
+        self, sdk: RiverbeamSdk, body: dict[str, Any], progress: Progress
     ) -> AsyncGenerator[TextDelta | Completion, None]:
-        accept = {"Accept": "text/event-stream"}
-        with self._translated_errors():
-            async with http.stream("POST", self._endpoint, json=body, headers=accept) as reply:
-                if not reply.is_success:
-                    await reply.aread()
-                    self._check_status(reply)
-                media_type = _media_type(reply)
+        create = sdk.chat.completions.with_streaming_response.create
+        headers = request_headers(self._connection, accept="text/event-stream")
+        async with create(**_create_arguments(body, headers)) as reply:
+            media_type = _media_type(reply.headers.get("content-type"))
+            with self._translated_errors():
                 if media_type == "application/json":
                     # Some OpenAI-compatible servers ignore "stream": true and answer whole.
-                    for item in await self._whole_reply(reply):
-                        yield item
+                    completion = self._parse_json_reply(await reply.read(), media_type)
+                    if completion.text:
+                        yield TextDelta(text=completion.text)
+                    yield completion
                     return
                 if media_type != "text/event-stream":
                     raise malformed_reply(
@@ -422,102 +420,53 @@ class OpenAiCompatible:
                         " text/event-stream; the base URL may not point at an OpenAI-compatible"
                         " API"
                     )
-                events = read_event_stream(reply, self._model, self._quote, progress)
+                events = read_event_stream(reply.iter_bytes(), self._model, self._quote, progress)
                 async with contextlib.aclosing(events):
                     async for item in events:
                         yield item
 
-    async def _whole_reply(self, reply: httpx.Response) -> list[TextDelta | Completion]:
-        await reply.aread()
-        completion = self._parse_json_reply(reply)
-        return [TextDelta(text=completion.text), completion] if completion.text else [completion]
-
     @contextlib.contextmanager
     def _translated_errors(self) -> Iterator[None]:
+        """Failures while the SDK's raw response body is read, which the SDK leaves as they
+        are."""
         try:
             yield
         except RETRYABLE_TRANSPORT_ERRORS as exc:
-            raise RetryableFailure("BEM-060", self._describe(exc)) from exc
+            raise RetryableFailure("BEM-060", openai_errors.describe(exc, self._quote)) from exc
         except httpx.TransportError as exc:
             raise BeamError(
                 "BEM-060",
-                f"cannot reach the model endpoint {self._where}: {self._describe(exc)};"
-                " check the base URL and any proxy settings",
+                f"the model stream from {self.endpoint} failed:"
+                f" {openai_errors.describe(exc, self._quote)}",
             ) from exc
         except httpx.DecodingError as exc:
             raise malformed_reply(
-                f"the reply body cannot be decoded: {self._describe(exc)}"
+                f"the reply body cannot be decoded: {openai_errors.describe(exc, self._quote)}"
             ) from exc
         except SseError as exc:
             line = f": {self._quote(exc.line, 80)!r}" if exc.line else ""
             raise malformed_reply(f"the event stream is broken: {exc.reason}{line}") from exc
 
-    def _check_status(self, response: httpx.Response) -> None:
-        if response.is_success:
-            return
-        status = response.status_code
-        detail = self._snippet(response.text)
-        if should_retry(status, response.headers):
-            wait = retry_after(response.headers)
-            if wait is not None:
-                wait = min(wait, self._retry_after_cap)
-            raise RetryableFailure("BEM-062", f"status {status}", detail, wait)
-        if _over_window(status, response):
-            raise BeamError(
-                "BEM-072",
-                f"the model endpoint {self._where} refused the request as longer than the"
-                f" model's context window: {detail}; set model.context_window to the model's"
-                " real window so the context budget keeps every request under it",
-            )
-        hint = _HINTS.get(status, "another attempt will not help; check the request")
-        raise BeamError(
-            "BEM-061",
-            f"the model endpoint {self._where} refused the request with HTTP {status}:"
-            f" {detail}; {hint}",
+    def _final(self, error: openai.OpenAIError, *, earlier: int = 0) -> BeamError:
+        return openai_errors.from_sdk(
+            error,
+            where=self.endpoint,
+            quote=self._quote,
+            read_timeout=self._read_timeout,
+            earlier=earlier,
         )
 
-    def _parse_json_reply(self, response: httpx.Response) -> Completion:
+    def _parse_json_reply(self, content: bytes, content_type: str | None) -> Completion:
         try:
-            payload = jsonlimits.loads(response.content, what="the reply")
+            payload = jsonlimits.loads(content, what="the reply")
         except ValueError:
-            media_type = _media_type(response) or "none"
-            start = self._quote(response.text, 80)
+            media_type = _media_type(content_type) or "none"
+            start = self._quote(content.decode("utf-8", errors="replace"), 80)
             raise malformed_reply(
                 f"the reply is not JSON (content-type {media_type!r}, starts {start!r}); the"
                 " base URL may point at a web page or proxy, not an OpenAI-compatible API"
             ) from None
         return parse_completion(payload, self._model, self._quote)
-
-    # -- retries -----------------------------------------------------------------------
-
-    def _not_replayed(self, failure: RetryableFailure) -> BeamError:
-        seconds = self._timeout.read
-        return BeamError(
-            "BEM-069",
-            f"the model endpoint {self._where} sent no reply within the read timeout"
-            f" ({seconds:g} s); it may have been generating a long reply, which a new request"
-            " would pay for again, so it was not repeated. Raise model.read_timeout, or use"
-            " streaming (the workers do)",
-        )
-
-    async def _back_off(self, failure: RetryableFailure, failures: int) -> None:
-        """Wait before the next attempt, or raise the final error when none is left."""
-        if failures > self._max_retries:
-            raise failure.exhausted(self._where, attempts=failures) from failure
-        delay = failure.retry_after
-        if delay is None:
-            delay = backoff_delay(
-                failures, base=self._backoff_base, cap=self._backoff_cap, rng=self._rng
-            )
-        _log.warning(
-            "model request to %s failed: %s; retry %d of %d in %.2f s",
-            self._where,
-            failure,
-            failures,
-            self._max_retries,
-            delay,
-        )
-        await self._sleep(delay)
 
     # -- messages that never carry the key --------------------------------------------
 
@@ -525,34 +474,11 @@ class OpenAiCompatible:
         secret = self._api_key.get_secret_value()
         return text.replace(secret, "[redacted]") if len(secret) >= _MIN_REDACTED_KEY else text
 
-    def _describe(self, exc: Exception) -> str:
-        detail = str(exc)
-        name = type(exc).__name__
-        return self._redact(f"{name}: {detail}" if detail else name)
-
     def _quote(self, text: str, limit: int = _SNIPPET_CHARS) -> str:
         """Provider text fit for a message: key removed first (so truncation cannot leave
         part of it), whitespace collapsed, cut to ``limit`` characters."""
         flat = " ".join(self._redact(text).split())
         return flat if len(flat) <= limit else flat[:limit] + "…"
-
-    def _snippet(self, body: str) -> str:
-        """The provider's own error message when it sent one, else the body."""
-        return self._quote(provider_message(body) or body) or "(empty body)"
-
-
-class _Borrowed(httpx.AsyncBaseTransport):
-    """An injected transport belongs to the caller: closing a per-call client must not
-    close it."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self._inner = inner
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self._inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        """Left to the owner."""
 
 
 # -- small helpers -------------------------------------------------------------------------
@@ -568,34 +494,18 @@ _OPTIONAL_PARAMETERS: Final = (
 )
 
 
-# How providers say a request is over the window: OpenAI's and Azure's error code, and the
-# message vLLM, llama.cpp and most OpenAI-compatible servers send with a plain 400.
-_OVER_WINDOW_CODES: Final = frozenset({"context_length_exceeded", "string_above_max_length"})
-_OVER_WINDOW_WORDS: Final = (
-    "context length",
-    "context window",
-    "maximum context",
-    "too many tokens",
-)
+def _create_arguments(body: dict[str, Any], headers: dict[str, Any]) -> dict[str, Any]:
+    """``chat.completions.create`` arguments that send exactly ``body``: the SDK's typed
+    parameters for what it requires, everything else as its ``extra_body``."""
+    typed = ("model", "messages", "stream")
+    return {
+        **{name: body[name] for name in typed},
+        "extra_body": {name: value for name, value in body.items() if name not in typed},
+        "extra_headers": headers,
+    }
 
 
-def _over_window(status: int, response: httpx.Response) -> bool:
-    if status not in (400, 413, 422):
-        return False
-    try:
-        payload = jsonlimits.loads(response.content, what="the error body")
-    except ValueError:
-        payload = None
-    error = payload.get("error") if isinstance(payload, dict) else None
-    if isinstance(error, dict) and error.get("code") in _OVER_WINDOW_CODES:
-        return True
-    said = (provider_message(response.text) or "").lower()
-    return any(words in said for words in _OVER_WINDOW_WORDS)
-
-
-def _endpoint(base_url: str) -> httpx.URL:
-    """``{base_url}/chat/completions``, whatever trailing slashes the base URL has; a query
-    string (``?api-version=...``) is kept."""
+def _base(base_url: str) -> httpx.URL:
     try:
         url = httpx.URL(base_url.strip())
     except httpx.InvalidURL as exc:
@@ -607,7 +517,19 @@ def _endpoint(base_url: str) -> httpx.URL:
             "the model base URL must start with http:// or https:// and name a host,"
             " like https://integrate.api.nvidia.com/v1",
         )
-    return url.copy_with(path=url.path.rstrip("/") + "/chat/completions", fragment=None)
+    return url.copy_with(fragment=None)
+
+
+def _endpoint(base: httpx.URL, azure: Azure | None) -> httpx.URL:
+    """Where the SDK sends a chat completion: ``{base_url}/chat/completions``; on Azure with
+    ``/openai/deployments/{deployment}`` added to a resource endpoint, or
+    ``/deployments/{deployment}`` to a base URL without one (the SDK's rules)."""
+    path = base.path.rstrip("/")
+    if azure is not None and azure.resource_endpoint:
+        path = f"/openai/deployments/{azure.deployment}"
+    elif azure is not None and "/deployments" not in path:
+        path = f"{path}/deployments/{azure.deployment}"
+    return base.copy_with(path=path + "/chat/completions")
 
 
 def _safe_url(url: httpx.URL) -> str:
@@ -628,9 +550,8 @@ def _is_loopback(host: str) -> bool:
     return address.is_loopback
 
 
-def _media_type(response: httpx.Response) -> str:
-    content_type: str = response.headers.get("content-type", "")
-    return content_type.split(";")[0].strip().lower()
+def _media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";")[0].strip().lower()
 
 
 def _json_copy(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-
-import httpx
 
 from bot.clients.base import Completion, TextDelta, ToolCall
 from bot.clients.retry import RETRYABLE_TRANSPORT_ERRORS, RetryableFailure
@@ -285,11 +283,13 @@ class _StreamedReply:
 
 
 async def read_event_stream(
-    reply: httpx.Response, fallback_model: str, quote: Quote, progress: Progress
+    body: AsyncIterable[bytes], fallback_model: str, quote: Quote, progress: Progress
 ) -> AsyncGenerator[TextDelta | Completion, None]:
+    """The deltas and the completion of an event-stream ``body``, read with Riverbeam's
+    bounded decoder (``bot.clients.sse``; docs/models.md says why not the SDK's)."""
     streamed = _StreamedReply(fallback_model, quote, progress)
     try:
-        async with contextlib.aclosing(aiter_events(reply.aiter_bytes())) as events:
+        async with contextlib.aclosing(aiter_events(body)) as events:
             async for event in events:
                 if event.data.strip() == "[DONE]":
                     streamed.ended = True

@@ -13,7 +13,7 @@ needs, ``azure-openai`` authenticates with an ``api-key`` header and an ``api-ve
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, SecretStr
 
 from bot.config import ModelSettings, Provider, TokenParameter
 from bot.core.errors import BeamError
+from bot.core.factories import load_factory
 
 KEY_VARIABLES: Final = ("BEAM_API_KEY", "GFS_BEAM_API_KEY", "NVIDIA_API_KEY", "OPENAI_API_KEY")
 BASE_URL_VARIABLES: Final = ("BEAM_API_BASE_URL", "GFS_BEAM_BASE_URL", "OPENAI_BASE_URL")
@@ -142,6 +143,8 @@ class ResolvedModel(BaseModel):
     organization: str | None
     project: str | None
     api_version: str | None
+    azure_ad_token_provider: str | None
+    """The factory of an Entra ID token provider (azure-openai), which stands for the key."""
     headers: dict[str, str]
     connect_timeout: float
     read_timeout: float
@@ -174,7 +177,12 @@ def resolve(settings: ModelSettings, environ: Mapping[str, str]) -> ResolvedMode
         provider = _provider_for(base_url, key_source)
         picker.sources["provider"] = "inferred from the base URL and key"
     profile = PROFILES[provider]
-    if key is None and provider != "openai-compatible":
+    token_provider = picker.explicit("azure_ad_token_provider")
+    if token_provider is not None and provider != "azure-openai":
+        raise BeamError(
+            "BEM-900", f"model.azure_ad_token_provider is for azure-openai, not {provider}"
+        )
+    if key is None and provider != "openai-compatible" and token_provider is None:
         return None
     base_url = base_url or picker.default("base_url", profile.base_url)
     model = picker.pick("model", MODEL_VARIABLES) or picker.default("model", profile.model)
@@ -186,7 +194,9 @@ def resolve(settings: ModelSettings, environ: Mapping[str, str]) -> ResolvedMode
             f"the {provider} provider needs a model name: set model.model (or BEAM_MODEL)"
             + ("; for Azure it is the deployment name" if provider == "azure-openai" else ""),
         )
-    picker.sources["api_key"] = key_source or "none"
+    picker.sources["api_key"] = key_source or (
+        "none: an Entra ID token instead" if token_provider else "none"
+    )
     explicit = picker.explicit
     reasoning = explicit("reasoning")
     if reasoning is None:
@@ -216,6 +226,7 @@ def resolve(settings: ModelSettings, environ: Mapping[str, str]) -> ResolvedMode
         organization=picker.pick("organization", ORGANIZATION_VARIABLES),
         project=picker.pick("project", PROJECT_VARIABLES),
         api_version=explicit("api_version") or picker.default("api_version", profile.api_version),
+        azure_ad_token_provider=token_provider,
         headers=dict(settings.headers),
         connect_timeout=picker.setting("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
         read_timeout=picker.setting("read_timeout", DEFAULT_READ_TIMEOUT),
@@ -277,6 +288,20 @@ class _Picker:
     def _config_source(self, name: str) -> str:
         variable = f"RIVERBEAM_MODEL__{name.upper()}"
         return f"env {variable}" if variable in self._environ else "riverbeam.toml [model]"
+
+
+def token_provider(resolved: ResolvedModel) -> Callable[[], Any] | None:
+    """The Entra ID token provider ``model.azure_ad_token_provider`` names: its factory is
+    called once, without arguments, and returns a callable the SDK calls for a token (a
+    string, or an awaitable of one) before every request."""
+    if resolved.azure_ad_token_provider is None:
+        return None
+    setting = "model.azure_ad_token_provider"
+    factory = load_factory(resolved.azure_ad_token_provider, setting=setting, code="BEM-900")
+    provider = factory()
+    if not callable(provider):
+        raise BeamError("BEM-900", f"{setting}: its factory returned no callable token provider")
+    return provider
 
 
 def context_window(settings: ModelSettings, environ: Mapping[str, str]) -> int:

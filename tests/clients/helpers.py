@@ -33,10 +33,9 @@ class Sleeps:
 
 
 def make_client(stub: StubModel, sleeps: Sleeps, **options: Any) -> OpenAiCompatible:
-    """A client for the stub; no jitter (rng 0), so backoff delays are exact."""
+    """A client for the stub; with the ``no_jitter`` fixture its backoff delays are exact."""
     settings: dict[str, Any] = {
         "sleep": sleeps,
-        "rng": lambda: 0.0,
         "read_timeout": 5.0,
         "max_retries": 4,
     }

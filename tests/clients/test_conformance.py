@@ -46,7 +46,7 @@ def stub(request: pytest.FixtureRequest) -> Iterator[StubModel]:
 
 
 def client(stub: StubModel, sleeps: Sleeps | None = None, **options: Any) -> OpenAiCompatible:
-    settings: dict[str, Any] = {"rng": lambda: 0.0, "read_timeout": 2.0}
+    settings: dict[str, Any] = {"read_timeout": 2.0}
     if sleeps is not None:
         settings["sleep"] = sleeps
     return OpenAiCompatible(stub.base_url, KEY, "gpt-test", **(settings | options))

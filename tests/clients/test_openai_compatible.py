@@ -10,6 +10,7 @@ import traceback
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from bot.clients import (
@@ -53,6 +54,7 @@ async def test_posts_the_documented_body_with_bearer_auth(
     assert (request.method, request.path) == ("POST", "/v1/chat/completions")
     assert request.headers["authorization"] == f"Bearer {KEY}"
     assert request.headers["content-type"] == "application/json"
+    assert request.headers["user-agent"] == f"AsyncOpenAI/Python {openai.__version__}"
     # Nothing the caller did not set: no sampling, no vendor extras.
     assert request.json == {
         "model": CONFIGURED_MODEL,
@@ -187,6 +189,26 @@ async def test_an_empty_key_sends_no_authorization(stub_model: StubModel) -> Non
     assert "authorization" not in stub_model.requests[0].headers
 
 
+async def test_the_sdk_adds_no_setting_from_the_environment(
+    stub_model: StubModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SDK falls back to these variables for what it is not given; Riverbeam gives it
+    # everything, so only the settings decide (its own fallbacks read OPENAI_* itself).
+    for variable, value in {
+        "OPENAI_ORG_ID": "org-ambient",
+        "OPENAI_PROJECT_ID": "proj-ambient",
+        "OPENAI_BASE_URL": "http://10.9.9.9/v1",
+        "OPENAI_API_KEY": "sk-ambient-key-0000",
+    }.items():
+        monkeypatch.setenv(variable, value)
+    stub_model.enqueue(completion("ok"))
+
+    await OpenAiCompatible(stub_model.base_url, "", "m").complete(MESSAGES, [])
+
+    headers = stub_model.requests[0].headers
+    assert not {"openai-organization", "openai-project", "authorization"} & set(headers)
+
+
 @pytest.mark.parametrize(
     "base_url", ["localhost:8000/v1", "ftp://models.example/v1", "http://", "/v1", "http://a:b:c"]
 )
@@ -204,7 +226,6 @@ def test_a_base_url_that_is_not_http_is_a_configuration_error(base_url: str) -> 
         ({"read_timeout": 0}, "timeout"),
         ({"connect_timeout": -1.0}, "timeout"),
         ({"max_retries": -1}, "max_retries"),
-        ({"backoff_cap": -1.0}, "backoff_cap"),
         ({"temperature": float("nan")}, "finite"),
         ({"extra_body": {"tag": object()}}, "extra body"),
     ],

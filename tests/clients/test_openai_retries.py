@@ -1,8 +1,10 @@
-"""Retries: which failures are retried, how long the client waits, and what it raises when
-the attempts run out. Delays are read from an injected sleep, except in one real-time test."""
+"""Retries, which the SDK makes: which failures are retried, how long the client waits, and
+what it raises when the attempts run out. Delays are read from an injected sleep, except in
+one real-time test; the SDK's jitter is pinned (``no_jitter``) unless a test sets it."""
 
 from __future__ import annotations
 
+import logging
 import random
 import socket
 import time
@@ -32,6 +34,22 @@ async def test_429_then_success_waits_as_retry_after_says(
     assert stub_model.requests[0].json == stub_model.requests[1].json
 
 
+async def test_each_retry_is_logged_with_the_status_the_provider_message_and_the_wait(
+    client: OpenAiCompatible, stub_model: StubModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    stub_model.enqueue(error(429, "slow down", retry_after="2"), Hang(seconds=0), completion("ok"))
+
+    with caplog.at_level(logging.WARNING, logger="bot.clients.openai_compatible"):
+        await client.complete(MESSAGES, [])
+
+    assert [record.getMessage() for record in caplog.records] == [
+        f"model request to {client.endpoint} failed: status 429 (slow down); retry 1 of 4"
+        " in 2.00 s",
+        f"model request to {client.endpoint} failed: no response (the connection failed or"
+        " timed out); retry 2 of 4 in 1.00 s",
+    ]
+
+
 async def test_retry_after_as_an_http_date(
     client: OpenAiCompatible, stub_model: StubModel, sleeps: Sleeps
 ) -> None:
@@ -45,24 +63,39 @@ async def test_retry_after_as_an_http_date(
 
 
 @pytest.mark.parametrize(
-    ("retry_after", "cap", "expected"),
+    ("retry_after", "expected"),
     [
-        ("3600", 60.0, 60.0),
-        ("3600", 5.0, 5.0),
-        ("Wed, 21 Oct 2015 07:28:00 GMT", 60.0, 0.0),
-        ("soon", 60.0, 0.5),
-        ("nan", 60.0, 0.5),
+        ("120", 120.0),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0.5),
+        ("0", 0.5),
+        ("soon", 0.5),
+        ("nan", 0.5),
     ],
 )
-async def test_retry_after_is_capped_and_an_unreadable_one_falls_back_to_backoff(
-    stub_model: StubModel, sleeps: Sleeps, retry_after: str, cap: float, expected: float
+async def test_retry_after_up_to_two_minutes_is_waited_and_any_other_falls_back_to_backoff(
+    stub_model: StubModel, sleeps: Sleeps, retry_after: str, expected: float
 ) -> None:
-    client = make_client(stub_model, sleeps, retry_after_cap=cap)
+    client = make_client(stub_model, sleeps)
     stub_model.enqueue(error(429, "busy", retry_after=retry_after), completion("ok"))
 
     await client.complete(MESSAGES, [])
 
     assert sleeps.calls == [expected]
+
+
+async def test_a_retry_after_over_two_minutes_is_not_waited_for(
+    client: OpenAiCompatible, stub_model: StubModel, sleeps: Sleeps
+) -> None:
+    # The SDK's rule: a server that asks for more than two minutes is not retried, so a
+    # worker is never parked for an hour.
+    stub_model.enqueue(error(429, "busy", retry_after="3600"), completion("unused"))
+
+    with pytest.raises(ModelError) as caught:
+        await client.complete(MESSAGES, [])
+
+    assert caught.value.code == "BEM-062"
+    assert "last status 429 after 1 attempts (busy)" in caught.value.message
+    assert (len(stub_model.requests), sleeps.calls) == (1, [])
 
 
 async def test_retry_after_really_waits(stub_model: StubModel) -> None:
@@ -105,7 +138,7 @@ async def test_exhausted_retries_are_bem_062_with_the_last_status(
 async def test_the_default_is_two_retries_capped_at_eight_seconds(
     stub_model: StubModel, sleeps: Sleeps
 ) -> None:
-    client = OpenAiCompatible(stub_model.base_url, KEY, "m", sleep=sleeps, rng=lambda: 0.0)
+    client = OpenAiCompatible(stub_model.base_url, KEY, "m", sleep=sleeps)
     stub_model.enqueue(*[error(500, "down")] * 3)
 
     with pytest.raises(ModelError, match="after 3 attempts"):
@@ -167,20 +200,11 @@ async def test_x_should_retry_false_stops_at_once(
     assert (len(stub_model.requests), sleeps.calls) == (1, [])
 
 
-async def test_backoff_is_capped(stub_model: StubModel, sleeps: Sleeps) -> None:
-    client = make_client(stub_model, sleeps, backoff_cap=1.5)
-    stub_model.enqueue(*[error(500, "down")] * 5)
-
-    with pytest.raises(ModelError):
-        await client.complete(MESSAGES, [])
-
-    assert sleeps.calls == [0.5, 1.0, 1.5, 1.5]
-
-
 async def test_jitter_takes_up_to_a_quarter_off_each_step(
-    stub_model: StubModel, sleeps: Sleeps
+    stub_model: StubModel, sleeps: Sleeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    client = make_client(stub_model, sleeps, rng=lambda: 1.0, max_retries=3)
+    monkeypatch.setattr("openai._base_client.random", lambda: 1.0)
+    client = make_client(stub_model, sleeps, max_retries=3)
     stub_model.enqueue(*[error(500, "down")] * 4)
 
     with pytest.raises(ModelError):
@@ -190,9 +214,10 @@ async def test_jitter_takes_up_to_a_quarter_off_each_step(
 
 
 async def test_random_jitter_stays_between_zero_and_the_step(
-    stub_model: StubModel, sleeps: Sleeps
+    stub_model: StubModel, sleeps: Sleeps, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    client = make_client(stub_model, sleeps, rng=random.Random(20).random)
+    monkeypatch.setattr("openai._base_client.random", random.Random(20).random)
+    client = make_client(stub_model, sleeps)
     stub_model.enqueue(*[error(500, "down")] * 5)
 
     with pytest.raises(ModelError):
@@ -263,9 +288,7 @@ async def test_connection_refused_is_retried_then_bem_060(sleeps: Sleeps) -> Non
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    client = OpenAiCompatible(
-        f"http://127.0.0.1:{port}/v1", KEY, "m", sleep=sleeps, rng=lambda: 0.0, max_retries=2
-    )
+    client = OpenAiCompatible(f"http://127.0.0.1:{port}/v1", KEY, "m", sleep=sleeps, max_retries=2)
 
     with pytest.raises(ModelError) as caught:
         await client.complete(MESSAGES, [])

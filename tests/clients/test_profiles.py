@@ -46,14 +46,29 @@ async def test_openai_sends_a_strict_openai_body_with_org_and_project(
     )
 
 
-async def test_azure_authenticates_with_api_key_and_api_version(stub_model: StubModel) -> None:
-    settings = ModelSettings(provider="azure-openai", base_url=stub_model.base_url, model="dep")
+@pytest.mark.parametrize(
+    "suffix",
+    ["", "/", "/openai/deployments/dep"],
+    ids=["resource-endpoint", "resource-endpoint-slash", "deployment-url"],
+)
+async def test_azure_authenticates_with_api_key_and_api_version(
+    stub_model: StubModel, suffix: str
+) -> None:
+    # Both of Azure's URL forms: the resource endpoint, with the deployment (the model
+    # name) added by the SDK, and the whole deployment URL.
+    settings = ModelSettings(
+        provider="azure-openai", base_url=stub_model.origin + suffix, model="dep"
+    )
 
     request = await sent(stub_model, settings, {"OPENAI_API_KEY": KEY})
 
     assert request.headers["api-key"] == KEY and "authorization" not in request.headers
-    assert request.path == "/v1/chat/completions?api-version=2024-10-21"
+    assert request.headers["user-agent"].startswith("AsyncAzureOpenAI/Python ")
+    path = "/openai/deployments/dep/chat/completions"
+    assert request.path == f"{path}?api-version=2024-10-21"
     assert "max_completion_tokens" in request.json
+    client = OpenAiCompatible.from_settings(settings, {"OPENAI_API_KEY": KEY})
+    assert client is not None and client.endpoint == stub_model.origin + path
 
 
 async def test_nvidia_adds_only_its_template_argument(stub_model: StubModel) -> None:

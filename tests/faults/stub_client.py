@@ -2,8 +2,8 @@
 pointed at the stub server (``harness.stub_model``) the test runs on loopback.
 
 ``model.factory = "tests.faults.stub_client:for_job"``; the worker finds the stub's URL in
-``FAULTS_MODEL_URL`` (``Stack.start_worker(env=...)``). Short timeouts and backoffs keep
-every retry path within a few seconds.
+``FAULTS_MODEL_URL`` (``Stack.start_worker(env=...)``). A short read timeout and the SDK's
+backoff (0.5 s, then 1 s) keep every retry path within a few seconds.
 """
 
 from __future__ import annotations
@@ -26,7 +26,4 @@ def for_job(job: JobRecord) -> OpenAiCompatible:
         STUB_MODEL,
         read_timeout=TIMEOUT_SECONDS,
         max_retries=MAX_RETRIES,
-        backoff_base=0.05,
-        backoff_cap=0.2,
-        retry_after_cap=5.0,
     )

@@ -87,36 +87,41 @@ async def _measured(
     return completion
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-async def test_an_answer_ends_on_stop_with_the_servers_usage(
-    model_server: ModelServer, request: pytest.FixtureRequest, stream: bool
+STREAMED = pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+
+
+@STREAMED
+@pytest.mark.parametrize(
+    ("limit", "messages", "ending"),
+    [(64, ANSWER, "stop"), (5, LONG, "length")],
+    ids=["answer", "cut"],
+)
+async def test_each_ending_is_mapped_and_usage_is_the_servers(
+    model_server: ModelServer,
+    request: pytest.FixtureRequest,
+    stream: bool,
+    limit: int,
+    messages: list[Message],
+    ending: str,
 ) -> None:
-    client = live_client(model_server, max_output_tokens=64)
+    """An answer ends on ``stop`` and is acted on; a reply cut at ``max_output_tokens``
+    ends on ``length`` and is BEM-067, naming the limit."""
+    client = live_client(model_server, max_output_tokens=limit)
 
-    completion = await _measured(model_server, request.node, client, ANSWER, stream=stream)
+    completion = await _measured(model_server, request.node, client, messages, stream=stream)
 
-    assert completion.finish_reason == "stop"
+    assert completion.finish_reason == ending and completion.model
     assert (completion.text or "").strip()
-    assert completion.model
-    check_ending(completion)
-
-
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-async def test_a_reply_cut_at_the_output_limit_is_bem_067(
-    model_server: ModelServer, request: pytest.FixtureRequest, stream: bool
-) -> None:
-    client = live_client(model_server, max_output_tokens=5)
-
-    completion = await _measured(model_server, request.node, client, LONG, stream=stream)
-
-    assert completion.finish_reason == "length"
-    assert completion.usage is not None and completion.usage.completion_tokens == 5
+    if ending == "stop":
+        check_ending(completion)
+        return
+    assert completion.usage is not None and completion.usage.completion_tokens == limit
     with pytest.raises(BeamError) as cut:
         check_ending(completion, client.output_limit)
-    assert cut.value.code == "BEM-067" and "max_tokens=5" in str(cut.value)
+    assert cut.value.code == "BEM-067" and f"max_tokens={limit}" in str(cut.value)
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@STREAMED
 async def test_the_servers_tool_call_reaches_the_loop(
     model_server: ModelServer, request: pytest.FixtureRequest, stream: bool
 ) -> None:

@@ -140,11 +140,17 @@ class RiverbeamSdk(_Sdk):
 
     async def _send_request(self, request: Any, *, stream: bool, **kwargs: Any) -> Any:
         try:
-            return await super()._send_request(request, stream=stream, **kwargs)
+            response = await super()._send_request(request, stream=stream, **kwargs)
         except httpx.ReadTimeout as timeout:
             if stream:
                 raise
             raise ReplyTimedOut(type(timeout).__name__) from timeout
+        if stream and response.status_code >= 400:
+            # The SDK closes a streamed error unread before it waits to retry, so the retry's
+            # log line could not quote the provider (it reads the same body for its final
+            # error anyway).
+            await response.aread()
+        return response
 
 
 class _OpenAiSdk(RiverbeamSdk, openai.AsyncOpenAI):

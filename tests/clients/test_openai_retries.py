@@ -17,7 +17,7 @@ import pytest
 from bot.clients import OpenAiCompatible
 from bot.clients.retry import parse_retry_after
 from bot.core.errors import ModelError
-from harness.stub_model import Hang, Reply, StubModel, completion, error
+from harness.stub_model import Hang, Reply, StubModel, completion, error, text_stream
 from tests.clients.helpers import KEY, MESSAGES, Sleeps, make_client
 
 
@@ -34,13 +34,21 @@ async def test_429_then_success_waits_as_retry_after_says(
     assert stub_model.requests[0].json == stub_model.requests[1].json
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 async def test_each_retry_is_logged_with_the_status_the_provider_message_and_the_wait(
-    client: OpenAiCompatible, stub_model: StubModel, caplog: pytest.LogCaptureFixture
+    client: OpenAiCompatible,
+    stub_model: StubModel,
+    caplog: pytest.LogCaptureFixture,
+    stream: bool,
 ) -> None:
-    stub_model.enqueue(error(429, "slow down", retry_after="2"), Hang(seconds=0), completion("ok"))
+    answer = text_stream("ok") if stream else completion("ok")
+    stub_model.enqueue(error(429, "slow down", retry_after="2"), Hang(seconds=0), answer)
 
     with caplog.at_level(logging.WARNING, logger="bot.clients.openai_compatible"):
-        await client.complete(MESSAGES, [])
+        if stream:
+            assert [item async for item in client.stream(MESSAGES, [])]
+        else:
+            await client.complete(MESSAGES, [])
 
     assert [record.getMessage() for record in caplog.records] == [
         f"model request to {client.endpoint} failed: status 429 (slow down); retry 1 of 4"

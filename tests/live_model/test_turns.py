@@ -135,6 +135,8 @@ async def test_the_servers_tool_call_reaches_the_loop(
     figures.measure(
         request.node, "live_model.tool_call_turn_ms", (time.perf_counter() - started) * 1e3
     )
+    assert first.usage is not None
+    figures.measure(request.node, "live_model.tool_call_turn_tokens", first.usage.completion_tokens)
     assert first.finish_reason == "tool_calls", first
     assert [call.name for call in first.tool_calls] == ["echo"]
     check_ending(first)

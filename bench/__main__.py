@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "segment_walk": ([], []),
     "webhook_bench": ([], ["--runs", "30", "--warmup", "5", "--job-runs", "5"]),
     "checks_bench": ([], ["--runs", "2"]),
+    "real_repos": ([], ["--jobs", "1"]),
 }
 
 

@@ -383,6 +383,21 @@ def _author_commit_no_push() -> list[PlaybookStep]:
     ]
 
 
+NEW_PAGE = "riverbeam-bench.md"
+
+
+def _author_new_page() -> list[PlaybookStep]:
+    """An author job that needs no page of the repository: it lists the root, writes a new
+    page there, commits and pushes (``bench.real_repos`` on any real repository)."""
+    return [
+        calls(("list_tree", {})),
+        calls(("write_file", {"path": NEW_PAGE, "body": "# Riverbeam\n\nA new page.\n"})),
+        calls(("git_add", {"path": NEW_PAGE}), ("git_commit", {"message": "Add a page"})),
+        calls(("git_push", {})),
+        _after_push,
+    ]
+
+
 def _author_write_no_commit() -> list[PlaybookStep]:
     return [
         calls(("write_file", {"path": "docs/install.md", "body": FIXED_INSTALL})),
@@ -436,6 +451,7 @@ PLAYBOOKS: dict[str, Callable[[], list[PlaybookStep]]] = {
     "commit-notes-unknown-tools": _commit_notes_unknown_tools,
     "author-commit-no-push": _author_commit_no_push,
     "author-write-no-commit": _author_write_no_commit,
+    "author-new-page": _author_new_page,
     "author-nothing-silent": _author_nothing_silent,
     "author-nothing-to-change": _author_nothing_to_change,
     "author-read-missing": _author_read_missing,

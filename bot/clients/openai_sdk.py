@@ -20,9 +20,7 @@ tests in ``tests/clients`` exercise each one.
 
 from __future__ import annotations
 
-import functools
 import logging
-import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,6 +31,7 @@ from openai._models import FinalRequestOptions
 from pydantic import SecretStr
 
 from bot.clients.openai_replies import provider_message
+from bot.clients.tls import shared_tls_context
 
 Sleep = Callable[[float], Awaitable[None]]
 TokenProvider = Callable[[], "str | Awaitable[str]"]
@@ -183,7 +182,7 @@ def open_sdk(connection: Connection) -> RiverbeamSdk:
         "default_query": dict(connection.query),
         "default_headers": headers,
         "http_client": httpx.AsyncClient(
-            transport=transport, timeout=connection.timeout, verify=_tls_context()
+            transport=transport, timeout=connection.timeout, verify=shared_tls_context()
         ),
     }
     azure = connection.azure
@@ -209,13 +208,6 @@ def open_sdk(connection: Connection) -> RiverbeamSdk:
     sdk.riverbeam_where = connection.where
     sdk.riverbeam_quote = connection.quote
     return sdk
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """httpx's default TLS context, made once per process: httpx makes one (reading the CA
-    bundle) for every client it builds, which cost 55 ms of CPU per model request here."""
-    return httpx.create_ssl_context()
 
 
 def request_headers(connection: Connection, *, accept: str) -> dict[str, Any]:

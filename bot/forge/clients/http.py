@@ -4,15 +4,13 @@ httpx's timeouts are per operation: a server that sends one byte a second never 
 read timeout, and a call could last forever. ``call`` runs the whole exchange (connecting,
 sending, the headers and every byte of the body) under one deadline
 (``bot.clients.deadline.within``, as the webhooks do), so it ends by its deadline whatever
-the server does, and reads at most ``MAX_REPLY_BYTES``. The TLS context is made once and
-shared, since loading the CA bundle is the slow part. ``read_secret`` reads a token or key
+the server does, and reads at most ``MAX_REPLY_BYTES``. The TLS context is the one every
+outbound client shares (``bot.clients.tls``). ``read_secret`` reads a token or key
 file for any client, naming the file, never its text, when it cannot.
 """
 
 from __future__ import annotations
 
-import functools
-import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ import httpx
 
 from bot.clients.deadline import DeadlinePassed, within
 from bot.clients.retry import parse_retry_after
+from bot.clients.tls import shared_tls_context
 from bot.core.errors import ForgeCredentialsError, ForgeRefused, ForgeRetryLater
 
 DEFAULT_DEADLINE_SECONDS = 15.0
@@ -37,11 +36,6 @@ class Reply:
     headers: httpx.Headers
     body: bytes
     url: str
-
-
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    return httpx.create_ssl_context()
 
 
 def call(
@@ -112,7 +106,7 @@ async def _exchange(
 ) -> Reply:
     # httpx's own timeout only keeps one stalled read from outliving the deadline.
     async with httpx.AsyncClient(
-        verify=_tls(), timeout=deadline, follow_redirects=False, trust_env=False
+        verify=shared_tls_context(), timeout=deadline, follow_redirects=False, trust_env=False
     ) as client:
         request = client.build_request(method, url, headers=headers, params=params, json=json)
         response = await client.send(request, stream=True)

@@ -28,6 +28,7 @@ Figures are printed, never asserted.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import tempfile
@@ -45,7 +46,7 @@ from harness.stack import REPO, Stack, job_stack
 PLAYBOOK = "author-new-page"
 DEFAULT_REPOS = {"tldr": Path("/tmp/real/tldr.git"), "book": Path("/tmp/real/book.git")}
 COLD_TIMEOUT_SECONDS = 600.0
-_PAGE = 4096
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass

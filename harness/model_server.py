@@ -24,6 +24,7 @@ form SmolLM2 was tuned on.
 
     with running_model_server() as server:
         server.base_url, server.api_key  # http://127.0.0.1:PORT/v1, a random key
+        server.model_table()             # the [model] settings for it
         server.metrics()                 # llama-server's Prometheus counters
 """
 
@@ -48,7 +49,10 @@ from typing import Final
 import docker
 import httpx
 
+from bot.config import load_settings
+from harness.stack import wait_until
 from harness.workers import free_port, own
+from sandbox.host.container.hardening import ROLE_LABEL
 from sandbox.host.engine import connect
 
 SUITE: Final = "forky"
@@ -61,8 +65,7 @@ MODEL_SHA256: Final = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728
 MODEL_NAME: Final = "SmolLM2-135M-Instruct"
 CONTEXT_WINDOW: Final = 8192  # the model's training context
 TEMPLATE: Final = Path(__file__).with_name("model_server_template.jinja")
-ROLE: Final = ("riverbeam.role", "model-server")
-_MIRROR: Final = "http://deb.debian.org/debian"
+ROLE: Final = "model-server"
 _PORT: Final = 8080
 
 
@@ -72,12 +75,25 @@ def cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class ModelServer:
-    """A running server: its OpenAI-compatible base URL, the key it requires, its
-    container."""
+    """A running server: its OpenAI-compatible base URL, the key it requires, and a file
+    holding the key (as an operator keeps one)."""
 
     base_url: str
     api_key: str
-    container: str
+    key_file: Path
+
+    def model_table(self, **fields: object) -> dict[str, object]:
+        """The ``[model]`` settings that point Riverbeam at this server, as an operator writes
+        them (the tiny model answers most alike at temperature 0), with ``fields`` on top."""
+        return {
+            "provider": "openai-compatible",
+            "base_url": self.base_url,
+            "model": MODEL_NAME,
+            "api_key_file": str(self.key_file),
+            "context_window": CONTEXT_WINDOW,
+            "temperature": 0,
+            **fields,
+        }
 
     @property
     def root(self) -> str:
@@ -126,7 +142,7 @@ def ensure_image() -> None:
                 f"--include={SERVER_PACKAGE}",
                 SUITE,
                 str(rootfs),
-                f"deb {_MIRROR} {SUITE} main",
+                f"deb {load_settings().sandbox.debian_mirror} {SUITE} main",
             ],
             check=True,
         )
@@ -135,7 +151,7 @@ def ensure_image() -> None:
             str(rootfs),
             repository=repository,
             tag=tag,
-            changes=['ENTRYPOINT ["/usr/bin/llama-server"]', f"LABEL {ROLE[0]}={ROLE[1]}"],
+            changes=['ENTRYPOINT ["/usr/bin/llama-server"]', f"LABEL {ROLE_LABEL}={ROLE}"],
         )
 
 
@@ -200,43 +216,44 @@ def running_model_server(*, threads: int = 2) -> Iterator[ModelServer]:
         [*itertools.chain.from_iterable(arguments.items()), "--metrics", "--jinja", "--no-webui"],
         name=own("model-server"),
         detach=True,
-        labels=dict([ROLE]),
+        labels={ROLE_LABEL: ROLE},
         ports={f"{_PORT}/tcp": ("127.0.0.1", port)},
         volumes={
             str(model.parent): {"bind": "/models", "mode": "ro"},
             str(TEMPLATE): {"bind": "/template/chat.jinja", "mode": "ro"},
         },
     )
-    server = ModelServer(f"http://127.0.0.1:{port}/v1", key, container.id)
     try:
-        _wait_healthy(server, container)
-        yield server
+        with tempfile.TemporaryDirectory(prefix="riverbeam-model-key-") as secrets_dir:
+            key_file = Path(secrets_dir) / "key"
+            key_file.write_text(key + "\n")
+            server = ModelServer(f"http://127.0.0.1:{port}/v1", key, key_file)
+            _wait_healthy(server, container)
+            yield server
     finally:
         container.remove(force=True)
 
 
 def _wait_healthy(server: ModelServer, container: docker.models.containers.Container) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    def healthy() -> bool:
         try:
-            if httpx.get(f"{server.root}/health", timeout=2).status_code == 200:
-                return
+            return httpx.get(f"{server.root}/health", timeout=2).status_code == 200
         except httpx.TransportError:
-            pass
-        container.reload()
-        if container.status == "exited":
-            break
-        time.sleep(0.25)
-    log = container.logs(tail=40).decode(errors="replace")
-    raise RuntimeError(f"llama-server did not become healthy:\n{log}")
+            container.reload()
+            if container.status == "exited":
+                raise AssertionError(explain()) from None
+            return False
+
+    def explain() -> str:
+        log = container.logs(tail=40).decode(errors="replace")
+        return f"llama-server did not become healthy:\n{log}"
+
+    wait_until(healthy, 120, explain)
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as source:
-        while chunk := source.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(source, "sha256").hexdigest()
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ import pytest
 from bot.clients.openai_compatible import OpenAiCompatible
 from bot.clients.profiles import resolve
 from bot.config import ModelSettings
-from harness.model_server import CONTEXT_WINDOW, MODEL_NAME, ModelServer, running_model_server
+from harness.model_server import ModelServer, running_model_server
 
 
 @pytest.fixture(scope="session")
@@ -19,21 +19,8 @@ def model_server() -> Iterator[ModelServer]:
         yield server
 
 
-def live_settings(server: ModelServer, **fields: object) -> ModelSettings:
-    """Settings for the server as an operator would write them: the tiny model answers
-    most alike at temperature 0, and its window is the server's."""
-    values: dict[str, object] = {
-        "provider": "openai-compatible",
-        "base_url": server.base_url,
-        "model": MODEL_NAME,
-        "context_window": CONTEXT_WINDOW,
-        "temperature": 0,
-        **fields,
-    }
-    return ModelSettings.model_validate(values)
-
-
 def live_client(server: ModelServer, **fields: object) -> OpenAiCompatible:
-    resolved = resolve(live_settings(server, **fields), {"BEAM_API_KEY": server.api_key})
+    settings = ModelSettings.model_validate(server.model_table(**fields))
+    resolved = resolve(settings, {})
     assert resolved is not None
     return OpenAiCompatible.from_resolved(resolved)

@@ -16,7 +16,7 @@ from bot.core.frames import DoneFrame, ToolFrame, Usage
 from bot.service.access import Principal
 from bot.store.models import JobKind, JobSpec, JobState
 from harness import figures
-from harness.model_server import CONTEXT_WINDOW, MODEL_NAME, ModelServer
+from harness.model_server import ModelServer
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import REPO, REQUESTER, Stack, job_stack
 
@@ -26,20 +26,10 @@ ENDS = (JobState.AWAITING_APPROVAL, JobState.SUCCEEDED, JobState.FAILED)
 
 
 @pytest.fixture(scope="module")
-def stack(model_server: ModelServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    key = tmp_path_factory.mktemp("live-model") / "key"
-    key.write_text(model_server.api_key)
-    model = {
-        "base_url": model_server.base_url,
-        "model": MODEL_NAME,
-        "api_key_file": str(key),
-        "context_window": CONTEXT_WINDOW,
-        "temperature": 0,
-        # Bounds on a run of the tiny model, which may never stop calling tools: each is a
-        # documented end (BEM-067, BEM-073).
-        "max_output_tokens": 256,
-        "max_requests": 6,
-    }
+def stack(model_server: ModelServer) -> Iterator[Stack]:
+    # Bounds on a run of the tiny model, which may never stop calling tools: each is a
+    # documented end (BEM-067, BEM-073).
+    model = model_server.model_table(max_output_tokens=256, max_requests=6)
     with job_stack(model_factory=None, more_config={"model": model}) as running:
         running.start_worker("a")
         yield running

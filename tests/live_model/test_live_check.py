@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 
 from harness import figures
-from harness.model_server import CONTEXT_WINDOW, MODEL_NAME, ModelServer
+from harness.model_server import ModelServer
 from tests.cli.kit import cli
 
 pytestmark = [pytest.mark.live_model, pytest.mark.serial]
@@ -20,14 +21,7 @@ def test_model_check_passes_on_the_live_server(
     monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
 ) -> None:
-    key = tmp_path / "model-key"
-    key.write_text(model_server.api_key + "\n")
-    config = tmp_path / "riverbeam.toml"
-    config.write_text(
-        f'[model]\nbase_url = "{model_server.base_url}"\nmodel = "{MODEL_NAME}"\n'
-        f'api_key_file = "{key}"\ncontext_window = {CONTEXT_WINDOW}\ntemperature = 0\n'
-    )
-    monkeypatch.setenv("RIVERBEAM_CONFIG", str(config))
+    _configure(tmp_path, monkeypatch, model_server.model_table())
 
     started = time.perf_counter()
     ran = cli("model", "check")
@@ -42,12 +36,19 @@ def test_model_check_passes_on_the_live_server(
 def test_a_wrong_key_is_refused_with_bem_061(
     model_server: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = tmp_path / "riverbeam.toml"
-    config.write_text(f'[model]\nbase_url = "{model_server.base_url}"\nmodel = "{MODEL_NAME}"\n')
-    monkeypatch.setenv("RIVERBEAM_CONFIG", str(config))
+    table = model_server.model_table()
+    del table["api_key_file"]
+    _configure(tmp_path, monkeypatch, table)
     monkeypatch.setenv("BEAM_API_KEY", "not-the-servers-key")
 
     ran = cli("model", "check")
 
     assert ran.code == 1
     assert ran.out.count("BEM-061") == 3 and "401" in ran.out, ran.out
+
+
+def _configure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: dict[str, object]) -> None:
+    """A ``riverbeam.toml`` holding the ``[model]`` table, which the CLI reads."""
+    config = tmp_path / "riverbeam.toml"
+    config.write_text("[model]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in model.items()))
+    monkeypatch.setenv("RIVERBEAM_CONFIG", str(config))

@@ -253,7 +253,7 @@ def _claim_once(
     """A spare started ahead (not timed), a clone built in its directory and renamed as a
     job's workspace is, then the claim (timed by its stages)."""
     sandbox = ContainerSandbox(client, setup.image)
-    token, directory = make_spare_directory(scratch, _deadline())
+    token, directory = make_spare_directory(scratch, _deadline(), views=False)
     sandbox.start_spare(token, directory, setup.limits, deadline=_deadline())
     uid = setup.limits.uid
     _clone(source, directory / "tree", uid)

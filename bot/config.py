@@ -303,6 +303,11 @@ class WorkspaceSettings(BaseModel):
         str, _checked(lambda prefix: branch_name(f"{prefix}0"), "a branch name prefix")
     ] = "riverbeam/"
     retention_hours: Seconds = 24.0
+    views: Literal["auto", "always", "never"] = Field(
+        default="auto",
+        description="job trees as copy-on-write views of one checkout per commit (overlayfs):"
+        " auto where the worker may mount, else a checkout per job",
+    )
     known_hosts: Path = Field(
         default=Path("/var/lib/riverbeam/known_hosts"),
         description="OpenSSH known_hosts file pinning the host keys of SSH upstreams",

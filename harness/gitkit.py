@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar, cast
 
+from sandbox.host.workspace.overlay import detach_under
 from sandbox.host.workspace.prepare import SANDBOX_UID, Workspace
 
 T = TypeVar("T")
@@ -43,12 +44,13 @@ _BASE_ENV = {
 def traversable_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
     """A scratch directory the sandbox uid can pass through (pytest's tmp_path is 0700
     root): workspaces under it are checked out by that uid and mounted into its containers.
-    Removed on the way out."""
+    Removed on the way out, with the job views mounted under it detached first."""
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     path.chmod(0o711)
     try:
         yield path
     finally:
+        detach_under(path)
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -11,6 +11,7 @@ import pytest
 from bot.clients import openai_compatible
 from harness import figures
 from harness.stub_model import StubModel
+from sandbox.host.workspace.overlay import detach_under
 
 # Variables that would point a client at a real endpoint, hand it a real key, or route its
 # requests through a proxy (httpx reads the proxy variables itself); and the terminal's size,
@@ -37,6 +38,14 @@ def _no_remote_model_requests() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(openai_compatible, "ALLOW_REMOTE_MODEL_REQUESTS", False)
         yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _views_detached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The job views tests mounted under their temporary directories go at the end, so
+    that those directories can be deleted (pytest keeps the last three runs')."""
+    yield
+    detach_under(tmp_path_factory.getbasetemp())
 
 
 @pytest.fixture

@@ -81,6 +81,10 @@ def _demo(args: argparse.Namespace) -> int:
                 out.print(f"  left running, as found: {', '.join(stack.reused)}")
     finally:
         if remove:
+            from sandbox.host.workspace.overlay import detach_under
+
+            # The jobs' views are mounted under it: detached first, then deleted whole.
+            detach_under(directory)
             shutil.rmtree(directory, ignore_errors=True)
             out.print(f"  removed {directory}")
         else:

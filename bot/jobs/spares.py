@@ -39,9 +39,10 @@ from pathlib import Path
 
 import docker
 
-from bot.config import SandboxLimits
+from bot.config import SandboxLimits, WorkspaceSettings
 from bot.core.errors import BeamError
 from sandbox.host.container.lifecycle import ContainerSandbox
+from sandbox.host.workspace.overlay import ViewUnavailable, unmount_all, views_available
 from sandbox.host.workspace.spare_dirs import make_spare_directory
 
 __all__ = ["RECYCLE_THREAD", "SPARE_IDLE_SECONDS", "Spare", "SparePool"]
@@ -76,6 +77,7 @@ class Spare:
         """Remove the container and the directory (which a claim renamed away already)."""
         self.leave_pool()
         self.sandbox.stop()
+        unmount_all(self.directory / "tree")
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
@@ -83,10 +85,15 @@ class SparePool:
     """Up to ``count`` spares of one worker process, started on a background thread."""
 
     def __init__(
-        self, client: docker.DockerClient, root: Path, *, count: int, time_limit: float
+        self,
+        client: docker.DockerClient,
+        workspaces: WorkspaceSettings,
+        *,
+        count: int,
+        time_limit: float,
     ) -> None:
         self._client = client
-        self._root = root
+        self._workspaces = workspaces
         self._count = count
         self._time_limit = time_limit
         self._lock = threading.Lock()
@@ -182,15 +189,19 @@ class SparePool:
         deadline = (datetime.now(UTC) + timedelta(seconds=seconds)).replace(microsecond=0)
         sandbox = ContainerSandbox(self._client, image)
         try:
-            token, directory = make_spare_directory(self._root, deadline)
-        except OSError as error:
+            views = views_available(self._workspaces.root, self._workspaces.views)
+            token, directory = make_spare_directory(self._workspaces.root, deadline, views=views)
+        except (OSError, BeamError, ViewUnavailable) as error:
             log.warning("could not make a spare's directory: %s", error)
             return None
         made = time.monotonic()
         try:
-            sandbox.start_spare(token, directory, limits, deadline=deadline, deployment=deployment)
+            sandbox.start_spare(
+                token, directory, limits, deadline=deadline, deployment=deployment, views=views
+            )
         except BeamError as error:
             log.warning("could not start a spare sandbox container: %s", error)
+            unmount_all(directory / "tree")
             shutil.rmtree(directory, ignore_errors=True)
             return None
         return Spare(sandbox, directory, image, limits, made)

@@ -107,7 +107,7 @@ class JobWorker:
         if self._spares is None and count > 0:
             self._spares = SparePool(
                 self.docker,
-                self.settings.workspaces.root,
+                self.settings.workspaces,
                 count=count,
                 time_limit=self.settings.jobs.time_limit_seconds,
             )

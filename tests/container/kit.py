@@ -71,7 +71,7 @@ def claim_spare(
     replace_leftover: bool = False,
 ) -> tuple[Workspace, Path]:
     """Start ``sandbox`` as a spare under ``root``, and ``claim`` it for ``job_id``."""
-    token, directory = make_spare_directory(root, deadline())
+    token, directory = make_spare_directory(root, deadline(), views=False)
     sandbox.start_spare(token, directory, limits, deadline=deadline(), deployment=deployment)
     workspace = claim(
         sandbox,

@@ -75,7 +75,7 @@ def _spare(
     until: datetime | None = None,
 ) -> tuple[ContainerSandbox, Path]:
     sandbox = _new(client, image, into)
-    token, directory = make_spare_directory(root, until or deadline())
+    token, directory = make_spare_directory(root, until or deadline(), views=False)
     sandbox.start_spare(
         token, directory, limits, deadline=until or deadline(), deployment=deployment
     )

@@ -10,6 +10,9 @@
       outside/              what an escape would reach: secret.txt, dir/inner.txt
       root2/secret.txt      a sibling sharing the root's name as a prefix
 
+With ``view=True`` the root is instead a job's view of a base in ``base/lower``, its
+changes in ``base/layer`` (``base/work`` is overlayfs' own).
+
 ``Snapshot`` records every entry under ``base`` (type, mode, content hash or link target) so a
 test can assert that a refused call changed nothing: not outside, not in ``.git``, not in
 the working tree.
@@ -29,6 +32,7 @@ from types import FrameType
 
 import pygit2
 
+from sandbox.host.workspace.overlay import mount_view
 from sandbox.inside.jail import SandboxRoot
 
 INSIDE_INDEX = b"# Inside\n"
@@ -72,16 +76,19 @@ class JailEnv:
     root: Path
     outside: Path
     jail: SandboxRoot
+    view: bool = False
 
     @property
     def git_dir(self) -> Path:
         return self.root / ".git"
 
     def snapshot(self) -> Snapshot:
+        # A view's layer holds what the root shows changed: the tree's snapshot covers it.
+        inside = ("root", "layer", "work") if self.view else ("root",)
         outside = {
             key: value
             for key, value in snapshot_tree(self.base).items()
-            if key != "root" and not key.startswith("root/")
+            if key.partition("/")[0] not in inside
         }
         tree = {
             key: value
@@ -103,9 +110,31 @@ class JailEnv:
         path.symlink_to(target)
 
 
-def build_jail_env(base: Path, **limits: int) -> JailEnv:
+def build_jail_env(base: Path, *, view: bool = False, **limits: int) -> JailEnv:
+    """With ``view``, the root is a job's view (``sandbox.host.workspace.overlay``): its
+    files are laid out in ``base/lower``, "outside" for the snapshot (a case that changes the
+    base fails), and the view's changes go to ``base/layer``."""
     root = base / "root"
     outside = base / "outside"
+    if view:
+        lower = base / "lower"
+        _lay_out(lower)
+        for name in ("layer", "work", "root"):
+            (base / name).mkdir()
+        mount_view(lower, base / "layer", base / "work", root)
+    else:
+        _lay_out(root)
+    (outside / "dir").mkdir(parents=True)
+    (outside / "secret.txt").write_bytes(OUTSIDE_SECRET)
+    (outside / "dir" / "inner.txt").write_bytes(OUTSIDE_SECRET)
+    (base / "root2").mkdir()
+    (base / "root2" / "secret.txt").write_bytes(OUTSIDE_SECRET)
+    return JailEnv(
+        base=base, root=root, outside=outside, jail=SandboxRoot(root, **limits), view=view
+    )
+
+
+def _lay_out(root: Path) -> None:
     pygit2.init_repository(str(root))
     (root / "docs" / "guide").mkdir(parents=True)
     (root / "docs" / "index.md").write_bytes(INSIDE_INDEX)
@@ -113,12 +142,6 @@ def build_jail_env(base: Path, **limits: int) -> JailEnv:
     (root / "README.md").write_bytes(b"# Readme\n")
     for name in (".gitignore", ".gitattributes", ".gitmodules"):
         (root / name).write_bytes(f"# {name}\n".encode())
-    (outside / "dir").mkdir(parents=True)
-    (outside / "secret.txt").write_bytes(OUTSIDE_SECRET)
-    (outside / "dir" / "inner.txt").write_bytes(OUTSIDE_SECRET)
-    (base / "root2").mkdir()
-    (base / "root2" / "secret.txt").write_bytes(OUTSIDE_SECRET)
-    return JailEnv(base=base, root=root, outside=outside, jail=SandboxRoot(root, **limits))
 
 
 @contextmanager

@@ -8,16 +8,18 @@ outside, of ``.git`` and of the working tree is identical before and after the c
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from bot.core.errors import JailError
+from sandbox.host.workspace.overlay import unmount_view
 from sandbox.inside.jail import SandboxRoot
 from tests.sandbox.jail_kit import JailEnv, build_jail_env, deadline
 
@@ -25,9 +27,13 @@ Setup = Callable[[JailEnv], object]
 MIB = 1 << 20
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> JailEnv:
-    return build_jail_env(tmp_path)
+@pytest.fixture(params=[False, True], ids=["tree", "view"])
+def env(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[JailEnv]:
+    """The catalogue on a plain tree and on a job's view of a base."""
+    made = build_jail_env(tmp_path, view=request.param)
+    yield made
+    if made.view:
+        unmount_view(made.root)
 
 
 # -- setup steps ---------------------------------------------------------------------------
@@ -76,7 +82,18 @@ def device(rel: str, kind: int, major: int, minor: int) -> Setup:
 
 
 def hard_link_to_outside(rel: str) -> Setup:
-    return lambda env: os.link(env.outside / "secret.txt", env.root / rel)
+    def make(env: JailEnv) -> None:
+        if not env.view:
+            os.link(env.outside / "secret.txt", env.root / rel)
+            return
+        # Into a view the kernel links nothing from another mount; what a process in it can
+        # link is a file of the view (a base file is copied up first): refused alike.
+        with pytest.raises(OSError) as refused:
+            os.link(env.outside / "secret.txt", env.root / rel)
+        assert refused.value.errno == errno.EXDEV
+        os.link(env.root / "README.md", env.root / rel)
+
+    return make
 
 
 def big_file(rel: str, size: int) -> Setup:

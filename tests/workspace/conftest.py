@@ -11,6 +11,7 @@ import pytest
 
 from bot.config import Credentials, RepositoryConfig, WorkspaceSettings
 from harness.gitkit import make_upstream, traversable_dir
+from sandbox.host.workspace.bases import BASES
 
 TOKEN_ENV = "RIVERBEAM_TEST_UPSTREAM_TOKEN"
 
@@ -33,9 +34,19 @@ def upstream(base_dir: Path) -> Path:
     return make_upstream(base_dir / "upstream.git")
 
 
-@pytest.fixture
-def settings(base_dir: Path) -> WorkspaceSettings:
-    return WorkspaceSettings(root=base_dir / "workspaces", mirrors=base_dir / "mirrors")
+@pytest.fixture(params=["auto", "never"], ids=["views", "checkouts"])
+def settings(base_dir: Path, request: pytest.FixtureRequest) -> WorkspaceSettings:
+    """Both ways of laying out a job's tree: a view of the base (this host may mount) and a
+    checkout of its own."""
+    return WorkspaceSettings(
+        root=base_dir / "workspaces", mirrors=base_dir / "mirrors", views=request.param
+    )
+
+
+def bases_named(settings: WorkspaceSettings, repo: str) -> list[str]:
+    """The commits that have a base under the root, for ``repo``: none with checkouts."""
+    directory = settings.root / BASES / repo
+    return sorted(os.listdir(directory)) if directory.is_dir() else []
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ from bot.core.errors import BeamError
 from harness.gitkit import git, upstream_push
 from sandbox.host.upstream import mirror as mirror_module
 from sandbox.host.upstream.mirror import mirror_lock, mirror_path, sync_mirror
+from sandbox.host.workspace.bases import BASES, base_directory
 from sandbox.host.workspace.prepare import Workspace, prepare_workspace
-from tests.workspace.conftest import assert_secret_absent
+from tests.workspace.conftest import assert_secret_absent, bases_named
 
 
 def _sync(config: RepositoryConfig, settings: WorkspaceSettings) -> Path:
@@ -126,7 +127,13 @@ def test_concurrent_prepares_in_separate_processes_share_one_sound_mirror(
     assert [result.base_sha for result in results] == [main] * len(jobs)
     assert sorted(os.listdir(settings.mirrors)) == ["docs.git", "docs.lock"]
     git("-C", str(settings.mirrors / "docs.git"), "fsck", "--strict", "--no-dangling")
-    assert sorted(os.listdir(settings.root)) == jobs
+    views = settings.views != "never"
+    assert sorted(os.listdir(settings.root)) == ([BASES] if views else []) + jobs
+    # Four prepares at once on one commit: one base, the same for all.
+    assert bases_named(settings, "docs") == ([main] if views else [])
+    assert {result.view_of for result in results} == (
+        {base_directory(settings.root, "docs", main) / "tree"} if views else {None}
+    )
     for result in results:
         assert (result.tree / "docs" / "install.md").read_text() == "Install it with pip.\n"
 

@@ -8,10 +8,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bot.config import RepositoryConfig, WorkspaceSettings
+from sandbox.host.workspace.bases import BASES
 from sandbox.host.workspace.prepare import (
     FINISHED,
     METADATA,
     SANDBOX_UID,
+    Workspace,
     prepare_workspace,
     release_workspace,
 )
@@ -19,6 +21,21 @@ from sandbox.host.workspace.retention import STAGING_GRACE, collect_workspaces
 from sandbox.host.workspace.spare_dirs import make_spare_directory
 
 HOUR = 3600.0
+
+
+def bases_of(workspace: Workspace) -> list[str]:
+    """What retention names for the base of ``workspace`` when it removes it."""
+    if workspace.view_of is None:
+        return []
+    return [f"{BASES}/{workspace.repo}/{workspace.base_sha}"]
+
+
+def mounts_under(top: Path) -> list[str]:
+    """The mount points at or under ``top``, from the kernel's table."""
+    prefix = os.path.realpath(top)
+    with open("/proc/self/mountinfo", encoding="utf-8") as table:
+        points = [line.split()[4] for line in table]
+    return [point for point in points if point == prefix or point.startswith(prefix + "/")]
 
 
 def _age(path: Path, seconds: float) -> None:
@@ -50,21 +67,30 @@ def test_finished_and_expired_and_unknown_go_active_and_recent_stay(
     assert sorted(removed) == sorted(
         ["done-old", "crashed-old", "no-record", "stray.txt", "stray-link", ".staging-old-x"]
     )
-    assert sorted(os.listdir(settings.root)) == [".staging-young-x", "active-old", "done-new"]
+    bases = [BASES] if settings.views != "never" else []
+    assert sorted(os.listdir(settings.root)) == [
+        *bases,
+        ".staging-young-x",
+        "active-old",
+        "done-new",
+    ]
     assert base_dir.is_dir()
+    assert not mounts_under(settings.root / "done-old")
 
 
 def test_the_clock_is_the_callers(
     repo_config: RepositoryConfig, settings: WorkspaceSettings
 ) -> None:
-    prepare_workspace("done", "docs", repo_config, None, settings)
+    workspace = prepare_workspace("done", "docs", repo_config, None, settings)
     release_workspace("done", settings)
 
     _age(settings.root / "done" / FINISHED, HOUR)
     release_workspace("done", settings)  # a retried release keeps the first time
 
     assert collect_workspaces(settings, lambda _: True, time.time() + 22 * HOUR) == []
-    assert collect_workspaces(settings, lambda _: True, time.time() + 23.5 * HOUR) == ["done"]
+    removed = collect_workspaces(settings, lambda _: True, time.time() + 23.5 * HOUR)
+    # The base it was a view of goes with it: no workspace names it and none took it lately.
+    assert removed == ["done", *bases_of(workspace)]
 
 
 def test_a_symlink_planted_in_a_tree_is_removed_not_followed(
@@ -86,7 +112,7 @@ def test_a_symlink_planted_in_a_tree_is_removed_not_followed(
 
     removed = collect_workspaces(settings, lambda _: True, time.time() + 25 * HOUR)
 
-    assert removed == ["hostile"]
+    assert removed == ["hostile", *bases_of(workspace)]
     assert not (settings.root / "hostile").exists()
     assert (outside / "keep" / "precious.txt").read_text() == "do not delete\n"
 
@@ -101,17 +127,21 @@ def test_a_spare_directory_stays_until_its_deadline_and_a_claimed_one_is_its_job
 ) -> None:
     now = datetime.now(UTC)
     # Live spares, one past its creation grace for staging: its container may be waiting.
-    _, live = make_spare_directory(settings.root, now + timedelta(minutes=30))
+    views = settings.views != "never"
+    _, live = make_spare_directory(settings.root, now + timedelta(minutes=30), views=views)
     _age(live, STAGING_GRACE + 1)
-    _, overdue = make_spare_directory(settings.root, now - timedelta(seconds=1))
+    _, overdue = make_spare_directory(settings.root, now - timedelta(seconds=1), views=views)
     # A claimed spare: the job's workspace was built in it and it was renamed the job's.
-    _, claimed = make_spare_directory(settings.root, now - timedelta(hours=1))
+    _, claimed = make_spare_directory(settings.root, now - timedelta(hours=1), views=views)
     prepare_workspace("claimed-job", "docs", repo_config, None, settings, staging=claimed)
     (settings.root / ".spare-nonsense").mkdir()
 
     removed = collect_workspaces(settings, lambda _: False, now.timestamp())
 
     assert sorted(removed) == sorted([overdue.name, ".spare-nonsense"])
-    assert sorted(os.listdir(settings.root)) == sorted(["claimed-job", live.name])
+    assert sorted(os.listdir(settings.root)) == sorted(
+        ["claimed-job", live.name, *([BASES] if views else [])]
+    )
     assert (settings.root / "claimed-job" / "tree" / ".git").is_dir()
     assert not claimed.exists()
+    assert not mounts_under(settings.root / overdue.name)

@@ -4,7 +4,6 @@ and the push a parked job is asked about staged into its outbox on the host."""
 from __future__ import annotations
 
 import contextlib
-import shutil
 from pathlib import Path
 
 from bot.config import RepositoryConfig, Settings
@@ -18,9 +17,9 @@ from sandbox.host.upstream.credentials import UpstreamCallbacks
 from sandbox.host.workspace.outbox_staging import stage_push
 from sandbox.host.workspace.prepare import (
     Workspace,
-    job_directory,
     open_workspace,
     prepare_workspace,
+    remove_workspace,
 )
 from sandbox.host.workspace.snapshot import read_header, restore
 from sandbox.inside.tool_schemas import TOOL_NAMES
@@ -63,7 +62,7 @@ def segment_workspace(
         checkout = read_header(snapshot, max_bytes=cap).base_sha
     # A first segment taken over from a dead worker on this host, or a local tree that
     # moved past the park: start clean.
-    shutil.rmtree(job_directory(workspaces, record.id), ignore_errors=True)
+    remove_workspace(record.id, workspaces)
     workspace = prepare_workspace(
         record.id,
         record.spec.repo,

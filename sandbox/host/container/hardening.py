@@ -87,6 +87,9 @@ class SandboxJob:
     compare_label: str | None = None
     # The starting deployment's identity (``RedisGateway.deployment``); None: unlabelled.
     deployment: str | None = None
+    # A spare's: the workspace is bound rslave, so the job's view, mounted on it later on the
+    # host (a shared mount), reaches the container.
+    receives_mounts: bool = False
 
     def __post_init__(self) -> None:
         # The workspace's rule: the same id names the job's directory, branch and container.
@@ -250,7 +253,16 @@ def _tmpfs(limits: SandboxLimits) -> dict[str, str]:
 
 
 def _mounts(job: SandboxJob) -> list[Mount]:
-    mounts = [Mount(WORKSPACE_MOUNT, str(job.workspace), type="bind", read_only=False)]
+    propagation = "rslave" if job.receives_mounts else None
+    mounts = [
+        Mount(
+            WORKSPACE_MOUNT,
+            str(job.workspace),
+            type="bind",
+            read_only=False,
+            propagation=propagation,
+        )
+    ]
     if job.outbox is not None:
         mounts.append(Mount(OUTBOX_MOUNT, str(job.outbox), type="bind", read_only=False))
     return mounts

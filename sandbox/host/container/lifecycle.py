@@ -201,10 +201,13 @@ class ContainerSandbox:
         *,
         deadline: datetime,
         deployment: str | None = None,
+        views: bool = False,
     ) -> None:
         """Create and start a spare on the empty ``directory/tree`` and ``directory/outbox.git``
         (the mounts a job's container has), and wait for its spare line: its server has
-        loaded everything and waits for a job's arguments. ``start`` claims it."""
+        loaded everything and waits for a job's arguments. ``start`` claims it. ``views``:
+        the job's tree is a view mounted on ``tree`` later, which the spare's bind receives
+        (``SandboxJob.receives_mounts``)."""
         job = SandboxJob(
             job_id=token,
             workspace=directory / "tree",
@@ -213,8 +216,10 @@ class ContainerSandbox:
             limits=limits,
             protected_refs=(),
             deployment=deployment,
+            receives_mounts=views,
         )
-        mounts = (_identity(job.workspace), _identity(directory / "outbox.git"))
+        # The directory, not the tree: a view mounted on the tree shows the view's identity.
+        mounts = (_identity(directory), _identity(directory / "outbox.git"))
         with self._lock:
             self._launch(job, spare=True)
             self._spare = mounts
@@ -241,7 +246,7 @@ class ContainerSandbox:
         job's; then its name, its arguments and its ready line."""
         mounts, self._spare = self._spare, None
         outbox = job.outbox
-        if outbox is None or mounts != (_identity(job.workspace), _identity(outbox)):
+        if outbox is None or mounts != (_identity(job.workspace.parent), _identity(outbox)):
             raise BeamError("BEM-402", "the spare mounts another workspace than the job's")
         if job.limits != self._limits:
             raise BeamError("BEM-402", "the spare was made with other sandbox limits")

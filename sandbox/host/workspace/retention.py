@@ -10,7 +10,11 @@ What goes, for each entry directly under ``WorkspaceSettings.root``:
 * a spare's directory (``sandbox.host.workspace.spare_dirs``) once the deadline its name
   carries has passed: its container is gone by then, or is going with the next reaping
   (before it, the spare may be live, or claimed by a job whose workspace it is becoming);
-* anything else: a directory without a workspace record, a stray file or symlink.
+* anything else: a directory without a workspace record, a stray file or symlink;
+* then, under ``.bases/``, a base no remaining workspace is a view of, once no job has
+  taken it for an hour (``sandbox.host.workspace.bases.collect_bases``).
+
+A view is detached before its workspace is deleted.
 
 A workspace whose job is not finished is kept however old it is. Deleting never follows a
 symlink: a hostile tree may hold links to anywhere on the host. ``shutil.rmtree`` walks with
@@ -19,6 +23,7 @@ directory descriptors and unlinks symlinks as entries; a symlink at the top is u
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -28,15 +33,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bot.config import WorkspaceSettings
+from bot.core.errors import BeamError
 from bot.core.jobids import is_job_id
-from sandbox.host.workspace.prepare import FINISHED, METADATA, STAGING_PREFIX
+from sandbox.host.workspace.bases import BASES, collect_bases
+from sandbox.host.workspace.overlay import unmount_all
+from sandbox.host.workspace.prepare import FINISHED, METADATA, STAGING_PREFIX, TREE, open_record
 from sandbox.host.workspace.spare_dirs import spare_deadline
 
 __all__ = ["STAGING_GRACE", "collect_workspaces"]
 
 STAGING_GRACE = 3600.0
-# Created by mkfs when the root is a mount point; it is the filesystem's, not ours.
-_FILESYSTEM_ENTRIES = frozenset({"lost+found"})
+# lost+found: made by mkfs when the root is a mount point, the filesystem's, not ours;
+# the bases have their own collection (``collect_bases``).
+_KEPT = frozenset({"lost+found", BASES})
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +67,7 @@ def collect_workspaces(
     retention = settings.retention_hours * 3600.0
     removed = []
     for entry in sorted(os.scandir(root), key=lambda item: item.name):
-        if entry.name in _FILESYSTEM_ENTRIES:
+        if entry.name in _KEPT:
             continue
         path = Path(entry.path)
         try:
@@ -67,7 +76,20 @@ def collect_workspaces(
             continue  # another collector (or a rename) got there first
         if expired and _remove(path):
             removed.append(entry.name)
+    removed += collect_bases(root, _views_named(root), clock)
     return removed
+
+
+def _views_named(root: Path) -> list[Path]:
+    """The bases the workspaces left under ``root`` are views of."""
+    named = []
+    for entry in os.scandir(root):
+        if is_job_id(entry.name):
+            with contextlib.suppress(BeamError):
+                view_of = open_record(Path(entry.path)).view_of
+                if view_of is not None:
+                    named.append(view_of)
+    return named
 
 
 def _expired(
@@ -101,6 +123,8 @@ def _remove(path: Path) -> bool:
         if path.is_symlink() or not path.is_dir():
             path.unlink()
         else:
+            # A view is detached first: a rmtree through it would only whiteout its base.
+            unmount_all(path / TREE)
             shutil.rmtree(path)
     except OSError as error:
         # A mount still held by a container, say: the next collection tries again.

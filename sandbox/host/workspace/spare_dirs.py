@@ -12,6 +12,7 @@ import secrets
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sandbox.host.workspace.overlay import share_mount
 from sandbox.host.workspace.prepare import OUTBOX, TREE
 
 __all__ = ["SPARE_DIRECTORY_PREFIX", "make_spare_directory", "spare_deadline"]
@@ -19,8 +20,10 @@ __all__ = ["SPARE_DIRECTORY_PREFIX", "make_spare_directory", "spare_deadline"]
 SPARE_DIRECTORY_PREFIX = ".spare-"
 
 
-def make_spare_directory(root: Path, deadline: datetime) -> tuple[str, Path]:
-    """A new spare directory under ``root`` with its empty mounts; its token and path."""
+def make_spare_directory(root: Path, deadline: datetime, *, views: bool) -> tuple[str, Path]:
+    """A new spare directory under ``root`` with its empty mounts; its token and path.
+    ``views``: the job's tree will be a view, mounted on ``tree`` after the spare binds it,
+    so ``tree`` is made a shared mount for the view to reach the spare (``share_mount``)."""
     token = secrets.token_hex(8)
     directory = root / f"{SPARE_DIRECTORY_PREFIX}{int(deadline.timestamp())}-{token}"
     root.mkdir(parents=True, exist_ok=True, mode=0o711)
@@ -29,6 +32,8 @@ def make_spare_directory(root: Path, deadline: datetime) -> tuple[str, Path]:
     directory.chmod(0o711)
     (directory / TREE).mkdir()
     (directory / OUTBOX).mkdir()
+    if views:
+        share_mount(directory / TREE)
     return token, directory
 
 

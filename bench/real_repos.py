@@ -28,6 +28,7 @@ Figures are printed, never asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -39,6 +40,7 @@ from pathlib import Path
 
 from bench._jobs import APPROVER, JOB_TIMEOUT_SECONDS, MODEL_FACTORY
 from bench._jobs_cpu import CpuMeter, process_tree
+from bot.jobs.timings import PREFIX as TIMING_PREFIX
 from bot.store.models import JobKind, JobState
 from harness.playbooks import AUTHOR_REQUEST
 from harness.stack import REPO, Stack, job_stack
@@ -51,6 +53,7 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 @dataclass
 class JobFigures:
+    job_id: str
     to_park: float
     cpu: float
     peak_rss: int  # bytes
@@ -63,6 +66,8 @@ class RepoFigures:
     cold: float = 0.0
     git_fetch: float = 0.0
     jobs: list[JobFigures] = field(default_factory=list)
+    # The segment phases of the warm jobs' parking segments (``bot.jobs.timings``), in ms.
+    phases: dict[str, list[float]] = field(default_factory=dict)
 
     def median(self, pick: str) -> float:
         return statistics.median(getattr(job, pick) for job in self.jobs)
@@ -169,6 +174,8 @@ def _run(name: str, upstream: Path | None, jobs: int, git_fetch: float = 0.0) ->
         stack.start_worker("a")
         figures.cold = _one(stack, name, COLD_TIMEOUT_SECONDS).to_park
         figures.jobs = [_one(stack, name, JOB_TIMEOUT_SECONDS) for _ in range(jobs)]
+        warm = {job.job_id for job in figures.jobs}
+        figures.phases = _parking_phases(stack.workers["a"].log, warm)
         print(f"{name}: {files} files, {jobs + 1} jobs done", flush=True)
         return figures
 
@@ -184,7 +191,22 @@ def _one(stack: Stack, repo: str, timeout: float) -> JobFigures:
     stack.decide(record.id, approve=True, by=APPROVER)
     stack.wait_for(record.id, JobState.SUCCEEDED, timeout=timeout)
     to_park = parked.updated_at.timestamp() - record.created_at.timestamp()
-    return JobFigures(to_park, cpu.workers, rss.peak)
+    return JobFigures(record.id, to_park, cpu.workers, rss.peak)
+
+
+def _parking_phases(log: Path, jobs: set[str]) -> dict[str, list[float]]:
+    """Each phase's durations over the segments of ``jobs`` that parked, from the worker's
+    timing lines."""
+    phases: dict[str, list[float]] = {}
+    for line in log.read_text(errors="replace").splitlines():
+        _, found, text = line.partition(TIMING_PREFIX)
+        if not found:
+            continue
+        timing = json.loads(text)
+        if timing["job"] in jobs and timing["state"] == JobState.AWAITING_APPROVAL.value:
+            for name, value in timing["phases_ms"].items():
+                phases.setdefault(name, []).append(value)
+    return phases
 
 
 def _git_fetch(source: Path) -> float:
@@ -215,6 +237,12 @@ def _report(figures: list[RepoFigures]) -> None:
             f" {park:8.2f}s {park / small.median('to_park'):7.2f}x"
             f" {repo.median('cpu'):12.2f} {repo.median('peak_rss') / 2**20:6.0f} MiB"
         )
+    print("\nphases of the segment that parks, medians in ms (bot.jobs.timings):")
+    for repo in figures:
+        shown = ", ".join(
+            f"{name} {statistics.median(values):.0f}" for name, values in repo.phases.items()
+        )
+        print(f"  {repo.name}: {shown}")
     print(
         f"\nmedians of {len(small.jobs)} warm jobs each; the baseline is {small.name} (the"
         " benches' seeded repository). Targets on tldr: to park <= 1.5x the baseline's,"

@@ -240,12 +240,13 @@ def _build(
     with mirror_lock(mirror, exclusive=False):
         base_sha = commit_in(_open(mirror), base)
         _init_repository(outbox, mirror, branch, base_sha, bare=True)
-        if root is not None:
-            lower = take_base(
-                root, repo, base_sha, uid, lambda at: _lay_out_base(at, mirror, base_sha, uid)
-            )
-        else:
+        if root is None:
             _init_repository(tree, mirror, branch, base_sha, bare=False)
+    if root is not None:
+        # Outside the lock: a first job on a commit checks its base out meanwhile.
+        lower = take_base(
+            root, repo, base_sha, uid, lambda at: _lay_out_base(at, mirror, base_sha, uid)
+        )
     hand_over(outbox, outbox / "objects", uid)
     if lower is not None:
         try:
@@ -268,7 +269,8 @@ def _lay_out_base(tree: Path, mirror: Path, commit: str, uid: int) -> None:
     ``commit``, for ``take_base`` to check out."""
     gitdir = tree / ".git"
     git_layout(gitdir, None, _tree_config(None), commit=commit)
-    link_objects(mirror / "objects", gitdir / "objects")
+    with mirror_lock(mirror, exclusive=False):
+        link_objects(mirror / "objects", gitdir / "objects")
     hand_over(tree, gitdir / "objects", uid)
 
 

@@ -22,15 +22,17 @@ import json
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bot.clients.base import Completion, Message, TextDelta
-from bot.clients.openai_compatible import OpenAiCompatible
 from bot.clients.profiles import ResolvedModel, resolve
 from bot.config import Settings
 from bot.core.errors import BeamError
 from bot.core.tools import ToolSpec, json_params
 from bot.store.models import JobKind, JobRecord, JobSpec
+
+if TYPE_CHECKING:
+    from bot.clients.openai_compatible import OpenAiCompatible
 
 PING = ToolSpec(
     name="ping",
@@ -74,6 +76,9 @@ def _check(args: argparse.Namespace) -> int:
             "no API key found: set model.api_key_env or model.api_key_file, or BEAM_API_KEY"
             " or OPENAI_API_KEY",
         )
+    # Here, not at the top: every command's start would import the openai package (1.1 s).
+    from bot.clients.openai_compatible import OpenAiCompatible
+
     client = OpenAiCompatible.from_resolved(resolved)
     limited = client.with_max_tokens(min(resolved.max_output_tokens, _CHECK_TOKENS))
     print(f"provider   {resolved.provider}")

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Literal, cast
 
 from bot.clients.base import CompletionClient
-from bot.clients.openai_compatible import OpenAiCompatible
 from bot.clients.profiles import DEFAULT_MAX_OUTPUT_TOKENS, context_window
 from bot.config import Settings
 from bot.core.errors import BeamError
@@ -41,6 +40,9 @@ def model_client_for(settings: Settings, job: JobRecord) -> CompletionClient:
                 "not a CompletionClient (an object with an async complete(messages, tools))",
             )
         return client
+    # Imported here: a worker on a scripted model never loads the openai package (1.1 s).
+    from bot.clients.openai_compatible import OpenAiCompatible
+
     live = OpenAiCompatible.from_settings(settings.model)
     if live is None:
         raise BeamError(

@@ -45,7 +45,7 @@ def test_an_author_job_on_the_live_model_ends_where_the_docs_say(
     spec = JobSpec(kind=JobKind.AUTHOR, repo=REPO, requested_by=REQUESTER, request=AUTHOR_REQUEST)
     job = stack.service.submit(Principal.operator(REQUESTER), spec)
 
-    ended = stack.wait_for(job.id, *ENDS, timeout=600)
+    ended = stack.wait_for(job.id, *ENDS, timeout=900)
     figures.measure(request.node, "live_model.author_job_seconds", time.perf_counter() - started)
     after = model_server.metrics()
 

@@ -43,6 +43,7 @@ from bot.config import SandboxLimits, WorkspaceSettings
 from bot.core.errors import BeamError
 from sandbox.host.container.lifecycle import ContainerSandbox
 from sandbox.host.workspace.overlay import ViewUnavailable, unmount_all, views_available
+from sandbox.host.workspace.prepare import TREE
 from sandbox.host.workspace.spare_dirs import make_spare_directory
 
 __all__ = ["RECYCLE_THREAD", "SPARE_IDLE_SECONDS", "Spare", "SparePool"]
@@ -77,7 +78,7 @@ class Spare:
         """Remove the container and the directory (which a claim renamed away already)."""
         self.leave_pool()
         self.sandbox.stop()
-        unmount_all(self.directory / "tree")
+        unmount_all(self.directory / TREE)
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
@@ -201,7 +202,7 @@ class SparePool:
             )
         except BeamError as error:
             log.warning("could not start a spare sandbox container: %s", error)
-            unmount_all(directory / "tree")
+            unmount_all(directory / TREE)
             shutil.rmtree(directory, ignore_errors=True)
             return None
         return Spare(sandbox, directory, image, limits, made)

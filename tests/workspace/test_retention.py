@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bot.config import RepositoryConfig, WorkspaceSettings
 from sandbox.host.workspace.bases import BASES
+from sandbox.host.workspace.overlay import mounts_under
 from sandbox.host.workspace.prepare import (
     FINISHED,
     METADATA,
@@ -28,14 +29,6 @@ def bases_of(workspace: Workspace) -> list[str]:
     if workspace.view_of is None:
         return []
     return [f"{BASES}/{workspace.repo}/{workspace.base_sha}"]
-
-
-def mounts_under(top: Path) -> list[str]:
-    """The mount points at or under ``top``, from the kernel's table."""
-    prefix = os.path.realpath(top)
-    with open("/proc/self/mountinfo", encoding="utf-8") as table:
-        points = [line.split()[4] for line in table]
-    return [point for point in points if point == prefix or point.startswith(prefix + "/")]
 
 
 def _age(path: Path, seconds: float) -> None:

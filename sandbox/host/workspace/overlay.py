@@ -32,6 +32,7 @@ __all__ = [
     "detach_under",
     "is_mounted",
     "mount_view",
+    "mounts_under",
     "share_mount",
     "unmount_all",
     "unmount_view",
@@ -146,13 +147,17 @@ def unmount_all(target: Path) -> None:
 def detach_under(top: Path) -> list[Path]:
     """Detach every mount at or below ``top``, deepest first; returns where they were (a
     directory about to be deleted whole: the demo's, a test's)."""
-    prefix = os.path.realpath(top)
-    found = [
-        Path(point) for point in _mount_points() if os.path.commonpath([point, prefix]) == prefix
-    ]
+    found = mounts_under(top)
     for point in sorted(found, key=lambda path: len(path.parts), reverse=True):
         unmount_view(point)
     return found
+
+
+def mounts_under(top: Path) -> list[Path]:
+    """The mount points at or below ``top``, from the kernel's mount table."""
+    prefix = os.path.realpath(top)
+    points = _mount_points()
+    return [Path(point) for point in points if os.path.commonpath([point, prefix]) == prefix]
 
 
 def _mount_points() -> list[str]:

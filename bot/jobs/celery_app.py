@@ -15,6 +15,8 @@ or stopped worker cost a retry, never a job:
   the soft one raises inside the task, which fails the job with BEM-505 and removes its
   container; the hard one kills the process, and the reaper removes what it left.
 - JSON only, in and out: no pickle crosses the broker.
+- ``broker_transport``: kombu's Redis transport with the fix of ``bot.jobs.broker``, so a
+  worker busy with a job reads the hosts broadcast instead of spinning on it.
 - priorities: a resume (a person's decision) is served before new jobs (``RUN_PRIORITY``).
 - ``beat_schedule``: the per-host chores every five minutes, the recovery sweep every minute
   (``riverbeam.recover_jobs``: a running job whose lease ran out is queued again, so a job
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import functools
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from celery import Celery
 from kombu import Exchange, Queue
@@ -67,6 +70,15 @@ RECOVER_INTERVAL_SECONDS: Final = 60.0
 # Redis redelivers an unacknowledged message after the visibility timeout; a job still inside
 # its hard limit must never be handed to a second worker that way.
 VISIBILITY_MARGIN_SECONDS: Final = 600
+# kombu's Redis transport, reading the hosts broadcast while a job runs (bot.jobs.broker).
+BROKER_TRANSPORT: Final = "bot.jobs.broker:Transport"
+
+
+def broker_tls(redis_url: str) -> dict[str, str] | None:
+    """The broker's TLS for a ``rediss://`` URL: verify the server, as the job store's client
+    does with the same URL (kombu lets the URL's ``ssl_*`` query override this). kombu turns
+    TLS on by the scheme only under its own transport name, not for ``BROKER_TRANSPORT``."""
+    return {"ssl_cert_reqs": "required"} if urlsplit(redis_url).scheme == "rediss" else None
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -86,6 +98,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     }
     return {
         "broker_url": settings.redis_url,
+        "broker_transport": BROKER_TRANSPORT,
+        "broker_use_ssl": broker_tls(settings.redis_url),
         "result_backend": settings.redis_url,
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {

@@ -16,7 +16,9 @@ from bot.config import ModelSettings, Settings
 from bot.core.errors import BeamError
 from bot.core.input import AgentInput
 from bot.core.tools import ToolSpec
-from bot.jobs.celery_app import celery_config
+from bot.jobs.broker import BroadcastReadingPoller
+from bot.jobs.broker import Transport as BrokerTransport
+from bot.jobs.celery_app import celery_config, create_app
 from bot.jobs.model_client import model_client_for
 from bot.jobs.relayed_push import Relay, RelayedPush
 from bot.service.queues import (
@@ -144,6 +146,23 @@ def test_without_factory_or_key_there_is_no_model(monkeypatch: pytest.MonkeyPatc
 
 
 # -- Celery settings -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "tls"),
+    [
+        ("redis://127.0.0.1:1/3", None),
+        ("rediss://127.0.0.1:1/3", {"ssl_cert_reqs": "required"}),
+        ("rediss://127.0.0.1:1/3?ssl_ca_certs=/etc/ca.pem", {"ssl_ca_certs": "/etc/ca.pem"}),
+    ],
+)
+def test_the_broker_is_our_redis_transport_with_tls_as_the_url_says(
+    url: str, tls: dict[str, str] | None
+) -> None:
+    connection = create_app(Settings(redis_url=url)).connection_for_write()
+    assert isinstance(connection.transport, BrokerTransport)
+    assert isinstance(connection.transport.cycle, BroadcastReadingPoller)
+    assert connection.ssl == tls
 
 
 def test_celery_settings_make_a_lost_worker_cost_a_retry_not_a_job() -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import statistics
 import threading
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from pathlib import Path
 from docker import DockerClient
 from docker.errors import DockerException
 
+from harness.procstat import cpu_seconds, stat_fields
 from harness.stack import Stack
 from sandbox.host.container.hardening import JOB_LABEL, ROLE_LABEL, ROLE_SANDBOX, SPARE_LABEL
 from sandbox.host.engine import connect
@@ -43,7 +43,6 @@ CONTAINER_STARTS = ("ahead", "on_demand", "eager")
 PREVIOUS = "previous"
 BEFORE_ISSUE_18 = "eb61274"
 """The last commit before issue 18's work (2026-12-01 20:54): the previous baseline's code."""
-TICKS = os.sysconf("SC_CLK_TCK")
 ENGINE_DAEMONS = ("dockerd", "containerd")
 SHIM = "containerd-shim"  # /proc/<pid>/comm is cut at 15 characters
 CGROUP_ROOTS = (
@@ -51,14 +50,6 @@ CGROUP_ROOTS = (
     Path("/sys/fs/cgroup/cpu,cpuacct/docker"),
     Path("/sys/fs/cgroup/system.slice"),
 )
-
-
-def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name (field 3 onwards)."""
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
 
 
 def _processes() -> dict[int, tuple[int, str]]:
@@ -71,7 +62,7 @@ def _processes() -> dict[int, tuple[int, str]]:
             comm = (entry / "comm").read_text().strip()
         except OSError:
             continue
-        fields = _stat(int(entry.name))
+        fields = stat_fields(int(entry.name))
         if fields is not None:
             found[int(entry.name)] = (int(fields[1]), comm)
     return found
@@ -85,16 +76,6 @@ def _tree(root: int, processes: dict[int, tuple[int, str]]) -> set[int]:
         tree.update(children)
         frontier.extend(children)
     return tree
-
-
-def _cpu_seconds(pids: set[int]) -> float:
-    """User + system time of ``pids`` and of the children each has reaped."""
-    total = 0
-    for pid in pids:
-        fields = _stat(pid)
-        if fields is not None:
-            total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
-    return total / TICKS
 
 
 def process_tree(root: int) -> set[int]:
@@ -272,14 +253,14 @@ class CpuMeter:
     def _workers(self) -> float:
         processes = _processes()
         trees = [_tree(w.process.pid, processes) for w in self.stack.workers.values()]
-        return _cpu_seconds(set().union(*trees)) if trees else 0.0
+        return cpu_seconds(set().union(*trees)) if trees else 0.0
 
     @staticmethod
     def _engine() -> float:
         processes = _processes()
         daemons = [pid for pid, (_, comm) in processes.items() if comm in ENGINE_DAEMONS]
         # containerd runs under dockerd: each process counted once.
-        return _cpu_seconds(set().union(*(_tree(pid, processes) for pid in daemons)))
+        return cpu_seconds(set().union(*(_tree(pid, processes) for pid in daemons)))
 
     def _poll(self) -> None:
         while not self._stop.wait(POLL_SECONDS):
@@ -295,7 +276,7 @@ class CpuMeter:
             if comm.startswith(SHIM):
                 shim_of = _shim_container(pid)
                 if shim_of is not None and self._is_ours(shim_of):
-                    seconds = _cpu_seconds(_tree(pid, processes))
+                    seconds = cpu_seconds(_tree(pid, processes))
                     self._shims[pid] = max(self._shims.get(pid, 0.0), seconds)
 
     def _is_ours(self, container_id: str) -> bool:

@@ -22,11 +22,9 @@ LISTEN = "LISTEN"  # kombu's name for a channel's pub/sub registration
 
 class BroadcastReadingPoller(redis.MultiChannelPoller):
     def on_readable(self, fileno: int) -> None:
-        # Private to kombu (5.4 to 5.7 keep these names): which channel and kind a socket is,
-        # and the task-queue sockets kombu itself set aside while credit is out.
+        # Private to kombu (5.4 to 5.7 keep the name): which channel and kind a socket is.
         registered: tuple[Any, str] | None = self._fd_to_chan.get(fileno)  # type: ignore[attr-defined]
-        paused = getattr(self, "_paused_brpop", {})
-        if registered is not None and registered[1] == LISTEN and fileno not in paused:
+        if registered is not None and registered[1] == LISTEN:
             channel, _ = registered
             channel.handlers[LISTEN]()
             return

@@ -7,7 +7,6 @@ ran (every live-model job), which on a two-core host halved the model server's s
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from bot.service.access import Principal
 from bot.service.queues import REAP_SANDBOXES, send_chore
 from bot.store.models import JobKind, JobSpec, JobState
 from harness.playbooks import AUTHOR_REQUEST
+from harness.procstat import cpu_seconds
 from harness.stack import REPO, REQUESTER, Stack, job_stack, wait_until
 from harness.stub_model import Hang, StubModel, completion, tool_call
 from tests.faults.kit import tool_called
@@ -53,11 +53,6 @@ def stack(stub: StubModel, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield running
 
 
-def _main_process_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
 def _chore_ran(log: Path) -> bool:
     return any(
         "reap_sandboxes" in line and "succeeded" in line for line in log.read_text().splitlines()
@@ -80,9 +75,9 @@ def test_a_chore_sent_to_a_busy_worker_waits_without_spinning_and_runs_after_the
     try:
         send_chore(stack.app, REAP_SANDBOXES)
         time.sleep(1.0)  # the broadcast has reached the worker's socket
-        before = _main_process_cpu(worker.process.pid)
+        before = cpu_seconds({worker.process.pid})
         time.sleep(SAMPLE_SECONDS)
-        spent = _main_process_cpu(worker.process.pid) - before
+        spent = cpu_seconds({worker.process.pid}) - before
         assert not _chore_ran(worker.log), "the chore ran beside the job"
     finally:
         stub.stop()  # the hanging request ends, and the job with it

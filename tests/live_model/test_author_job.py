@@ -30,8 +30,7 @@ def stack(model_server: ModelServer) -> Iterator[Stack]:
     # Bounds on a run of the tiny model, which may never stop calling tools: each is a
     # documented end (BEM-067, BEM-073). Each request reprocesses a prompt of about 3,500
     # tokens, 40 s at the slowest prompt speed seen here (90 tokens/s): three requests fit
-    # the wait below with room. (It took 560 s while the worker's main process spun beside
-    # the server, bot.jobs.broker; 43 s since.)
+    # the wait below with room.
     model = model_server.model_table(max_output_tokens=256, max_requests=3)
     with job_stack(model_factory=None, more_config={"model": model}) as running:
         running.start_worker("a")

@@ -85,7 +85,10 @@ REVIEWER = "reviewer@example.com"
 PUBLISH_REF = "docs-live"
 READY_SECONDS = 30.0
 IMAGE_VARIABLE = "RIVERBEAM_SANDBOX__IMAGE"
-STOP_SECONDS = 30.0
+# A warm shutdown can take 30 s on its own: when a task is received just as it begins,
+# billiard's pool process waits up to 30 s (GUARANTEE_MESSAGE_CONSUMPTION_RETRY_LIMIT)
+# for the main process to read a result the main process no longer reads. Then it exits.
+STOP_SECONDS = 45.0
 
 
 @dataclass

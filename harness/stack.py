@@ -53,6 +53,7 @@ from typing import Any
 
 from celery import Celery
 
+from bot.cli.localstack import STOP_SECONDS as LOCAL_STOP_SECONDS
 from bot.config import Settings
 from bot.core.errors import BeamError
 from bot.core.frames import ToolCallRecord, ToolFrame
@@ -85,10 +86,8 @@ REVIEWER = "reviewer@example.com"
 PUBLISH_REF = "docs-live"
 READY_SECONDS = 30.0
 IMAGE_VARIABLE = "RIVERBEAM_SANDBOX__IMAGE"
-# A warm shutdown can take 30 s on its own: when a task is received just as it begins,
-# billiard's pool process waits up to 30 s (GUARANTEE_MESSAGE_CONSUMPTION_RETRY_LIMIT)
-# for the main process to read a result the main process no longer reads. Then it exits.
-STOP_SECONDS = 45.0
+# The bound `riverbeam up` gives a worker's warm shutdown (see its reasons there).
+STOP_SECONDS = LOCAL_STOP_SECONDS["worker"]
 
 
 @dataclass

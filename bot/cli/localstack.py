@@ -62,6 +62,9 @@ REDIS_FALLBACK_OPTIONS = (
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 READY_SECONDS = 60.0
 PING_SECONDS = 1.0
+# A worker's warm shutdown can take 30 s beyond its task: when a task arrives just as it
+# begins, billiard's pool process waits up to 30 s for the main process to read a result
+# it no longer reads (docs/jobs.md, Graceful shutdown).
 STOP_SECONDS = {"redis": 30.0, "worker": 60.0, "beat": 15.0, "api": 10.0}
 LOG_TAIL_LINES = 30
 # Said of a worker or beat whose node name does not carry this configuration's fingerprint.
